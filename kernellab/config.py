@@ -1,0 +1,200 @@
+"""Settings read from the environment, each checked with a sentence that names the variable.
+
+Everything has an embedded default so that KernelLab runs with no configuration at all:
+SQLite in the data folder, Celery over a filesystem broker with a local worker, and websocket
+updates fed from the database.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+class StartupError(Exception):
+    """A setting that stops start-up; the message is one sentence naming the variable."""
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise StartupError(f"{name} must be one of 1/0, true/false, yes/no or on/off, not {raw!r}.")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise StartupError(f"{name} must be a whole number, not {raw!r}.") from None
+    if value < minimum:
+        raise StartupError(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise StartupError(f"{name} must be a number, not {raw!r}.") from None
+    if value < minimum:
+        raise StartupError(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+def data_dir() -> Path:
+    path = Path(os.environ.get("KERNELLAB_DATA_DIR", BASE_DIR / "data"))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"KERNELLAB_DATA_DIR {str(path)!r} cannot be created ({exc.strerror}).") from None
+    return path
+
+
+def database_settings(data: Path) -> dict:
+    raw = os.environ.get("DATABASE_URL", "").strip()
+    if not raw:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(data / "kernellab.sqlite3"),
+            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"},
+        }
+    import dj_database_url
+
+    parsed = urlparse(raw)
+    if parsed.scheme not in {"postgres", "postgresql", "sqlite"}:
+        raise StartupError(
+            f"DATABASE_URL must start with postgresql:// (or sqlite:///), not {parsed.scheme or 'nothing'!r}."
+        )
+    if parsed.scheme.startswith("postgres") and not (parsed.path.strip("/") and (parsed.hostname or "host=" in raw)):
+        raise StartupError("DATABASE_URL must name a host and a database, as in postgresql://user@host:5432/name.")
+    try:
+        config = dj_database_url.parse(raw, conn_max_age=60)
+    except Exception as exc:  # dj_database_url raises several types for malformed addresses
+        raise StartupError(f"DATABASE_URL is malformed ({exc}).") from None
+    try:
+        parsed.port
+    except ValueError:
+        raise StartupError("DATABASE_URL has a port that is not a number.") from None
+    return config
+
+
+def redis_url() -> str | None:
+    raw = os.environ.get("REDIS_URL", "").strip()
+    if not raw:
+        return None
+    parsed = urlparse(raw)
+    if parsed.scheme not in {"redis", "rediss"}:
+        raise StartupError(f"REDIS_URL must start with redis:// or rediss://, not {parsed.scheme or 'nothing'!r}.")
+    try:
+        parsed.port
+    except ValueError:
+        raise StartupError("REDIS_URL has a port that is not a number.") from None
+    if not parsed.hostname:
+        raise StartupError("REDIS_URL must name a host, as in redis://127.0.0.1:6379/0.")
+    return raw
+
+
+def allowed_hosts() -> list[str]:
+    raw = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver")
+    hosts = [h.strip() for h in raw.split(",") if h.strip()]
+    for host in hosts:
+        if not re.fullmatch(r"[\w.\-\[\]:*]+", host):
+            raise StartupError(f"ALLOWED_HOSTS holds {host!r}, which is not a host name.")
+    return hosts
+
+
+def secret_key(debug: bool, data: Path) -> str:
+    raw = os.environ.get("SECRET_KEY")
+    if raw:
+        if len(raw) < 32 and not debug:
+            raise StartupError("SECRET_KEY must be at least 32 characters long when DEBUG is off.")
+        return raw
+    # Without a configured key, keep one per data folder so sessions survive restarts.
+    key_file = data / "secret_key"
+    if not key_file.exists():
+        from secrets import token_urlsafe
+
+        key_file.write_text(token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+@dataclass(frozen=True)
+class LLMEndpoint:
+    base_url: str | None
+    api_key: str | None
+    surrogate_model: str | None
+    generator_model: str | None
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url or self.api_key)
+
+
+def llm_endpoint() -> LLMEndpoint:
+    base_url = os.environ.get("OPENAI_BASE_URL", "").strip() or None
+    if base_url:
+        parsed = urlparse(base_url)
+        if parsed.scheme not in {"http", "https"} or not parsed.hostname:
+            raise StartupError(f"OPENAI_BASE_URL must be an http(s) address, as in http://127.0.0.1:8080/v1, not {base_url!r}.")
+    return LLMEndpoint(
+        base_url=base_url,
+        api_key=os.environ.get("OPENAI_API_KEY", "").strip() or None,
+        surrogate_model=os.environ.get("KERNELLAB_SURROGATE_MODEL", "").strip() or None,
+        generator_model=os.environ.get("KERNELLAB_GENERATOR_MODEL", "").strip() or None,
+    )
+
+
+def _reachable(host: str, port: int, timeout: float = 3.0) -> str | None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def check_services() -> None:
+    """Connect to the configured database and Redis; raise StartupError with one sentence if not."""
+    from django.conf import settings
+    from django.db import connection
+
+    try:
+        connection.ensure_connection()
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        variable = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "KERNELLAB_DATA_DIR"
+        raise StartupError(f"{variable}: cannot open the database ({first_line}).") from None
+    url = settings.KERNELLAB_REDIS_URL
+    if url:
+        parsed = urlparse(url)
+        problem = _reachable(parsed.hostname or "127.0.0.1", parsed.port or 6379)
+        if problem is None:
+            import redis
+
+            try:
+                redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+            except Exception as exc:
+                problem = str(exc)
+        if problem:
+            raise StartupError(f"REDIS_URL: cannot reach Redis at {parsed.hostname}:{parsed.port or 6379} ({problem}).")

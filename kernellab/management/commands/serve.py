@@ -1,0 +1,73 @@
+"""Start KernelLab: the ASGI web server and, unless told otherwise, a local Celery worker."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from kernellab.config import StartupError, check_services
+
+
+def local_gpu_queue() -> str | None:
+    try:
+        from gpu_runner.hardware import detect_gpu_model
+    except ImportError:
+        return None
+    model = detect_gpu_model()
+    return f"gpu.{model}" if model else None
+
+
+def worker_command(queues: list[str], concurrency: int = 2) -> list[str]:
+    beat_schedule = str(settings.DATA_DIR / "celerybeat-schedule")
+    return [
+        sys.executable, "-m", "celery", "-A", "kernellab", "worker", "-B", "-s", beat_schedule,
+        "-Q", ",".join(queues), "--concurrency", str(concurrency), "--loglevel", "INFO",
+        "-n", f"local-{os.getpid()}@%h",
+    ]
+
+
+class Command(BaseCommand):
+    help = "Serve KernelLab at http://HOST:PORT with a local worker (search, replay and the local GPU's queue)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-worker", action="store_true", help="do not start a local Celery worker")
+
+    def handle(self, *args, host: str, port: int, no_worker: bool, **options):
+        try:
+            check_services()
+        except StartupError as exc:
+            raise CommandError(str(exc)) from None
+        processes: list[subprocess.Popen] = []
+        if not no_worker:
+            queues = ["search", "replay"]
+            gpu_queue = local_gpu_queue()
+            if gpu_queue:
+                queues.append(gpu_queue)
+            processes.append(subprocess.Popen(worker_command(queues)))
+            self.stdout.write(f"Local worker consuming {', '.join(queues)}.")
+        self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"))
+        web = subprocess.Popen([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "kernellab.asgi:application"])
+        processes.append(web)
+
+        def stop(signum, frame):
+            for process in processes:
+                if process.poll() is None:
+                    process.terminate()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            web.wait()
+        finally:
+            stop(None, None)
+            for process in processes:
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    process.kill()

@@ -1,0 +1,363 @@
+"""The data model of DESIGN.md. State machines live here as data; services enforce them."""
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+from django.db import models
+
+
+class Role(models.TextChoices):
+    VIEWER = "viewer", "Viewer"
+    ENGINEER = "engineer", "Engineer"
+    APPROVER = "approver", "Approver"
+    ADMIN = "admin", "Admin"
+
+
+# Each role can do everything the roles before it can.
+ROLE_RANK = {Role.VIEWER: 0, Role.ENGINEER: 1, Role.APPROVER: 2, Role.ADMIN: 3}
+
+
+class Workspace(models.Model):
+    name = models.CharField(max_length=120, unique=True)
+    slug = models.SlugField(max_length=120, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="workspaces")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="one_membership_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.workspace} as {self.role}"
+
+
+def source_hash(source: str, launch: object = None, compile_options: object = None) -> str:
+    import json
+
+    payload = json.dumps({"source": source, "launch": launch or [], "options": compile_options or []}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class Kernel(models.Model):
+    """CUDA source with its launch plan; identical content is stored once."""
+
+    content_hash = models.CharField(max_length=64, unique=True)
+    source = models.TextField()
+    launch = models.JSONField(default=list)
+    temps = models.JSONField(default=list, blank=True)
+    compile_options = models.JSONField(default=list, blank=True)
+    knobs = models.JSONField(null=True, blank=True)
+    name = models.CharField(max_length=200, blank=True)
+    compiler_facts = models.JSONField(default=dict, blank=True)
+    compile_errors = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name or self.content_hash[:12]
+
+    def as_candidate(self) -> dict:
+        return {
+            "source": self.source,
+            "launch": self.launch,
+            "temps": self.temps,
+            "compile_options": self.compile_options,
+            "knobs": self.knobs,
+            "name": self.name,
+        }
+
+
+class Problem(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="problems")
+    name = models.SlugField(max_length=100)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    spec_toml = models.TextField()
+    family_source = models.TextField(blank=True)
+    reference = models.ForeignKey(Kernel, on_delete=models.PROTECT, related_name="reference_of")
+    bundled = models.BooleanField(default=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "name"], name="problem_name_per_workspace")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class RunStatus(models.TextChoices):
+    CREATED = "created", "Created"
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting for measurements"
+    PAUSED = "paused", "Paused"
+    FINISHED = "finished", "Finished"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+
+
+RUN_TRANSITIONS = {
+    "start": ({RunStatus.CREATED}, RunStatus.RUNNING),
+    "pause": ({RunStatus.RUNNING, RunStatus.WAITING}, RunStatus.PAUSED),
+    "resume": ({RunStatus.PAUSED}, RunStatus.RUNNING),
+    "cancel": ({RunStatus.CREATED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PAUSED}, RunStatus.CANCELLED),
+    "wait": ({RunStatus.RUNNING}, RunStatus.WAITING),
+    "wake": ({RunStatus.WAITING}, RunStatus.RUNNING),
+    "finish": ({RunStatus.RUNNING, RunStatus.WAITING}, RunStatus.FINISHED),
+    "fail": ({RunStatus.CREATED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PAUSED}, RunStatus.FAILED),
+}
+
+
+class ApprovalMode(models.TextChoices):
+    AUTO = "auto", "Automatic"
+    MANUAL = "manual", "Approver decides"
+
+
+class SearchRun(models.Model):
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    generator = models.CharField(max_length=40, default="template")
+    surrogate = models.CharField(max_length=40, default="learned")
+    confidence_threshold = models.FloatField(default=0.6)
+    gpu_budget = models.PositiveIntegerField(default=40)
+    puct_c = models.FloatField(default=1.0)
+    children_per_step = models.PositiveIntegerField(default=4)
+    max_gpu_per_step = models.PositiveIntegerField(default=2)
+    max_steps = models.PositiveIntegerField(default=60)
+    approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.AUTO)
+    target_gpu = models.CharField(max_length=40, default="h200")
+    backend = models.CharField(max_length=16, default="auto")
+    objective = models.CharField(max_length=20, default="time")
+    energy_cap_j = models.FloatField(null=True, blank=True)
+    feedback = models.CharField(max_length=10, default="notes")
+    discovery_threshold = models.FloatField(default=2 ** 0.5)
+    seed = models.PositiveIntegerField(default=0)
+    extra = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.CREATED)
+    status_reason = models.TextField(blank=True)
+    # Counters shown on the page; the driver's state holds the full picture.
+    nodes_count = models.PositiveIntegerField(default=0)
+    gpu_used = models.PositiveIntegerField(default=0)
+    forecasts_count = models.PositiveIntegerField(default=0)
+    best_speedup = models.FloatField(null=True, blank=True)
+    best_node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    change_seq = models.PositiveBigIntegerField(default=0)
+    driver_state = models.JSONField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name or f"run {self.pk} of {self.problem}"
+
+    @property
+    def workspace(self) -> Workspace:
+        return self.problem.workspace
+
+    @property
+    def gpu_queue(self) -> str:
+        return "replay" if self.backend == "replay" else f"gpu.{self.target_gpu}"
+
+
+class NodeState(models.TextChoices):
+    PROPOSED = "proposed", "Proposed"
+    FORECAST = "forecast", "Forecast"
+    ACCEPTED = "accepted", "Accepted by forecast"
+    AWAITING_APPROVAL = "awaiting-approval", "Awaiting approval"
+    QUEUED = "queued", "Queued"
+    MEASURING = "measuring", "Measuring"
+    MEASURED = "measured", "Measured"
+    FAILED_COMPILE = "failed-compile", "Failed to compile"
+    FAILED_CORRECTNESS = "failed-correctness", "Failed correctness"
+    FAILED_RUNTIME = "failed-runtime", "Failed at run time"
+    REJECTED = "rejected", "Rejected"
+    PRUNED = "pruned", "Pruned"
+
+
+class Node(models.Model):
+    run = models.ForeignKey(SearchRun, on_delete=models.CASCADE, related_name="nodes")
+    key = models.CharField(max_length=64)  # the driver's node id
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    kernel = models.ForeignKey(Kernel, null=True, blank=True, on_delete=models.PROTECT, related_name="nodes")
+    rationale = models.TextField(blank=True)
+    origin = models.CharField(max_length=20, default="generator")  # generator | human | root
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    depth = models.PositiveIntegerField(default=0)
+    visits = models.PositiveIntegerField(default=0)
+    value = models.FloatField(null=True, blank=True)
+    prior = models.FloatField(null=True, blank=True)
+    state = models.CharField(max_length=24, choices=NodeState.choices, default=NodeState.PROPOSED)
+    state_reason = models.TextField(blank=True)
+    speedup = models.FloatField(null=True, blank=True)  # measured
+    forecast_bin = models.PositiveSmallIntegerField(null=True, blank=True)
+    forecast_confidence = models.FloatField(null=True, blank=True)
+    is_discovery = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="node_key_per_run")]
+        indexes = [models.Index(fields=["run", "state"])]
+
+    def __str__(self) -> str:
+        return f"node {self.key} of run {self.run_id}"
+
+
+class Forecast(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="forecasts")
+    surrogate = models.CharField(max_length=80)
+    surrogate_version = models.CharField(max_length=80, blank=True)
+    probabilities = models.JSONField(default=list)
+    predicted_bin = models.PositiveSmallIntegerField(null=True, blank=True)
+    confidence = models.FloatField(null=True, blank=True)
+    reasoning = models.TextField(blank=True)
+    abstained = models.BooleanField(default=False)
+    abstain_reason = models.TextField(blank=True)
+    raw_sum = models.FloatField(null=True, blank=True)
+    latency_s = models.FloatField(default=0.0)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    against = models.CharField(max_length=12, default="reference")  # reference | parent
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class Measurement(models.Model):
+    kernel = models.ForeignKey(Kernel, on_delete=models.PROTECT, related_name="measurements")
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="measurements")
+    status = models.CharField(max_length=24)
+    reason = models.TextField(blank=True)
+    hardware = models.JSONField(default=dict)
+    gpu_model = models.CharField(max_length=40, blank=True)
+    reference_stats = models.JSONField(default=dict)
+    candidate_stats = models.JSONField(default=dict)
+    speedup = models.FloatField(null=True, blank=True)
+    max_abs_error = models.FloatField(null=True, blank=True)
+    max_rel_error = models.FloatField(null=True, blank=True)
+    energy = models.JSONField(null=True, blank=True)
+    compiler_facts = models.JSONField(default=dict, blank=True)
+    profiler_metrics = models.JSONField(default=dict, blank=True)
+    observer_errors = models.JSONField(default=dict, blank=True)
+    backend = models.CharField(max_length=16)
+    seed = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    @property
+    def energy_j_per_call(self) -> float | None:
+        return (self.energy or {}).get("j_per_call")
+
+
+class ExpertNote(models.Model):
+    measurement = models.ForeignKey(Measurement, on_delete=models.CASCADE, related_name="expert_notes")
+    expert = models.CharField(max_length=60)
+    severity = models.CharField(max_length=12)
+    finding = models.TextField()
+    evidence = models.JSONField(default=dict)
+    advice = models.TextField()
+
+
+class VerificationState(models.TextChoices):
+    PENDING = "pending-approval", "Pending approval"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+VERIFICATION_TRANSITIONS = {
+    "approve": ({VerificationState.PENDING}, VerificationState.APPROVED),
+    "reject": ({VerificationState.PENDING}, VerificationState.REJECTED),
+    "enqueue": ({VerificationState.APPROVED, VerificationState.FAILED}, VerificationState.QUEUED),
+    "claim": ({VerificationState.QUEUED, VerificationState.RUNNING}, VerificationState.RUNNING),
+    "finish": ({VerificationState.RUNNING}, VerificationState.DONE),
+    "fail": ({VerificationState.RUNNING, VerificationState.QUEUED}, VerificationState.FAILED),
+}
+
+
+class Verification(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="verifications")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    requested_by_policy = models.CharField(max_length=200, blank=True)  # why the policy asked
+    state = models.CharField(max_length=20, choices=VerificationState.choices, default=VerificationState.PENDING)
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.TextField(blank=True)
+    queue = models.CharField(max_length=60, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    claim_token = models.CharField(max_length=40, blank=True)
+    progress = models.CharField(max_length=120, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    measurement = models.ForeignKey(Measurement, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+
+class Comment(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="comments")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    body = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+
+class Discovery(models.Model):
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="discovery")
+    marked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    auto = models.BooleanField(default=False)
+    note = models.TextField(blank=True)
+    parent_speedup = models.FloatField(null=True, blank=True)
+    child_speedup = models.FloatField(null=True, blank=True)
+    forecast_jump_bin = models.PositiveSmallIntegerField(null=True, blank=True)
+    forecast_jump_probabilities = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    @property
+    def jump(self) -> float | None:
+        if self.parent_speedup and self.child_speedup:
+            return self.child_speedup / self.parent_speedup
+        return None
+
+
+class RunChange(models.Model):
+    """One change to a run's tree; seq is per run, gap-free and increasing."""
+
+    run = models.ForeignKey(SearchRun, on_delete=models.CASCADE, related_name="changes")
+    seq = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=40)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="change_seq_per_run")]
+        ordering = ["seq"]
+
+
+class SearchLesson(models.Model):
+    """A search-memory lesson, shown per run (the driver's memory is the source)."""
+
+    run = models.ForeignKey(SearchRun, on_delete=models.CASCADE, related_name="lessons")
+    text = models.TextField()
+    effect = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)

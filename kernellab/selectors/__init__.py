@@ -1,0 +1,1 @@
+"""Reads. Views, consumers and tasks ask here instead of building querysets themselves."""

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from kernellab.models import Node, RunChange, SearchRun, Workspace
+from kernellab.services.access import user_can
+from kernellab.services.changes import change_as_message, node_payload
+
+
+def run_for_user(*, run_id: int, user) -> SearchRun | None:
+    run = SearchRun.objects.select_related("problem__workspace").filter(pk=run_id).first()
+    if run is None or not user_can(user=user, workspace=run.problem.workspace, action="view"):
+        return None
+    return run
+
+
+def run_list(*, workspaces: QuerySet[Workspace] | list[Workspace], problem=None) -> QuerySet[SearchRun]:
+    runs = SearchRun.objects.filter(problem__workspace__in=workspaces).select_related("problem", "created_by", "best_node")
+    if problem is not None:
+        runs = runs.filter(problem=problem)
+    return runs.order_by("-created_at")
+
+
+def run_changes_after(*, run_id: int, after: int, limit: int = 500) -> list[dict]:
+    return [
+        change_as_message(change)
+        for change in RunChange.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
+    ]
+
+
+def run_tree(*, run: SearchRun) -> list[dict]:
+    nodes = Node.objects.filter(run=run).select_related("parent", "kernel").order_by("pk")
+    return [node_payload(node) for node in nodes]
+
+
+def node_get(*, run: SearchRun, key: str) -> Node | None:
+    return (
+        Node.objects.select_related("parent__kernel", "kernel", "run__problem__workspace", "author")
+        .filter(run=run, key=key)
+        .first()
+    )
+
+
+def node_best_path(*, run: SearchRun) -> list[str]:
+    node = run.best_node
+    path = []
+    while node is not None:
+        path.append(node.key)
+        node = node.parent
+    return list(reversed(path))

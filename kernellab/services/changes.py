@@ -1,0 +1,73 @@
+"""The per-run change log: every tree change gets the next sequence number of its run.
+
+The counter is bumped with an UPDATE inside the caller's transaction, so the run's row stays
+locked until commit and sequence numbers become visible in order, without gaps."""
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.db.models import F
+
+from kernellab.models import Node, RunChange, SearchRun
+
+log = logging.getLogger(__name__)
+
+
+def run_group_name(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+def node_payload(node: Node) -> dict:
+    kernel = node.kernel
+    return {
+        "id": node.pk,
+        "key": node.key,
+        "parent": node.parent.key if node.parent_id else None,
+        "state": node.state,
+        "reason": node.state_reason[:300],
+        "speedup": node.speedup,
+        "value": node.value,
+        "bin": node.forecast_bin,
+        "confidence": node.forecast_confidence,
+        "discovery": node.is_discovery,
+        "depth": node.depth,
+        "name": (kernel.name if kernel else "") or node.key,
+        "origin": node.origin,
+    }
+
+
+def change_record(*, run: SearchRun, kind: str, payload: dict) -> RunChange:
+    if not transaction.get_connection().in_atomic_block:
+        with transaction.atomic():
+            return change_record(run=run, kind=kind, payload=payload)
+    SearchRun.objects.filter(pk=run.pk).update(change_seq=F("change_seq") + 1)
+    seq = SearchRun.objects.filter(pk=run.pk).values_list("change_seq", flat=True).get()
+    run.change_seq = seq
+    change = RunChange.objects.create(run=run, seq=seq, kind=kind, payload=payload)
+    transaction.on_commit(lambda: _push(run.pk, change))
+    return change
+
+
+def change_as_message(change: RunChange) -> dict:
+    return {"seq": change.seq, "kind": change.kind, "payload": change.payload}
+
+
+def _push(run_id: int, change: RunChange) -> None:
+    from django.conf import settings
+
+    if not settings.KERNELLAB_REDIS_URL:
+        return  # consumers poll the database in the embedded setup
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    try:
+        async_to_sync(get_channel_layer().group_send)(
+            run_group_name(run_id), {"type": "run.change", "change": change_as_message(change)}
+        )
+    except Exception as exc:  # the database keeps the change; clients catch up from it
+        log.warning("could not push change %s of run %s: %s", change.seq, run_id, exc)
+
+
+def node_changed(*, node: Node, kind: str = "node") -> RunChange:
+    return change_record(run=node.run, kind=kind, payload=node_payload(node))

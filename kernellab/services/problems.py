@@ -1,0 +1,128 @@
+"""Problems: an uploaded or bundled spec, checked by the runner's static backend before it is saved."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils.text import slugify
+
+from kernellab.models import Problem, Workspace
+from kernellab.services.access import access_require
+from kernellab.services.errors import ServiceError
+from kernellab.services.kernels import kernel_get_or_create
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "problems"
+
+
+class ProblemRejected(ServiceError):
+    """The upload was checked and refused; `compile_errors` holds [{line, message}] for the page."""
+
+    def __init__(self, message: str, compile_errors: list[dict] | None = None):
+        super().__init__(message)
+        self.compile_errors = compile_errors or []
+
+
+@dataclass
+class CheckedProblem:
+    spec: object
+    reference_candidate: dict
+    compiler_facts: dict = field(default_factory=dict)
+
+
+def problem_check(*, spec_toml: str, reference_source: str, family_source: str = "", compile: bool = True) -> CheckedProblem:
+    """Parse the spec and compile the reference with nvcc (no GPU needed). Raises ProblemRejected."""
+    from gpu_runner.spec import SpecError, parse_problem
+
+    limit = settings.KERNELLAB_UPLOAD_MAX_BYTES
+    for label, text in (("problem.toml", spec_toml), ("reference.cu", reference_source), ("family.cu", family_source)):
+        if len((text or "").encode()) > limit:
+            raise ProblemRejected(f"{label} is larger than the {limit // 1024} KiB limit.")
+        if "\x00" in (text or ""):
+            raise ProblemRejected(f"{label} is not a text file.")
+    if not reference_source.strip():
+        raise ProblemRejected("The reference kernel source is empty.")
+    try:
+        spec = parse_problem(spec_toml, reference_source, family_source or None)
+    except SpecError as exc:
+        raise ProblemRejected(f"The problem spec is not valid: {exc}") from None
+    candidate = spec.reference_candidate().to_dict() if hasattr(spec.reference_candidate(), "to_dict") else spec.reference_candidate()
+    facts: dict = {}
+    if compile:
+        from gpu_runner import Runner
+
+        report = Runner(backend="static").check(spec, spec.reference_candidate())
+        if not report.ok:
+            errors = [{"line": e.line, "message": e.message} for e in report.errors]
+            first = errors[0] if errors else {"line": None, "message": report.reason}
+            where = f" at line {first['line']}" if first.get("line") else ""
+            raise ProblemRejected(f"The reference kernel does not compile{where}: {first['message']}", errors)
+        facts = report.facts_dict() if hasattr(report, "facts_dict") else dict(report.facts or {})
+    return CheckedProblem(spec=spec, reference_candidate=candidate, compiler_facts=facts)
+
+
+@transaction.atomic
+def problem_create(
+    *,
+    workspace: Workspace,
+    user,
+    spec_toml: str,
+    reference_source: str,
+    family_source: str = "",
+    bundled: bool = False,
+    compile: bool = True,
+) -> Problem:
+    if user is not None:
+        access_require(user=user, workspace=workspace, action="upload")
+    checked = problem_check(spec_toml=spec_toml, reference_source=reference_source, family_source=family_source, compile=compile)
+    spec = checked.spec
+    name = slugify(spec.name).replace("-", "_")
+    if Problem.objects.filter(workspace=workspace, name=name).exists():
+        raise ProblemRejected(f"A problem named {name} already exists in {workspace.name}; rename it in problem.toml.")
+    reference = kernel_get_or_create(candidate={**checked.reference_candidate, "name": f"{name} reference"}, compiler_facts=checked.compiler_facts)
+    return Problem.objects.create(
+        workspace=workspace,
+        name=name,
+        title=spec.title or name,
+        description=spec.description or "",
+        spec_toml=spec_toml,
+        family_source=family_source or "",
+        reference=reference,
+        bundled=bundled,
+        created_by=user,
+    )
+
+
+def problem_load_bundled(*, workspace: Workspace, compile: bool = False) -> list[Problem]:
+    """Add every bundled problem the workspace lacks. Bundled specs are checked by the test suite,
+    so loading skips the compile step to keep start-up fast on machines without nvcc."""
+    loaded = []
+    for folder in sorted(p for p in BUNDLED_DIR.iterdir() if (p / "problem.toml").exists()):
+        spec_toml = (folder / "problem.toml").read_text()
+        from gpu_runner.spec import load_problem
+
+        spec = load_problem(folder)
+        if Problem.objects.filter(workspace=workspace, name=spec.name).exists():
+            continue
+        family = spec.family_source_text() if hasattr(spec, "family_source_text") else ""
+        reference_source = spec.reference_source if hasattr(spec, "reference_source") else (folder / "reference.cu").read_text()
+        loaded.append(
+            problem_create(
+                workspace=workspace,
+                user=None,
+                spec_toml=spec_toml,
+                reference_source=reference_source,
+                family_source=family or "",
+                bundled=True,
+                compile=compile,
+            )
+        )
+    return loaded
+
+
+def problem_spec(problem: Problem):
+    """The runner's spec object for a stored problem."""
+    from gpu_runner.spec import parse_problem
+
+    return parse_problem(problem.spec_toml, problem.reference.source, problem.family_source or None)

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from django.db import transaction
+
+from kernellab.models import RUN_TRANSITIONS, ApprovalMode, Problem, RunStatus, SearchRun
+from kernellab.services.access import access_require
+from kernellab.services.changes import change_record
+from kernellab.services.errors import IllegalTransition, ServiceError
+
+GENERATORS = ("template", "transform", "llm")
+SURROGATES = ("learned", "llm", "roofline", "none")
+OBJECTIVES = ("time", "energy", "time-energy-cap")
+FEEDBACK = ("notes", "raw", "none")
+BACKENDS = ("auto", "replay", "cupy", "pycuda")
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ServiceError(f"The {name} must be one of {', '.join(allowed)}; {value!r} is not.")
+
+
+@transaction.atomic
+def run_create(
+    *,
+    problem: Problem,
+    user,
+    name: str = "",
+    generator: str = "template",
+    surrogate: str = "learned",
+    confidence_threshold: float = 0.6,
+    gpu_budget: int = 40,
+    children_per_step: int = 4,
+    max_gpu_per_step: int = 2,
+    max_steps: int = 60,
+    puct_c: float = 1.0,
+    approval_mode: str = ApprovalMode.AUTO,
+    target_gpu: str = "h200",
+    backend: str = "auto",
+    objective: str = "time",
+    energy_cap_j: float | None = None,
+    feedback: str = "notes",
+    seed: int = 0,
+    start: bool = True,
+) -> SearchRun:
+    access_require(user=user, workspace=problem.workspace, action="run")
+    _check_choice("generator", generator, GENERATORS)
+    _check_choice("surrogate", surrogate, SURROGATES)
+    _check_choice("objective", objective, OBJECTIVES)
+    _check_choice("feedback", feedback, FEEDBACK)
+    _check_choice("backend", backend, BACKENDS)
+    _check_choice("approval mode", approval_mode, tuple(ApprovalMode.values))
+    if not 0.125 <= confidence_threshold <= 1.0:
+        raise ServiceError("The confidence threshold must lie between 0.125 (uniform) and 1.0.")
+    if not 1 <= gpu_budget <= 100000:
+        raise ServiceError("The GPU budget must be between 1 and 100,000 measurements.")
+    if not 1 <= children_per_step <= 64:
+        raise ServiceError("Children per step must be between 1 and 64.")
+    if not 1 <= max_gpu_per_step <= 64:
+        raise ServiceError("GPU measurements per step must be between 1 and 64.")
+    if generator == "template" and not problem.family_source:
+        raise ServiceError(f"The template generator needs a problem with knobs; {problem.title} has none. Use the transformation or LLM generator.")
+    if objective == "time-energy-cap" and not energy_cap_j:
+        raise ServiceError("An energy cap (joules per call) is needed for the time-with-energy-cap objective.")
+    if generator == "llm" or surrogate == "llm":
+        from django.conf import settings
+
+        if not settings.KERNELLAB_LLM.configured:
+            raise ServiceError("No LLM endpoint is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY) to use an LLM generator or surrogate.")
+    if not target_gpu.replace("-", "").replace("_", "").isalnum():
+        raise ServiceError("The target GPU must be a model name such as h200 or a100.")
+    run = SearchRun.objects.create(
+        problem=problem,
+        created_by=user,
+        name=name.strip()[:200],
+        generator=generator,
+        surrogate=surrogate,
+        confidence_threshold=confidence_threshold,
+        gpu_budget=gpu_budget,
+        children_per_step=children_per_step,
+        max_gpu_per_step=max_gpu_per_step,
+        max_steps=max_steps,
+        puct_c=puct_c,
+        approval_mode=approval_mode,
+        target_gpu=target_gpu.lower(),
+        backend=backend,
+        objective=objective,
+        energy_cap_j=energy_cap_j,
+        feedback=feedback,
+        seed=seed,
+    )
+    change_record(run=run, kind="run", payload={"status": run.status})
+    if start:
+        run_transition(run=run, user=user, action="start")
+    return run
+
+
+@transaction.atomic
+def run_transition(*, run: SearchRun, action: str, user=None, reason: str = "") -> SearchRun:
+    """start, pause, resume, cancel by a person; wait, wake, finish, fail by the search itself."""
+    run = SearchRun.objects.select_for_update().select_related("problem__workspace").get(pk=run.pk)
+    if user is not None:
+        access_require(user=user, workspace=run.workspace, action="run")
+    if action not in RUN_TRANSITIONS:
+        raise ServiceError(f"Unknown run action {action!r}.")
+    allowed, target = RUN_TRANSITIONS[action]
+    if run.status not in allowed:
+        raise IllegalTransition(f"The run is {run.get_status_display().lower()}, so it cannot {action}.")
+    run.status = target
+    run.status_reason = reason[:2000]
+    run.save(update_fields=["status", "status_reason", "updated_at"])
+    change_record(run=run, kind="run", payload={"status": run.status, "reason": run.status_reason})
+    if target == RunStatus.RUNNING:
+        from kernellab.tasks import search_run_advance
+
+        transaction.on_commit(lambda: search_run_advance.apply_async(args=[run.pk], queue="search"))
+    return run
+
+
+def run_start(*, run: SearchRun, user) -> SearchRun:
+    return run_transition(run=run, user=user, action="start")
+
+
+def run_pause(*, run: SearchRun, user) -> SearchRun:
+    return run_transition(run=run, user=user, action="pause")
+
+
+def run_resume(*, run: SearchRun, user) -> SearchRun:
+    return run_transition(run=run, user=user, action="resume")
+
+
+def run_cancel(*, run: SearchRun, user) -> SearchRun:
+    return run_transition(run=run, user=user, action="cancel")

@@ -1,0 +1,318 @@
+"""Verification: the database row is the truth about a GPU measurement request.
+
+The Celery task only moves a row along. Claiming is a conditional UPDATE (whoever changes the
+row first owns the attempt) and finishing is conditional on the claim token and attempt, so a
+redelivered or duplicated task can never finish a verification twice."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from kernellab.models import (
+    VERIFICATION_TRANSITIONS,
+    ApprovalMode,
+    Measurement,
+    Node,
+    NodeState,
+    Verification,
+    VerificationState,
+)
+from kernellab.services.access import access_require
+from kernellab.services.changes import change_record, node_changed
+from kernellab.services.errors import IllegalTransition, ServiceError
+
+OPEN_STATES = {
+    VerificationState.PENDING,
+    VerificationState.APPROVED,
+    VerificationState.QUEUED,
+    VerificationState.RUNNING,
+}
+
+
+_PAST = {"approve": "approved", "reject": "rejected", "enqueue": "queued", "claim": "claimed", "finish": "finished", "fail": "failed"}
+
+
+def _transition(verification: Verification, action: str) -> None:
+    allowed, target = VERIFICATION_TRANSITIONS[action]
+    if verification.state not in allowed:
+        raise IllegalTransition(
+            f"Verification {verification.pk} is {verification.get_state_display().lower()}, so it cannot be {_PAST[action]}."
+        )
+    verification.state = target
+
+
+def _node_set(node: Node, state: str, reason: str = "") -> None:
+    node.state = state
+    node.state_reason = reason
+    node.save(update_fields=["state", "state_reason", "updated_at"])
+    node_changed(node=node)
+
+
+def _verification_changed(verification: Verification) -> None:
+    change_record(
+        run=verification.node.run,
+        kind="verification",
+        payload={
+            "id": verification.pk,
+            "node": verification.node.key,
+            "state": verification.state,
+            "progress": verification.progress,
+            "attempts": verification.attempts,
+        },
+    )
+
+
+@transaction.atomic
+def verification_request(*, node: Node, user=None, policy_reason: str = "") -> Verification:
+    """Ask for a GPU measurement of a node: by a person (user) or by the search policy (reason)."""
+    run = node.run
+    if user is not None:
+        access_require(user=user, workspace=run.workspace, action="request-verification")
+    if node.kernel_id is None:
+        raise ServiceError("This node has no kernel to measure.")
+    if node.state in {NodeState.FAILED_COMPILE}:
+        raise ServiceError("This node's kernel does not compile; there is nothing to measure.")
+    if Verification.objects.filter(node=node, state__in=OPEN_STATES).exists():
+        raise ServiceError("This node already has a verification under way.")
+    verification = Verification.objects.create(
+        node=node,
+        requested_by=user,
+        requested_by_policy=policy_reason[:200],
+        queue=run.gpu_queue,
+    )
+    if run.approval_mode == ApprovalMode.MANUAL:
+        _node_set(node, NodeState.AWAITING_APPROVAL)
+        _verification_changed(verification)
+        return verification
+    _transition(verification, "approve")
+    verification.decided_at = timezone.now()
+    verification.save()
+    _enqueue(verification)
+    return verification
+
+
+def _enqueue(verification: Verification) -> None:
+    _transition(verification, "enqueue")
+    verification.queued_at = timezone.now()
+    verification.save()
+    _node_set(verification.node, NodeState.QUEUED)
+    _verification_changed(verification)
+    from kernellab.tasks import verification_execute
+
+    pk, queue = verification.pk, verification.queue
+    transaction.on_commit(lambda: verification_execute.apply_async(args=[pk], queue=queue))
+
+
+@transaction.atomic
+def verification_approve(*, verification: Verification, user) -> Verification:
+    verification = Verification.objects.select_for_update().select_related("node__run__problem__workspace").get(pk=verification.pk)
+    access_require(user=user, workspace=verification.node.run.workspace, action="approve")
+    _transition(verification, "approve")
+    verification.approver = user
+    verification.decided_at = timezone.now()
+    verification.save()
+    _enqueue(verification)
+    return verification
+
+
+@transaction.atomic
+def verification_reject(*, verification: Verification, user, reason: str = "") -> Verification:
+    verification = Verification.objects.select_for_update().select_related("node__run__problem__workspace").get(pk=verification.pk)
+    access_require(user=user, workspace=verification.node.run.workspace, action="approve")
+    _transition(verification, "reject")
+    verification.approver = user
+    verification.reason = reason[:2000]
+    verification.decided_at = timezone.now()
+    verification.save()
+    _node_set(verification.node, NodeState.REJECTED, reason or f"GPU verification rejected by {user.get_username()}.")
+    _verification_changed(verification)
+    _wake_run(verification.node.run_id)
+    return verification
+
+
+def verification_approve_many(*, verifications, user) -> tuple[int, list[str]]:
+    done, errors = 0, []
+    for verification in verifications:
+        try:
+            verification_approve(verification=verification, user=user)
+            done += 1
+        except ServiceError as exc:
+            errors.append(str(exc))
+    return done, errors
+
+
+def verification_reject_many(*, verifications, user, reason: str = "") -> tuple[int, list[str]]:
+    done, errors = 0, []
+    for verification in verifications:
+        try:
+            verification_reject(verification=verification, user=user, reason=reason)
+            done += 1
+        except ServiceError as exc:
+            errors.append(str(exc))
+    return done, errors
+
+
+def verification_claim(*, verification_id: int, token: str) -> Verification | None:
+    """Take the row for one attempt. Returns None when there is nothing to do (done, rejected,
+    claimed by a live worker, or out of attempts)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
+    with transaction.atomic():
+        row = Verification.objects.select_for_update().filter(pk=verification_id).first()
+        if row is None:
+            return None
+        claimable = row.state == VerificationState.QUEUED or (
+            # The same message redelivered means its earlier execution died; a stale heartbeat
+            # means a worker vanished without the broker noticing.
+            row.state == VerificationState.RUNNING
+            and (row.claim_token == token or (row.heartbeat_at is not None and row.heartbeat_at < stale))
+        )
+        if not claimable:
+            return None
+        if row.attempts >= row.max_attempts:
+            _fail_locked(row, f"Gave up after {row.attempts} attempts; the worker stopped each time.")
+            return None
+        updated = Verification.objects.filter(pk=row.pk, state=row.state, attempts=row.attempts).update(
+            state=VerificationState.RUNNING,
+            attempts=row.attempts + 1,
+            claim_token=token,
+            started_at=now,
+            heartbeat_at=now,
+            progress="starting",
+        )
+        if updated != 1:
+            return None  # another process got there first
+        row.refresh_from_db()
+        _node_set(row.node, NodeState.MEASURING)
+        _verification_changed(row)
+        return row
+
+
+def verification_heartbeat(*, verification: Verification, progress: str) -> None:
+    Verification.objects.filter(
+        pk=verification.pk, state=VerificationState.RUNNING, claim_token=verification.claim_token, attempts=verification.attempts
+    ).update(heartbeat_at=timezone.now(), progress=progress[:120])
+    with transaction.atomic():
+        verification.progress = progress[:120]
+        _verification_changed(verification)
+
+
+NODE_STATE_FOR_STATUS = {
+    "ok": NodeState.MEASURED,
+    "failed-compile": NodeState.FAILED_COMPILE,
+    "failed-correctness": NodeState.FAILED_CORRECTNESS,
+    "failed-runtime": NodeState.FAILED_RUNTIME,
+    "failed-timeout": NodeState.FAILED_RUNTIME,
+    "rejected-guard": NodeState.REJECTED,
+}
+
+
+@transaction.atomic
+def verification_finish(*, verification: Verification, result: dict, expert_notes: list[dict] | None = None) -> Measurement | None:
+    """Store the runner's result exactly once. Returns None when this attempt lost its claim."""
+    updated = Verification.objects.filter(
+        pk=verification.pk, state=VerificationState.RUNNING, claim_token=verification.claim_token, attempts=verification.attempts
+    ).update(state=VerificationState.DONE, finished_at=timezone.now(), progress="done")
+    if updated != 1:
+        return None
+    verification.refresh_from_db()
+    node = verification.node
+    measurement = measurement_store(node=node, result=result, expert_notes=expert_notes)
+    Verification.objects.filter(pk=verification.pk).update(measurement=measurement)
+    verification.measurement = measurement
+    node.speedup = measurement.speedup if measurement.status == "ok" else None
+    if measurement.status == "ok":
+        node.value = measurement.speedup
+    node.save(update_fields=["speedup", "value", "updated_at"])
+    _node_set(node, NODE_STATE_FOR_STATUS.get(measurement.status, NodeState.FAILED_RUNTIME), measurement.reason)
+    _verification_changed(verification)
+    _wake_run(node.run_id)
+    return measurement
+
+
+def measurement_store(*, node: Node, result: dict, expert_notes: list[dict] | None = None) -> Measurement:
+    from kernellab.models import ExpertNote
+
+    run = node.run
+    hardware = result.get("hardware") or {}
+    energy = result.get("energy")
+    measurement = Measurement.objects.create(
+        kernel=node.kernel,
+        problem=run.problem,
+        status=result.get("status", "failed-runtime"),
+        reason=(result.get("reason") or "")[:4000],
+        hardware=hardware,
+        gpu_model=result.get("gpu_model") or run.target_gpu,
+        reference_stats=result.get("reference") or {},
+        candidate_stats=result.get("candidate") or {},
+        speedup=result.get("speedup"),
+        max_abs_error=result.get("max_abs_error"),
+        max_rel_error=result.get("max_rel_error"),
+        energy=energy if isinstance(energy, dict) else None,
+        compiler_facts=result.get("compiler") or {},
+        profiler_metrics=result.get("profiler") or {},
+        observer_errors=result.get("observer_errors") or {},
+        backend=result.get("backend", "unknown"),
+        seed=result.get("seed") or 0,
+    )
+    for note in expert_notes or []:
+        ExpertNote.objects.create(
+            measurement=measurement,
+            expert=note["expert"],
+            severity=note["severity"],
+            finding=note["finding"],
+            evidence=note.get("evidence") or {},
+            advice=note.get("advice", ""),
+        )
+    return measurement
+
+
+def _fail_locked(row: Verification, reason: str) -> None:
+    Verification.objects.filter(pk=row.pk).update(state=VerificationState.FAILED, reason=reason, finished_at=timezone.now())
+    row.refresh_from_db()
+    _node_set(row.node, NodeState.FAILED_RUNTIME, reason)
+    _verification_changed(row)
+    _wake_run(row.node.run_id)
+
+
+@transaction.atomic
+def verification_fail(*, verification: Verification, reason: str) -> bool:
+    """The infrastructure failed (not the candidate). True when this attempt still held the row."""
+    row = Verification.objects.select_for_update().filter(
+        pk=verification.pk, state=VerificationState.RUNNING, claim_token=verification.claim_token, attempts=verification.attempts
+    ).first()
+    if row is None:
+        return False
+    _fail_locked(row, reason[:2000])
+    return True
+
+
+def verification_requeue_stale() -> int:
+    """Hand rows whose worker vanished back to the queue. Returns how many were re-sent."""
+    from kernellab.tasks import verification_execute
+
+    stale = timezone.now() - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
+    rows = list(
+        Verification.objects.filter(
+            Q(state=VerificationState.RUNNING, heartbeat_at__lt=stale)
+            | Q(state=VerificationState.QUEUED, queued_at__lt=stale)
+        ).values_list("pk", "queue")
+    )
+    for pk, queue in rows:
+        verification_execute.apply_async(args=[pk], queue=queue)
+    return len(rows)
+
+
+def _wake_run(run_id: int) -> None:
+    from kernellab.tasks import search_run_advance
+
+    transaction.on_commit(lambda: search_run_advance.apply_async(args=[run_id], queue="search"))
+
+
+def new_claim_token() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,109 @@
+"""Shared fixtures: a workspace with one member per role, an outsider, a small problem and a run."""
+from __future__ import annotations
+
+import pytest
+
+SIMPLE_SPEC = """
+[problem]
+name = "vector_scale"
+title = "Vector scale"
+description = "y = 2x over N floats"
+
+[sizes]
+default = { N = 1048576 }
+
+[[args]]
+name = "x"
+role = "input"
+dtype = "float32"
+shape = ["N"]
+
+[[args]]
+name = "y"
+role = "output"
+dtype = "float32"
+shape = ["N"]
+
+[[args]]
+name = "n"
+role = "scalar"
+dtype = "int32"
+value = "N"
+
+[[launch]]
+kernel = "scale"
+grid = ["ceil_div(N, 256)"]
+block = [256]
+shared = "0"
+args = ["x", "y", "n"]
+
+[tolerance]
+float32 = { rtol = 1e-5, atol = 1e-6 }
+
+[roofline]
+flops = "N"
+bytes = "8*N"
+"""
+
+SIMPLE_REFERENCE = """
+extern "C" __global__ void scale(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+
+@pytest.fixture
+def workspace(db):
+    from kernellab.models import Workspace
+
+    return Workspace.objects.create(name="Team", slug="team")
+
+
+@pytest.fixture
+def members(workspace, django_user_model):
+    from kernellab.models import Membership, Role
+
+    users = {}
+    for role in Role.values:
+        user = django_user_model.objects.create_user(username=role, password="pw-" + role + "-123")
+        Membership.objects.create(workspace=workspace, user=user, role=role)
+        users[role] = user
+    users["outsider"] = django_user_model.objects.create_user(username="outsider", password="pw-outsider-123")
+    return users
+
+
+@pytest.fixture
+def problem(workspace):
+    from kernellab.models import Problem
+    from kernellab.services.kernels import kernel_get_or_create
+
+    reference = kernel_get_or_create(
+        candidate={
+            "source": SIMPLE_REFERENCE,
+            "launch": [{"kernel": "scale", "grid": ["ceil_div(N, 256)"], "block": [256], "shared": "0", "args": ["x", "y", "n"]}],
+            "name": "vector_scale reference",
+        }
+    )
+    return Problem.objects.create(
+        workspace=workspace, name="vector_scale", title="Vector scale", spec_toml=SIMPLE_SPEC, reference=reference
+    )
+
+
+@pytest.fixture
+def run(problem, members):
+    from kernellab.services.runs import run_create
+
+    return run_create(problem=problem, user=members["engineer"], generator="transform", start=False)
+
+
+@pytest.fixture
+def node(run):
+    from kernellab.models import Node, NodeState
+    from kernellab.services.kernels import kernel_get_or_create
+
+    kernel = kernel_get_or_create(
+        candidate={"source": SIMPLE_REFERENCE.replace("2.0f", "2.0f + 0.0f"), "launch": run.problem.reference.launch, "name": "child"}
+    )
+    root = Node.objects.create(run=run, key="n0", kernel=run.problem.reference, origin="root", state=NodeState.MEASURED, speedup=1.0)
+    return Node.objects.create(run=run, key="n1", parent=root, kernel=kernel, depth=1, state=NodeState.FORECAST)
