@@ -89,13 +89,13 @@ def database_settings(data: Path) -> dict:
     if parsed.scheme.startswith("postgres") and not (parsed.path.strip("/") and (parsed.hostname or "host=" in raw)):
         raise StartupError("DATABASE_URL must name a host and a database, as in postgresql://user@host:5432/name.")
     try:
-        config = dj_database_url.parse(raw, conn_max_age=60)
-    except Exception as exc:  # dj_database_url raises several types for malformed addresses
-        raise StartupError(f"DATABASE_URL is malformed ({exc}).") from None
-    try:
         parsed.port
     except ValueError:
         raise StartupError("DATABASE_URL has a port that is not a number.") from None
+    try:
+        config = dj_database_url.parse(raw, conn_max_age=60)
+    except Exception as exc:  # dj_database_url raises several types for malformed addresses
+        raise StartupError(f"DATABASE_URL is malformed ({exc}).") from None
     return config
 
 
