@@ -1,0 +1,207 @@
+"""Selective policy: which forecast children are trusted, measured on the GPU, or pruned.
+
+Every proposed child is forecast. A confident forecast (confidence >= the run's threshold) becomes
+the child's provisional value; a confident slowdown against its parent is pruned. An uncertain child
+(or an abstention) that could beat the current best goes to the GPU, at most k per step and within
+the run's GPU budget. The best value must be GPU-verified: a forecast-only best is queued.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+from search_engine.bins import DEFAULT_BINS, BinTable
+from search_engine.surrogates.base import Forecast
+from search_engine.tree import Node, PUCTTree
+
+ABSTENTION_PRIORITY = 0.5  # an abstention is deferred to the GPU ahead of weakly promising forecasts
+
+
+@dataclass
+class PolicySettings:
+    threshold: float = 0.6
+    gpu_budget: int = 50
+    max_gpu_per_step: int = 2
+    approval: str = "auto"  # "auto" | "manual"
+    min_beat_prob: float = 0.15
+    prune_slowdowns: bool = True
+    verify_best: bool = True
+    measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
+    conformal_target: float | None = None  # error rate of accepted forecasts to stay under
+    conformal_min_samples: int = 10
+
+    def __post_init__(self) -> None:
+        if self.approval not in ("auto", "manual"):
+            raise ValueError("Approval mode must be 'auto' or 'manual'.")
+        if not 0 <= self.threshold <= 1:
+            raise ValueError("The confidence threshold must be within [0, 1].")
+        if self.gpu_budget < 0 or self.max_gpu_per_step < 1:
+            raise ValueError("The GPU budget must be >= 0 and at least one measurement per step allowed.")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "PolicySettings":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+@dataclass
+class Decision:
+    node_id: int
+    action: str  # "accept" | "measure" | "prune" | "park"
+    reason: str
+    provisional_speedup: float | None = None
+    priority: float = 0.0
+
+
+def prob_above(forecast: Forecast, speedup: float, bins: BinTable = DEFAULT_BINS) -> float:
+    """P(S > speedup) under the forecast, spreading each bin's mass log-uniformly over the bin."""
+    total = 0.0
+    for b, p in enumerate(forecast.probs, start=1):
+        lo, hi = bins.lower(b), bins.upper(b)
+        if b == 1:
+            lo = bins.representative(1) ** 2 / bins.upper(1)
+        if b == bins.n_bins:
+            hi = bins.representative(b) ** 2 / bins.lower(b)
+        if speedup <= lo:
+            total += p
+        elif speedup < hi:
+            total += p * (math.log(hi) - math.log(speedup)) / (math.log(hi) - math.log(lo))
+    return float(min(1.0, max(0.0, total)))
+
+
+class SelectivePolicy:
+    def __init__(self, settings: PolicySettings | None = None, bins: BinTable = DEFAULT_BINS) -> None:
+        self.settings = settings or PolicySettings()
+        self.bins = bins
+
+    # ---- threshold --------------------------------------------------------------------------
+    def threshold(self, tree: PUCTTree) -> float:
+        """The run's confidence threshold, or the conformal one once enough nodes were measured."""
+        s = self.settings
+        if s.conformal_target is None:
+            return s.threshold
+        pairs = calibration_pairs(tree)
+        if len(pairs) < s.conformal_min_samples:
+            return s.threshold
+        return conformal_threshold(pairs, s.conformal_target)
+
+    # ---- decisions --------------------------------------------------------------------------
+    def decide(self, tree: PUCTTree, new_ids: list[int], budget_left: int) -> list[Decision]:
+        """Decisions for newly forecast children and for parked ones that may now be measured."""
+        s = self.settings
+        best = tree.best_measured()
+        best_speedup = best.speedup if best is not None else 1.0
+        threshold = self.threshold(tree)
+        decisions: list[Decision] = []
+        to_measure: list[Decision] = []
+        for nid in new_ids:
+            node = tree.nodes[nid]
+            forecast = Forecast.from_dict(node.forecast) if node.forecast else None
+            if s.measure_all or forecast is None:
+                to_measure.append(Decision(nid, "measure", "every candidate is measured", priority=1.0))
+                continue
+            if forecast.abstained:
+                to_measure.append(Decision(
+                    nid, "measure", f"the surrogate abstained ({forecast.abstain_reason}); deferred to the GPU",
+                    priority=ABSTENTION_PRIORITY))
+                continue
+            parent_value = self._parent_speedup(tree, node)
+            if forecast.confidence >= threshold:
+                if s.prune_slowdowns and parent_value is not None and self.bins.upper(forecast.bin) <= parent_value:
+                    decisions.append(Decision(
+                        nid, "prune",
+                        f"confidently slower than its parent (bin {forecast.bin}, confidence "
+                        f"{forecast.confidence:.2f} >= {threshold:.2f})"))
+                else:
+                    decisions.append(Decision(
+                        nid, "accept",
+                        f"confident forecast (bin {forecast.bin}, confidence {forecast.confidence:.2f} >= "
+                        f"{threshold:.2f}) taken as the provisional value",
+                        provisional_speedup=forecast.expected_speedup(self.bins)))
+                continue
+            p_beat = prob_above(forecast, best_speedup, self.bins)
+            if p_beat >= s.min_beat_prob:
+                to_measure.append(Decision(
+                    nid, "measure",
+                    f"uncertain (confidence {forecast.confidence:.2f} < {threshold:.2f}) and "
+                    f"P(beats best {best_speedup:.3g}x) = {p_beat:.2f}", priority=p_beat))
+            else:
+                decisions.append(Decision(
+                    nid, "park", f"uncertain and unlikely to beat the best (P = {p_beat:.2f})", priority=p_beat))
+        # Parked children of earlier steps compete for the GPU slots too.
+        new = set(new_ids)
+        if not s.measure_all:
+            for node in tree.nodes.values():
+                if node.id in new or node.state != "forecast" or not node.forecast:
+                    continue
+                forecast = Forecast.from_dict(node.forecast)
+                p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
+                if p_beat >= s.min_beat_prob:
+                    to_measure.append(Decision(
+                        node.id, "measure", f"parked earlier; P(beats best {best_speedup:.3g}x) = {p_beat:.2f}",
+                        priority=p_beat))
+        to_measure.sort(key=lambda d: (-d.priority, d.node_id))
+        slots = budget_left if s.measure_all else min(budget_left, s.max_gpu_per_step)
+        for d in to_measure:
+            if slots > 0:
+                decisions.append(d)
+                slots -= 1
+            elif d.node_id in new:
+                decisions.append(Decision(d.node_id, "park", d.reason + "; waiting for a GPU slot",
+                                          priority=d.priority))
+        return decisions
+
+    def verification_of_best(self, tree: PUCTTree) -> Decision | None:
+        """A measure decision for the best-valued node when its value is forecast-only."""
+        if not self.settings.verify_best:
+            return None
+        best = tree.best_valued()
+        if best is None or best.value_source != "forecast" or best.state != "accepted-by-forecast":
+            return None
+        if best.verification_refused:
+            return None
+        measured = tree.best_measured()
+        if measured is not None and measured.reward is not None and measured.reward >= best.reward:
+            return None
+        return Decision(best.id, "measure", "the best value is forecast-only; verifying it on the GPU",
+                        priority=2.0)
+
+    @staticmethod
+    def _parent_speedup(tree: PUCTTree, node: Node) -> float | None:
+        if node.parent_id is None:
+            return None
+        parent = tree.nodes[node.parent_id]
+        if parent.speedup is not None:
+            return parent.speedup
+        return parent.provisional_speedup
+
+
+def calibration_pairs(tree: PUCTTree, bins: BinTable = DEFAULT_BINS) -> list[tuple[float, bool]]:
+    """(confidence, forecast bin was right) for every measured node that had a real forecast."""
+    pairs = []
+    for node in tree.nodes.values():
+        if node.state != "measured" or node.speedup is None or not node.forecast:
+            continue
+        forecast = Forecast.from_dict(node.forecast)
+        if forecast.abstained:
+            continue
+        pairs.append((forecast.confidence, forecast.bin == bins.bin_of(node.speedup)))
+    return pairs
+
+
+def conformal_threshold(pairs: list[tuple[float, bool]], target_error: float) -> float:
+    """Smallest threshold whose accepted forecasts have (errors + 1) / (n + 1) <= target.
+
+    The +1 is the finite-sample correction of conformal risk control; with no such threshold,
+    nothing is accepted (the threshold is above 1).
+    """
+    for t in sorted({c for c, _ in pairs}):
+        accepted = [ok for c, ok in pairs if c >= t]
+        errors = sum(1 for ok in accepted if not ok)
+        if (errors + 1) / (len(accepted) + 1) <= target_error:
+            return t
+    return 1.0 + 1e-9

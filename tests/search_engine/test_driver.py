@@ -1,0 +1,195 @@
+"""The driver end to end against an in-memory port with synthetic speedups."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from search_engine.driver import SearchDriver
+from tests.search_engine.fakes import FakePort, TableSurrogate, make_driver, reopen
+
+
+def test_it_finds_a_near_best_kernel_within_the_budget(best_possible_speedup):
+    port = FakePort()
+    driver = make_driver(port=port, gpu_budget=25)
+    driver.run(max_steps=200)
+    best = driver.best()
+    assert best.speedup >= 0.95 * best_possible_speedup
+    assert len(port.requests) <= 25
+    assert driver.counters["measurements_requested"] == len(port.requests)
+
+
+def test_it_never_spends_more_gpu_measurements_than_the_budget():
+    port = FakePort()
+    driver = make_driver(port=port, gpu_budget=5, threshold=0.99)  # nothing confident: all wants the GPU
+    report = driver.run(max_steps=100)
+    assert len(port.requests) == 5
+    assert report.status == "budget-exhausted"
+    assert driver.budget_left() == 0
+
+
+def test_it_measures_every_candidate_when_asked_to():
+    port = FakePort()
+    driver = make_driver(port=port, gpu_budget=12, measure_all=True)
+    driver.run(max_steps=100)
+    compiled_ok = [n for n in driver.tree.nodes.values()
+                   if n.parent_id is not None and n.state != "failed-compile"]
+    assert len(port.requests) == 12
+    assert all(n.state in ("measured", "failed-correctness", "forecast") for n in compiled_ok)
+    assert driver.counters["forecasts"] == 0
+
+
+def test_a_resumed_run_continues_exactly_where_it_stopped():
+    straight_port = FakePort()
+    straight = make_driver(port=straight_port, seed=7)
+    straight.run(max_steps=9)
+
+    first_port = FakePort()
+    first = make_driver(port=first_port, seed=7)
+    first.run(max_steps=4)
+    second_port = FakePort()
+    resumed = reopen(first, port=second_port)
+    resumed.run(max_steps=5)
+
+    assert resumed.state_dict() == straight.state_dict()
+    assert first_port.events + second_port.events == straight_port.events
+
+
+def test_the_state_is_plain_json():
+    driver = make_driver()
+    driver.run(max_steps=3)
+    state = driver.state_dict()
+    assert json.loads(json.dumps(state)) == state
+
+
+def test_the_same_seed_gives_the_same_search_and_another_seed_another():
+    a, b, c = make_driver(seed=1), make_driver(seed=1), make_driver(seed=2)
+    for d in (a, b, c):
+        d.run(max_steps=6)
+    assert a.state_dict() == b.state_dict()
+    hashes = lambda d: [n.candidate_hash for n in d.tree.nodes.values()]
+    assert hashes(a) != hashes(c)
+
+
+def test_manual_approval_waits_for_the_approver():
+    port = FakePort()
+    driver = make_driver(port=port, approval="manual", threshold=0.99)
+    report = driver.step()
+    waiting = driver.awaiting_approval()
+    assert waiting and report.measured_requests == waiting
+    assert port.requests == []
+    assert driver.step().status == "waiting"
+    states = [e for e in port.events if e["type"] == "state-changed" and e["state"] == "awaiting-approval"]
+    assert {e["node_id"] for e in states} == set(waiting)
+
+    driver.approve(waiting[0])
+    assert port.requests == [waiting[0]]
+    assert driver.tree.nodes[waiting[0]].state in ("measured", "failed-correctness")
+    budget_before = driver.budget_left()
+    for nid in waiting[1:]:
+        driver.reject(nid, "not worth a GPU slot")
+        assert driver.tree.nodes[nid].state == "rejected"
+    assert driver.budget_left() == budget_before + len(waiting) - 1
+    assert driver.step().status == "expanded"
+
+
+def test_asynchronous_measurements_arrive_later_and_the_driver_waits_for_them():
+    port = FakePort(asynchronous=True)
+    driver = make_driver(port=port, threshold=0.99)
+    driver.step()
+    pending = driver.pending()
+    assert pending and set(port.requests) == set(pending)
+    assert all(driver.tree.nodes[n].state == "queued" for n in pending)
+    assert driver.step().status == "waiting"
+    driver.on_measuring(pending[0])
+    assert driver.tree.nodes[pending[0]].state == "measuring"
+    for nid in pending:
+        driver.on_measurement(nid, port.result(driver.tree.nodes[nid].candidate))
+    assert driver.pending() == []
+    assert not driver.on_measurement(pending[0], {"status": "ok", "speedup": 9.0})  # a repeat is ignored
+    assert driver.step().status == "expanded"
+
+
+def test_a_result_for_a_node_that_was_never_queued_is_refused():
+    driver = make_driver()
+    driver.step()
+    accepted = [n.id for n in driver.tree.nodes.values() if n.state == "accepted-by-forecast"]
+    assert accepted
+    with pytest.raises(ValueError, match="no measurement requested"):
+        driver.on_measurement(accepted[0], {"status": "ok", "speedup": 2.0})
+
+
+def test_the_reported_best_is_always_measured_and_a_forecast_only_best_is_queued():
+    port = FakePort()
+    driver = make_driver(port=port, surrogate=TableSurrogate(confidence=0.9, accuracy=1.0), threshold=0.5)
+    for _ in range(30):
+        driver.step()
+        best_valued = driver.tree.best_valued()
+        assert driver.best().state == "measured"
+        # After every step a forecast-only best is either being verified or already was.
+        if best_valued.value_source == "forecast":
+            assert best_valued.verification_refused or driver.budget_left() == 0
+    verifications = [e for e in port.events if e["type"] == "state-changed"
+                     and "forecast-only" in e["reason"]]
+    assert verifications
+
+
+def test_confident_slowdowns_are_pruned_and_never_expanded():
+    driver = make_driver(surrogate=TableSurrogate(confidence=0.95, accuracy=1.0), threshold=0.5)
+    driver.run(max_steps=40)
+    pruned = [n for n in driver.tree.nodes.values() if n.pruned]
+    assert pruned
+    assert all(not n.children for n in pruned)
+    assert all(n.state == "accepted-by-forecast" for n in pruned)
+
+
+def test_failures_are_recorded_and_do_not_stop_the_search():
+    driver = make_driver(gpu_budget=60, threshold=0.99)
+    driver.run(max_steps=60)
+    states = {n.state for n in driver.tree.nodes.values()}
+    assert "failed-compile" in states
+    lessons = [l for l in driver.memory.lessons if l.kind == "failed"]
+    assert lessons
+
+
+def test_a_child_much_faster_than_its_parent_is_flagged_as_a_discovery():
+    port = FakePort()
+    driver = make_driver(port=port, threshold=0.99, gpu_budget=40)
+    driver.run(max_steps=40)
+    flagged = [e for e in port.events if e["type"] == "discovery"]
+    assert flagged
+    for event in flagged:
+        child, parent = driver.tree.nodes[event["node_id"]], driver.tree.nodes[event["parent_id"]]
+        assert child.discovery and child.speedup >= 2 ** 0.5 * parent.speedup
+    stats = driver.discovery_stats()
+    assert stats["discoveries"] == len(flagged)
+
+
+def test_every_event_is_numbered_and_typed():
+    port = FakePort()
+    driver = make_driver(port=port)
+    driver.run(max_steps=5)
+    numbers = [e["event"] for e in port.events]
+    assert numbers == list(range(1, len(numbers) + 1))
+    types = {e["type"] for e in port.events}
+    assert {"node-created", "forecast", "state-changed", "measured", "step"} <= types
+
+
+def test_an_online_surrogate_is_retrained_from_the_runs_measurements_and_again_after_a_restart():
+    surrogate = TableSurrogate(confidence=0.3)  # never confident: everything promising is measured
+    driver = make_driver(surrogate=surrogate, gpu_budget=20)
+    driver.run(max_steps=30)
+    assert len(surrogate.learned_rows) >= 5
+    assert all(row["speedup"] > 0 for row in surrogate.learned_rows)
+    again = TableSurrogate()
+    reopen(driver, surrogate=again)
+    assert [r["speedup"] for r in again.learned_rows] == [r["speedup"] for r in surrogate.learned_rows]
+
+
+def test_a_state_from_another_version_is_refused():
+    driver = make_driver()
+    state = driver.state_dict()
+    state["version"] = 99
+    with pytest.raises(ValueError, match="version"):
+        SearchDriver.from_state(state, port=FakePort(), generator=None, surrogate=None)
