@@ -1,0 +1,87 @@
+"""Templated families: enumerate the valid knob settings and render one into a Candidate."""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator, Mapping
+
+from .candidate import Candidate
+from .expressions import ExpressionError, parse_expression
+from .spec import ArgSpec, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError
+
+
+def variant_id(knobs: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in knobs.items())
+
+
+def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
+    """Every knob setting that satisfies all constraints in every size case, in knob order."""
+    family = _family(problem)
+    names = list(family.knobs)
+    for values in itertools.product(*(family.knobs[n] for n in names)):
+        knobs = dict(zip(names, values))
+        if all(_satisfied(problem, knobs, case.sizes) for case in problem.sizes):
+            yield knobs
+
+
+def _satisfied(problem: Problem, knobs: Mapping[str, Any], sizes: Mapping[str, int]) -> bool:
+    env = {**sizes, **knobs}
+    for constraint in problem.family.constraints:  # type: ignore[union-attr]
+        try:
+            if not constraint.evaluate(env):
+                return False
+        except ExpressionError:
+            return False
+    return True
+
+
+def render_source(problem: Problem, knobs: Mapping[str, Any]) -> str:
+    """'#define KNOB value' lines + the template; a string knob becomes '#define KNOB_<value> 1'."""
+    lines = []
+    for name, value in knobs.items():
+        if isinstance(value, str):
+            lines.append(f"#define {name}_{value} 1")
+        else:
+            lines.append(f"#define {name} {value}")
+    return "\n".join(lines) + "\n" + _family(problem).source
+
+
+def render_variant(problem: Problem, knobs: Mapping[str, Any]) -> Candidate:
+    family = _family(problem)
+    if set(knobs) != set(family.knobs):
+        missing = set(family.knobs) - set(knobs)
+        extra = set(knobs) - set(family.knobs)
+        what = f"missing {sorted(missing)}" if missing else f"unknown {sorted(extra)}"
+        raise SpecError("knobs", f"a variant sets every knob once ({what})")
+    for name, value in knobs.items():
+        if value not in family.knobs[name]:
+            raise SpecError(f"knobs.{name}", f"{value!r} is not one of {list(family.knobs[name])}")
+    for case in problem.sizes:
+        if not _satisfied(problem, knobs, case.sizes):
+            raise SpecError("knobs", f"{variant_id(knobs)} breaks a constraint (size case '{case.name}')")
+    ordered = {name: knobs[name] for name in family.knobs}
+    sizes = problem.size_names
+    temps = tuple(ArgSpec(t.name, "temp", t.dtype,
+                          tuple(_bind(d.substitute(ordered), sizes) for d in t.shape)) for t in family.temps)
+    launch: list[LaunchStep] = []
+    for step in family.launch:
+        if isinstance(step, MemsetStep):
+            launch.append(step)
+            continue
+        launch.append(KernelLaunch(
+            kernel=step.kernel,
+            grid=tuple(_bind(e.substitute(ordered), sizes) for e in step.grid),
+            block=tuple(_bind(e.substitute(ordered), sizes) for e in step.block),
+            shared=_bind(step.shared.substitute(ordered), sizes),
+            args=step.args))
+    return Candidate(source=render_source(problem, ordered), launch=tuple(launch), temps=temps,
+                     compile_options=family.compile_options, knobs=ordered, name=variant_id(ordered))
+
+
+def _bind(text: str, sizes: frozenset[str]):
+    return parse_expression(text, sizes)
+
+
+def _family(problem: Problem):
+    if problem.family is None:
+        raise SpecError("family", f"problem '{problem.name}' declares no [family]")
+    return problem.family

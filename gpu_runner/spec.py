@@ -1,0 +1,562 @@
+"""Problem specs: `problem.toml` + `reference.cu` (format in docs/contracts.md).
+
+`load_problem(folder)` and `parse_problem(toml_text, reference_source, family_source)` return a
+`Problem`; any mistake raises `SpecError` naming the field and what is wrong with it.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .dtypes import DEFAULT_TOLERANCE, DTYPES
+from .expressions import Expression, ExpressionError, parse_expression
+
+ROLES = ("input", "output", "inout", "scalar", "temp")
+BUFFER_ROLES = ("input", "output", "inout", "temp")
+_SLUG = re.compile(r"^[a-z0-9_]+$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KNOB_STRING = re.compile(r"^[A-Za-z0-9_]+$")
+_INIT = re.compile(r"^(normal|uniform|ones|zeros|randint:-?\d+:-?\d+|uniform:-?[\d.eE+-]+:-?[\d.eE+-]+)$")
+VENDOR_KINDS = ("cublas_sgemm", "cupy_sum", "cupy_transpose", "cupy_softmax")
+
+
+class SpecError(ValueError):
+    """A problem spec or a candidate is malformed; `field` says where, `message` what."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    role: str
+    dtype: str
+    shape: tuple[Expression, ...] = ()
+    init: str | None = None
+    value: Expression | None = None      # scalars only
+
+    def numel(self, env: Mapping[str, Any]) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim.evaluate_int(env)
+        return count
+
+    def nbytes(self, env: Mapping[str, Any]) -> int:
+        return self.numel(env) * DTYPES[self.dtype].itemsize
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"name": self.name, "role": self.role, "dtype": self.dtype}
+        if self.role == "scalar":
+            out["value"] = self.value.text if self.value else None
+        else:
+            out["shape"] = [d.text for d in self.shape]
+        if self.init:
+            out["init"] = self.init
+        return out
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    kernel: str
+    grid: tuple[Expression, ...]
+    block: tuple[Expression, ...]
+    shared: Expression
+    args: tuple[str, ...]
+
+    def resolve(self, env: Mapping[str, Any]) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+        grid = tuple(e.evaluate_int(env) for e in self.grid) + (1,) * (3 - len(self.grid))
+        block = tuple(e.evaluate_int(env) for e in self.block) + (1,) * (3 - len(self.block))
+        return grid, block, self.shared.evaluate_int(env)   # type: ignore[return-value]
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "grid": [e.text for e in self.grid],
+                "block": [e.text for e in self.block], "shared": self.shared.text,
+                "args": list(self.args)}
+
+
+@dataclass(frozen=True)
+class MemsetStep:
+    arg: str
+    value: float = 0
+
+    def to_dict(self) -> dict:
+        return {"memset": self.arg, "value": self.value}
+
+
+LaunchStep = KernelLaunch | MemsetStep
+
+
+@dataclass(frozen=True)
+class SizeCase:
+    name: str
+    sizes: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+
+class Reference(ABC):
+    """What the candidate's outputs are compared with and timed against."""
+
+    kind: str
+
+    @abstractmethod
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class CudaReference(Reference):
+    source: str
+    launch: tuple[LaunchStep, ...]
+    compile_options: tuple[str, ...] = ()
+    kind: str = "cuda"
+
+    def describe(self) -> str:
+        return f"CUDA reference with {len(self.launch)} step(s)"
+
+
+@dataclass(frozen=True)
+class Roofline:
+    flops: Expression | None = None
+    bytes: Expression | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    source: str
+    knobs: Mapping[str, tuple]
+    constraints: tuple[Expression, ...]
+    temps: tuple[ArgSpec, ...]
+    launch: tuple[LaunchStep, ...]
+    compile_options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Vendor:
+    kind: str
+    inputs: tuple[str, ...]
+    output: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    title: str
+    description: str
+    args: tuple[ArgSpec, ...]
+    sizes: tuple[SizeCase, ...]
+    reference: Reference
+    tolerance: Mapping[str, Tolerance]
+    roofline: Roofline
+    family: Family | None = None
+    vendor: Vendor | None = None
+    folder: Path | None = field(default=None, compare=False)
+    spec_hash: str = ""
+
+    @property
+    def size_names(self) -> frozenset[str]:
+        return frozenset(self.sizes[0].sizes)
+
+    @property
+    def default_case(self) -> SizeCase:
+        return self.sizes[0]
+
+    def arg(self, name: str) -> ArgSpec:
+        for arg in self.args:
+            if arg.name == name:
+                return arg
+        raise KeyError(name)
+
+    def args_with_role(self, *roles: str) -> list[ArgSpec]:
+        return [a for a in self.args if a.role in roles]
+
+    def tolerance_for(self, dtype: str) -> Tolerance:
+        if dtype in self.tolerance:
+            return self.tolerance[dtype]
+        rtol, atol = DEFAULT_TOLERANCE[dtype]
+        return Tolerance(rtol, atol)
+
+    def case(self, name: str) -> SizeCase:
+        for case in self.sizes:
+            if case.name == name:
+                return case
+        raise KeyError(name)
+
+
+def load_problem(folder: str | Path) -> Problem:
+    """Read `problem.toml`, its reference source and (if any) its family template from `folder`."""
+    folder = Path(folder)
+    toml_path = folder / "problem.toml"
+    if not toml_path.is_file():
+        raise SpecError("problem.toml", f"no problem.toml in {folder}")
+    toml_text = toml_path.read_text()
+    table = _read_toml(toml_text)
+    reference_name = table.get("problem", {}).get("reference", "reference.cu")
+    reference_path = folder / str(reference_name)
+    if not reference_path.is_file():
+        raise SpecError("problem.reference", f"the reference file '{reference_name}' is not in {folder}")
+    family_source = None
+    family = table.get("family")
+    if isinstance(family, dict) and isinstance(family.get("source"), str):
+        family_path = folder / family["source"]
+        if not family_path.is_file():
+            raise SpecError("family.source", f"the template '{family['source']}' is not in {folder}")
+        family_source = family_path.read_text()
+    problem = parse_problem(toml_text, reference_path.read_text(), family_source)
+    object.__setattr__(problem, "folder", folder)
+    return problem
+
+
+def _read_toml(toml_text: str) -> dict:
+    try:
+        return tomllib.loads(toml_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError("problem.toml", f"not valid TOML ({exc})") from None
+
+
+def parse_problem(toml_text: str, reference_source: str, family_source: str | None = None) -> Problem:
+    table = _read_toml(toml_text)
+    unknown = set(table) - {"problem", "sizes", "args", "launch", "tolerance", "roofline", "family", "vendor"}
+    if unknown:
+        raise SpecError(sorted(unknown)[0], "unknown table (known: problem, sizes, args, launch, "
+                                            "tolerance, roofline, family, vendor)")
+    head = _table(table, "problem", required=True)
+    name = _string(head, "name", "problem.name")
+    if not _SLUG.match(name):
+        raise SpecError("problem.name", f"'{name}' must be a slug of a-z, 0-9 and _")
+    if not reference_source.strip():
+        raise SpecError("problem.reference", "the reference source is empty")
+
+    sizes = _parse_sizes(_table(table, "sizes", required=True))
+    size_names = frozenset(sizes[0].sizes)
+    args = parse_args(table.get("args"), "args", size_names, allow_temps=True)
+    arg_names = {a.name for a in args}
+    collisions = arg_names & size_names
+    if collisions:
+        raise SpecError("args", f"'{sorted(collisions)[0]}' is both an argument and a size")
+    if not any(a.role in ("output", "inout") for a in args):
+        raise SpecError("args", "no argument has role 'output' or 'inout': nothing to compare")
+    launch = parse_launch(table.get("launch"), "launch", size_names, {a.name: a for a in args})
+    for case in sizes:
+        _check_evaluates(args, launch, case, "")
+    tolerance = _parse_tolerance(table.get("tolerance", {}))
+    roofline = _parse_roofline(table.get("roofline", {}), size_names, sizes)
+    family = _parse_family(table.get("family"), family_source, size_names, args, sizes)
+    vendor = _parse_vendor(table.get("vendor"), args)
+    options = _string_list(head.get("compile_options", []), "problem.compile_options")
+    digest = hashlib.sha256("\0".join([toml_text, reference_source, family_source or ""]).encode())
+    return Problem(
+        name=name,
+        title=str(head.get("title", name)),
+        description=str(head.get("description", "")),
+        args=tuple(args),
+        sizes=tuple(sizes),
+        reference=CudaReference(source=reference_source, launch=tuple(launch),
+                                compile_options=tuple(options)),
+        tolerance=tolerance,
+        roofline=roofline,
+        family=family,
+        vendor=vendor,
+        spec_hash=digest.hexdigest(),
+    )
+
+
+def _table(table: Mapping, key: str, *, required: bool = False) -> dict:
+    value = table.get(key)
+    if value is None:
+        if required:
+            raise SpecError(key, f"the [{key}] table is missing")
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(key, f"must be a table, not {type(value).__name__}")
+    return value
+
+
+def _string(table: Mapping, key: str, where: str) -> str:
+    value = table.get(key)
+    if value is None:
+        raise SpecError(where, "is missing")
+    if not isinstance(value, str) or not value:
+        raise SpecError(where, f"must be a non-empty string, not {value!r}")
+    return value
+
+
+def _string_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(where, f"must be a list of strings, not {value!r}")
+    return list(value)
+
+
+def _expr(value: Any, where: str, names: frozenset[str] | set[str], *, boolean: bool = False) -> Expression:
+    try:
+        return parse_expression(value, names, boolean=boolean)
+    except ExpressionError as exc:
+        raise SpecError(where, str(exc)) from None
+
+
+def _parse_sizes(table: dict) -> list[SizeCase]:
+    if not table:
+        raise SpecError("sizes", "needs at least one size case")
+    cases = []
+    names: set[str] | None = None
+    for case_name, values in table.items():
+        where = f"sizes.{case_name}"
+        if not isinstance(values, dict) or not values:
+            raise SpecError(where, "must be a table of size names to positive integers")
+        for size, value in values.items():
+            if not _IDENT.match(size):
+                raise SpecError(f"{where}.{size}", "is not a valid size name")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{where}.{size}", f"must be a positive integer, not {value!r}")
+        if names is None:
+            names = set(values)
+        elif set(values) != names:
+            raise SpecError(where, f"names sizes {sorted(values)}, but the first case names {sorted(names)}")
+        cases.append(SizeCase(case_name, dict(values)))
+    return cases
+
+
+def parse_args(items: Any, where: str, names: frozenset[str], *, allow_temps: bool,
+               roles: tuple[str, ...] = ROLES) -> list[ArgSpec]:
+    if items is None:
+        raise SpecError(where, "is missing: declare the kernel arguments with [[args]]")
+    if not isinstance(items, list):
+        raise SpecError(where, "must be an array of tables ([[args]])")
+    args: list[ArgSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise SpecError(at, "must be a table")
+        name = _string(item, "name", f"{at}.name")
+        at = f"{where}[{i}] ('{name}')"
+        if not _IDENT.match(name):
+            raise SpecError(f"{at}.name", "must be a C identifier")
+        if name in seen:
+            raise SpecError(f"{at}.name", "is declared twice")
+        seen.add(name)
+        role = item.get("role", "temp" if not allow_temps or roles == ("temp",) else None)
+        if role not in roles:
+            raise SpecError(f"{at}.role", f"must be one of {', '.join(roles)}, not {role!r}")
+        dtype = item.get("dtype")
+        if dtype not in DTYPES:
+            raise SpecError(f"{at}.dtype", f"must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        extra = set(item) - {"name", "role", "dtype", "shape", "init", "value"}
+        if extra:
+            raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
+        if role == "scalar":
+            if "value" not in item:
+                raise SpecError(f"{at}.value", "a scalar needs a value (an expression of sizes)")
+            if "shape" in item:
+                raise SpecError(f"{at}.shape", "a scalar has no shape")
+            args.append(ArgSpec(name, role, dtype, (), None, _expr(item["value"], f"{at}.value", names)))
+            continue
+        if "value" in item:
+            raise SpecError(f"{at}.value", "only scalars have a value")
+        shape = item.get("shape")
+        if not isinstance(shape, list) or not shape:
+            raise SpecError(f"{at}.shape", "must be a non-empty list of expressions")
+        dims = tuple(_expr(d, f"{at}.shape[{j}]", names) for j, d in enumerate(shape))
+        init = item.get("init")
+        if init is not None and role not in ("input", "inout"):
+            raise SpecError(f"{at}.init", "only inputs are initialised")
+        if role in ("input", "inout"):
+            init = init or ("normal" if DTYPES[dtype].is_float else "randint:0:100")
+            if not isinstance(init, str) or not _INIT.match(init):
+                raise SpecError(f"{at}.init", "must be normal, uniform, uniform:LO:HI, "
+                                              f"randint:LO:HI, ones or zeros, not {init!r}")
+        args.append(ArgSpec(name, role, dtype, dims, init, None))
+    return args
+
+
+def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
+                 args: Mapping[str, ArgSpec]) -> list[LaunchStep]:
+    if items is None:
+        raise SpecError(where, "is missing: give at least one launch step")
+    if not isinstance(items, list) or not items:
+        raise SpecError(where, "must be a non-empty array of tables")
+    steps: list[LaunchStep] = []
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise SpecError(at, "must be a table")
+        if "memset" in item:
+            extra = set(item) - {"memset", "value"}
+            if extra:
+                raise SpecError(f"{at}.{sorted(extra)[0]}", "a memset step has only memset and value")
+            target = item["memset"]
+            if target not in args:
+                raise SpecError(f"{at}.memset", f"unknown argument {target!r}")
+            if args[target].role in ("input", "scalar"):
+                raise SpecError(f"{at}.memset", f"'{target}' is an {args[target].role}; "
+                                                "only outputs and temporaries may be set")
+            value = item.get("value", 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SpecError(f"{at}.value", f"must be a number, not {value!r}")
+            steps.append(MemsetStep(target, value))
+            continue
+        extra = set(item) - {"kernel", "grid", "block", "shared", "args"}
+        if extra:
+            raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
+        kernel = _string(item, "kernel", f"{at}.kernel")
+        if not _IDENT.match(kernel):
+            raise SpecError(f"{at}.kernel", f"'{kernel}' is not a C identifier")
+        dims = {}
+        for key in ("grid", "block"):
+            value = item.get(key)
+            if not isinstance(value, list) or not 1 <= len(value) <= 3:
+                raise SpecError(f"{at}.{key}", "must be a list of 1 to 3 expressions")
+            dims[key] = tuple(_expr(v, f"{at}.{key}[{j}]", names) for j, v in enumerate(value))
+        shared = _expr(item.get("shared", "0"), f"{at}.shared", names)
+        kernel_args = item.get("args")
+        if not isinstance(kernel_args, list) or not all(isinstance(a, str) for a in kernel_args):
+            raise SpecError(f"{at}.args", "must be a list of argument names")
+        for j, name in enumerate(kernel_args):
+            if name not in args:
+                known = ", ".join(args) or "none"
+                raise SpecError(f"{at}.args[{j}]", f"unknown argument '{name}' (known: {known})")
+        steps.append(KernelLaunch(kernel, dims["grid"], dims["block"], shared, tuple(kernel_args)))
+    return steps
+
+
+def _check_evaluates(args: list[ArgSpec], launch: list[LaunchStep], case: SizeCase, prefix: str,
+                     extra: Mapping[str, Any] | None = None) -> None:
+    env = {**case.sizes, **(extra or {})}
+    for i, arg in enumerate(args):
+        try:
+            if arg.role == "scalar":
+                arg.value.evaluate(env)  # type: ignore[union-attr]
+            elif arg.numel(env) <= 0:
+                raise SpecError(f"{prefix}args[{i}] ('{arg.name}').shape",
+                                f"has no elements for size case '{case.name}'")
+        except ExpressionError as exc:
+            raise SpecError(f"{prefix}args[{i}] ('{arg.name}')", f"{exc} (size case '{case.name}')") from None
+    for i, step in enumerate(launch):
+        if isinstance(step, KernelLaunch):
+            try:
+                grid, block, shared = step.resolve(env)
+            except ExpressionError as exc:
+                raise SpecError(f"{prefix}launch[{i}]", f"{exc} (size case '{case.name}')") from None
+            if min(grid) <= 0 or min(block) <= 0 or shared < 0:
+                raise SpecError(f"{prefix}launch[{i}]", f"gives grid {grid}, block {block}, shared "
+                                                        f"{shared} for size case '{case.name}'")
+
+
+def _parse_tolerance(table: Any) -> dict[str, Tolerance]:
+    if not isinstance(table, dict):
+        raise SpecError("tolerance", "must be a table of dtype = { rtol, atol }")
+    out = {}
+    for dtype, entry in table.items():
+        at = f"tolerance.{dtype}"
+        if dtype not in DTYPES:
+            raise SpecError(at, f"'{dtype}' is not a dtype")
+        if not isinstance(entry, dict) or set(entry) - {"rtol", "atol"}:
+            raise SpecError(at, "must be { rtol = number, atol = number }")
+        default_r, default_a = DEFAULT_TOLERANCE[dtype]
+        values = {}
+        for key, default in (("rtol", default_r), ("atol", default_a)):
+            value = entry.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise SpecError(f"{at}.{key}", f"must be a non-negative number, not {value!r}")
+            values[key] = float(value)
+        out[dtype] = Tolerance(values["rtol"], values["atol"])
+    return out
+
+
+def _parse_roofline(table: Any, names: frozenset[str], sizes: list[SizeCase]) -> Roofline:
+    if not isinstance(table, dict):
+        raise SpecError("roofline", "must be a table with flops and/or bytes")
+    extra = set(table) - {"flops", "bytes"}
+    if extra:
+        raise SpecError(f"roofline.{sorted(extra)[0]}", "unknown field (known: flops, bytes)")
+    exprs = {k: _expr(table[k], f"roofline.{k}", names) for k in ("flops", "bytes") if k in table}
+    for key, expr in exprs.items():
+        for case in sizes:
+            try:
+                value = expr.evaluate(case.sizes)
+            except ExpressionError as exc:
+                raise SpecError(f"roofline.{key}", str(exc)) from None
+            if isinstance(value, str) or value < 0:
+                raise SpecError(f"roofline.{key}", f"gives {value!r} for size case '{case.name}'")
+    return Roofline(exprs.get("flops"), exprs.get("bytes"))
+
+
+def _parse_family(table: Any, source: str | None, size_names: frozenset[str], args: list[ArgSpec],
+                  sizes: list[SizeCase]) -> Family | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise SpecError("family", "must be a table")
+    extra = set(table) - {"source", "knobs", "constraints", "temps", "launch", "compile_options"}
+    if extra:
+        raise SpecError(f"family.{sorted(extra)[0]}", "unknown field")
+    _string(table, "source", "family.source")
+    if source is None:
+        raise SpecError("family.source", f"the template '{table['source']}' was not given")
+    knobs_table = table.get("knobs")
+    if not isinstance(knobs_table, dict) or not knobs_table:
+        raise SpecError("family.knobs", "must be a table of knob names to lists of values")
+    knobs: dict[str, tuple] = {}
+    for knob, values in knobs_table.items():
+        at = f"family.knobs.{knob}"
+        if not _IDENT.match(knob):
+            raise SpecError(at, "is not a C identifier")
+        if knob in size_names or knob in {a.name for a in args}:
+            raise SpecError(at, "has the name of a size or an argument")
+        if not isinstance(values, list) or not values:
+            raise SpecError(at, "must be a non-empty list of values")
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise SpecError(at, f"{value!r} is not an integer, number or string")
+            if isinstance(value, str) and not _KNOB_STRING.match(value):
+                raise SpecError(at, f"the string {value!r} must be letters, digits and _ only")
+        if len(set(values)) != len(values):
+            raise SpecError(at, "lists a value twice")
+        knobs[knob] = tuple(values)
+    names = size_names | set(knobs)
+    constraints = tuple(_expr(c, f"family.constraints[{i}]", names, boolean=True)
+                        for i, c in enumerate(_string_list(table.get("constraints", []), "family.constraints")))
+    temps = parse_args(table.get("temps", []), "family.temps", frozenset(names), allow_temps=True,
+                       roles=("temp",))
+    clash = {t.name for t in temps} & {a.name for a in args}
+    if clash:
+        raise SpecError("family.temps", f"'{sorted(clash)[0]}' is already an argument")
+    all_args = {a.name: a for a in args} | {t.name: t for t in temps}
+    launch = parse_launch(table.get("launch"), "family.launch", names, all_args)
+    options = _string_list(table.get("compile_options", []), "family.compile_options")
+    return Family(source=source, knobs=knobs, constraints=constraints, temps=tuple(temps),
+                  launch=tuple(launch), compile_options=tuple(options))
+
+
+def _parse_vendor(table: Any, args: list[ArgSpec]) -> Vendor | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise SpecError("vendor", "must be a table")
+    kind = table.get("kind")
+    if kind not in VENDOR_KINDS:
+        raise SpecError("vendor.kind", f"must be one of {', '.join(VENDOR_KINDS)}, not {kind!r}")
+    by_name = {a.name: a for a in args}
+    inputs = table.get("inputs", [a.name for a in args if a.role == "input"])
+    output = table.get("output", next((a.name for a in args if a.role in ("output", "inout")), None))
+    inputs = _string_list(inputs, "vendor.inputs")
+    for name in inputs:
+        if name not in by_name or by_name[name].role not in ("input", "inout"):
+            raise SpecError("vendor.inputs", f"'{name}' is not an input")
+    if output not in by_name or by_name[output].role not in ("output", "inout"):
+        raise SpecError("vendor.output", f"{output!r} is not an output")
+    needed = {"cublas_sgemm": 2, "cupy_sum": 1, "cupy_transpose": 1, "cupy_softmax": 1}[kind]
+    if len(inputs) != needed:
+        raise SpecError("vendor.inputs", f"{kind} takes {needed} input(s), the spec gives {len(inputs)}")
+    return Vendor(kind=kind, inputs=tuple(inputs), output=output)
