@@ -1,0 +1,85 @@
+"""LLM generator: a chat model rewrites the parent kernel, shown its measurements, its expert notes
+(or raw metrics, or nothing) and the search memory. The caller compiles what comes back.
+
+An answer without code, with a kernel that does not fit the launch plan, or garbled, becomes a failed
+proposal with the reason; an endpoint that does not answer too. Never fatal.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from search_engine.candidates import candidate_hash, make_candidate, signature_problem
+from search_engine.generators.base import Proposal, ProposalContext
+from search_engine.llm_client import LLMClient
+from search_engine.prompts import AnswerError, generator_messages, parse_generated
+
+FEEDBACK_MODES = ("notes", "raw", "none")
+
+
+class LLMGenerator:
+    name = "llm"
+
+    def __init__(self, client: LLMClient, *, feedback: str = "notes", temperature: float = 0.8,
+                 max_tokens: int | None = None) -> None:
+        if feedback not in FEEDBACK_MODES:
+            raise ValueError(f"Feedback must be one of {', '.join(FEEDBACK_MODES)}.")
+        self.client = client
+        self.feedback = feedback
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    def propose(self, context: ProposalContext, n: int) -> list[Proposal]:
+        messages = generator_messages(context, feedback=self.feedback)
+        # Seeds drawn from the run's random state keep a seeded run reproducible where the server honours seeds.
+        seeds = [context.rng.randrange(2**31) for _ in range(n)]
+        with ThreadPoolExecutor(max_workers=max(1, min(n, self.client.max_concurrency))) as pool:
+            proposals = list(pool.map(lambda seed: self._one(context, messages, seed), seeds))
+        seen = set(context.known_hashes)
+        out = []
+        for proposal in proposals:
+            if proposal.candidate is not None:
+                digest = candidate_hash(proposal.candidate)
+                if digest in seen:
+                    proposal = Proposal(None, proposal.rationale, "The model proposed a kernel already in the tree.",
+                                        proposal.raw_excerpt, proposal.latency_s, proposal.tokens_in,
+                                        proposal.tokens_out)
+                else:
+                    seen.add(digest)
+            out.append(proposal)
+        return out
+
+    def _one(self, context: ProposalContext, messages: list[dict], seed: int) -> Proposal:
+        answer = self.client.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature, seed=seed)
+        cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}
+        if answer.error:
+            return Proposal(None, failure=answer.error, **cost)
+        content = answer.content or ""
+        try:
+            generated = parse_generated(content)
+        except AnswerError as exc:
+            reason = str(exc) + (" The answer hit the token limit." if answer.finish_reason == "length" else "")
+            return Proposal(None, failure=reason, raw_excerpt=content[:1000], **cost)
+        parent = context.parent
+        candidate = make_candidate(
+            generated.source, generated.launch if generated.launch is not None else parent.get("launch") or [],
+            temps=parent.get("temps"), compile_options=parent.get("compile_options"), knobs=None,
+            name=f"llm-{context.node_id}",
+        )
+        problem = _launch_problem(candidate) or signature_problem(candidate, parent)
+        if problem:
+            return Proposal(None, generated.rationale, problem, content[:1000], **cost)
+        return Proposal(candidate, generated.rationale or "LLM rewrite (no rationale given)", **cost)
+
+
+def _launch_problem(candidate) -> str | None:
+    for step in candidate["launch"]:
+        if "memset" in step:
+            continue
+        missing = [k for k in ("kernel", "grid", "block", "args") if k not in step]
+        if missing:
+            return f"A launch step lacks {', '.join(missing)}."
+        if not isinstance(step["grid"], list) or not isinstance(step["block"], list) \
+                or not 1 <= len(step["grid"]) <= 3 or not 1 <= len(step["block"]) <= 3:
+            return "A launch step's grid and block must be lists of one to three expressions."
+    return None

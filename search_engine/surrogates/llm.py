@@ -1,0 +1,65 @@
+"""LLM surrogate: a chat model reads reference, candidate and hardware and forecasts the speedup bin.
+
+One forced tool call; a JSON object in the content as the fallback. A garbled, partial, out-of-range
+or refused answer, or an endpoint that does not answer, becomes an abstention with its reason.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from search_engine.bins import DEFAULT_BINS, BinTable
+from search_engine.llm_client import LLMClient
+from search_engine.prompts import AnswerError, forecast_messages, forecast_tool, parse_forecast
+from search_engine.surrogates.base import Forecast, ForecastRequest
+from search_engine.surrogates.cache import ForecastCache, MemoryCache
+
+
+class LLMSurrogate:
+    name = "llm"
+
+    def __init__(self, client: LLMClient, *, bins: BinTable = DEFAULT_BINS, cache: ForecastCache | None = None,
+                 use_tools: bool = True, max_tokens: int | None = None, prompt_version: str = "p1") -> None:
+        self.client = client
+        self.bins = bins
+        self.cache = cache if cache is not None else MemoryCache()
+        self.use_tools = use_tools
+        self.max_tokens = max_tokens
+        self.version = f"{client.model}/{prompt_version}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def forecast(self, request: ForecastRequest) -> Forecast:
+        key = request.cache_key(self.id)
+        cached = self.cache.get(key)
+        if cached is not None:
+            forecast = Forecast.from_dict(cached)
+            forecast.cached = True
+            return forecast
+        answer = self.client.chat(forecast_messages(request, self.bins),
+                                  tool=forecast_tool(self.bins) if self.use_tools else None,
+                                  max_tokens=self.max_tokens)
+        cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}
+        if answer.error:
+            return Forecast.abstention(answer.error, surrogate=self.id, **cost)
+        try:
+            parsed = parse_forecast(answer.tool_arguments, answer.content, self.bins, refusal=answer.refusal)
+        except AnswerError as exc:
+            reason = str(exc)
+            if answer.finish_reason == "length":
+                reason += " The answer hit the token limit."
+            excerpt = (answer.tool_arguments or answer.content or "")[:1000]
+            return Forecast.abstention(reason, surrogate=self.id, reasoning=excerpt, **cost)
+        forecast = Forecast.from_probs(parsed.probs, surrogate=self.id, reasoning=parsed.reasoning,
+                                       raw_sum=parsed.raw_sum, **cost)
+        # Only usable answers are cached: an abstention may be a passing fault worth asking again.
+        self.cache.put(key, forecast.to_dict())
+        return forecast
+
+    def forecast_many(self, requests: list[ForecastRequest]) -> list[Forecast]:
+        if len(requests) <= 1:
+            return [self.forecast(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=max(1, self.client.max_concurrency)) as pool:
+            return list(pool.map(self.forecast, requests))
