@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 Number = int | float
@@ -38,9 +38,9 @@ class Expression:
     """A parsed, checked expression; `names` are the sizes/knobs it reads."""
 
     text: str
-    tree: ast.Expression
-    names: frozenset[str]
-    boolean: bool
+    tree: ast.Expression = field(compare=False, repr=False)
+    names: frozenset[str] = field(compare=False)
+    boolean: bool = False
 
     def evaluate(self, env: Mapping[str, Value]) -> Value:
         return _eval(self.tree.body, env, self.text)

@@ -1,0 +1,45 @@
+"""`python -m gpu_runner.record <problem_dir> [--out PATH] [--limit N] [--profile-sample N] [--no-vendor]`"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .recorder import record_family
+from .runner import Runner
+from .settings import RECORD_SETTINGS
+from .spec import SpecError, load_problem
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpu_runner.record", description=__doc__)
+    parser.add_argument("problem_dir")
+    parser.add_argument("--out", help="default: <problem_dir>/records/<gpu>.jsonl.gz")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many new variants")
+    parser.add_argument("--profile-sample", type=int, default=0, help="profile this many variants with ncu")
+    parser.add_argument("--no-vendor", action="store_true", help="skip the [vendor] baseline")
+    parser.add_argument("--backend", default="cupy", choices=["cupy", "pycuda"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per variant")
+    args = parser.parse_args(argv)
+    try:
+        problem = load_problem(args.problem_dir)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with Runner(args.backend, settings=RECORD_SETTINGS) as runner:
+        out = args.out
+        if out is None:
+            hardware = runner.hardware(problem)
+            if hardware is None:
+                print("error: no GPU worker could start; pass --out and run where a GPU is", file=sys.stderr)
+                return 2
+            out = f"{args.problem_dir}/records/{hardware.slug}.jsonl.gz"
+        summary = record_family(problem, out, limit=args.limit, profile_sample=args.profile_sample,
+                                vendor=not args.no_vendor, runner=runner, seed=args.seed, timeout_s=args.timeout)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

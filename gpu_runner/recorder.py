@@ -1,0 +1,96 @@
+"""Record whole families into the compact replay dataset (`records/<gpu>.jsonl.gz`).
+
+One JSON object per line: variant id, knobs, source hash, then MeasurementResult.to_dict() fields.
+Resumable: sources already in the file are skipped, new lines are appended (gzip members).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from .backends.replay import read_records
+from .candidate import reference_candidate
+from .family import enumerate_variants, render_variant, variant_id
+from .result import MeasurementResult
+from .runner import Runner
+from .settings import RECORD_SETTINGS
+from .spec import Problem
+
+
+def recorded_hashes(path: Path) -> set[str]:
+    if not path.is_file():
+        return set()
+    return {r["source_hash"] for r in read_records(path) if "source_hash" in r}
+
+
+def record_line(variant: str, knobs: dict | None, result: MeasurementResult) -> str:
+    data = result.to_dict()
+    if data.get("compiler") and not data["compiler"].get("kernels"):
+        data["compiler"].pop("kernels", None)
+    line = {"variant": variant, "knobs": knobs, **data}
+    return json.dumps(line, separators=(",", ":"), default=str)
+
+
+def record_family(problem: Problem, out_path: str | Path, *, limit: int | None = None, profile_sample: int = 0,
+                  vendor: bool = True, runner: Runner | None = None, seed: int = 0, timeout_s: float = 120.0,
+                  chunk: int = 64, log: Callable[[str], None] | None = print) -> dict:
+    """Measure the reference, the vendor baseline and every (or `limit`) family variant not yet recorded."""
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    own_runner = runner is None
+    runner = runner or Runner("auto", settings=RECORD_SETTINGS)
+    done = recorded_hashes(out_path)
+    started = time.perf_counter()
+    counts: dict[str, int] = {}
+    written = 0
+
+    def write(variant: str, knobs: dict | None, result: MeasurementResult) -> None:
+        nonlocal written
+        with gzip.open(out_path, "at") as handle:
+            handle.write(record_line(variant, knobs, result) + "\n")
+        done.add(result.source_hash)
+        counts[result.status] = counts.get(result.status, 0) + 1
+        written += 1
+
+    try:
+        reference = reference_candidate(problem)
+        if reference.source_hash not in done:
+            write("reference", None, runner.measure(problem, reference, seed=seed, timeout_s=timeout_s))
+        if vendor and problem.vendor is not None:
+            from .vendor import vendor_candidate
+            label = vendor_candidate(problem)
+            if label.source_hash not in done:
+                result = runner.measure_vendor(problem, seed=seed, timeout_s=timeout_s)
+                write(label.name, None, result)
+        pending = []
+        if problem.family is not None:
+            for knobs in enumerate_variants(problem):
+                candidate = render_variant(problem, knobs)
+                if candidate.source_hash in done:
+                    continue
+                pending.append(candidate)
+                if limit is not None and len(pending) >= limit:
+                    break
+        total = len(pending)
+        step = max(1, total // profile_sample) if profile_sample else 0
+
+        def wants_profile(global_index: int) -> bool:
+            return bool(step) and global_index % step == 0 and global_index // step < profile_sample
+
+        for first in range(0, total, chunk):
+            batch = pending[first:first + chunk]
+            results = runner.measure_many(problem, batch, seed=seed, timeout_s=timeout_s,
+                                          profile=lambda i, first=first: wants_profile(first + i))
+            for candidate, result in zip(batch, results):
+                write(variant_id(candidate.knobs or {}), dict(candidate.knobs or {}), result)
+            if log:
+                rate = (first + len(batch)) / max(1e-9, time.perf_counter() - started)
+                log(f"{problem.name}: {first + len(batch)}/{total} variants, {rate:.1f}/s, {counts}")
+    finally:
+        if own_runner:
+            runner.close()
+    return {"written": written, "statuses": counts, "seconds": time.perf_counter() - started,
+            "path": str(out_path)}

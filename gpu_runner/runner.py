@@ -1,0 +1,125 @@
+"""The high-level API used by the Django Celery task and by the recorder."""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from typing import Callable, Iterable
+
+from .backends.base import Backend
+from .candidate import Candidate
+from .compiler import DEFAULT_ARCH, compile_cubin
+from .result import CompileReport, Hardware, MeasurementResult
+from .settings import MeasureSettings
+from .spec import Problem
+
+BACKENDS = ("cupy", "pycuda", "static", "replay")
+
+
+def gpu_present() -> bool:
+    """An NVIDIA device node and an importable CuPy; checked without creating a CUDA context here."""
+    forced = os.environ.get("KERNELLAB_GPU")
+    if forced is not None:
+        return forced not in ("0", "", "no", "false")
+    return bool(glob.glob("/dev/nvidia[0-9]*")) and importlib.util.find_spec("cupy") is not None
+
+
+def make_backend(name: str, **options) -> Backend:
+    if name == "cupy":
+        from .backends.cupy import CupyBackend
+        return CupyBackend(**options)
+    if name == "pycuda":
+        from .backends.pycuda import PycudaBackend
+        return PycudaBackend(**options)
+    if name == "static":
+        from .backends.static import StaticBackend
+        return StaticBackend(**options)
+    if name == "replay":
+        from .backends.replay import ReplayBackend
+        return ReplayBackend(**options)
+    raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)}, auto)")
+
+
+class Runner:
+    """`Runner(backend="auto")`: GPU present -> cupy; else replay where the problem has records; else static."""
+
+    def __init__(self, backend: str | Backend = "auto", *, settings: MeasureSettings | None = None,
+                 records_root: str | None = None, gpu: str | None = None):
+        self.settings = settings or MeasureSettings()
+        self._records_root = records_root
+        self._gpu = gpu
+        self._backends: dict[str, Backend] = {}
+        if isinstance(backend, Backend):
+            self._fixed: str | None = backend.name
+            self._backends[backend.name] = backend
+        elif backend == "auto":
+            self._fixed = "cupy" if gpu_present() else None
+        else:
+            if backend not in BACKENDS:
+                raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)}, auto)")
+            self._fixed = backend
+
+    def backend_for(self, problem: Problem | None = None) -> Backend:
+        name = self._fixed
+        if name is None:
+            replay = self._get("replay")
+            name = "replay" if problem is not None and replay.has_records(problem) else "static"  # type: ignore[attr-defined]
+        return self._get(name)
+
+    def _get(self, name: str) -> Backend:
+        if name not in self._backends:
+            options = {"records_root": self._records_root, "gpu": self._gpu} if name == "replay" else {}
+            self._backends[name] = make_backend(name, **options)
+        return self._backends[name]
+
+    @property
+    def backend_name(self) -> str:
+        return self._fixed or "auto"
+
+    def measure(self, problem: Problem, candidate: Candidate, *, seed: int = 0, profile: bool = False,
+                energy: bool = False, timeout_s: float = 300.0) -> MeasurementResult:
+        return self.backend_for(problem).measure(problem, candidate, seed=seed, profile=profile, energy=energy,
+                                                 timeout_s=timeout_s, settings=self.settings)
+
+    def measure_many(self, problem: Problem, candidates: Iterable[Candidate], *, seed: int = 0,
+                     profile: bool | Callable[[int], bool] = False, energy: bool = False,
+                     timeout_s: float = 300.0,
+                     on_result: Callable[[int, MeasurementResult], None] | None = None) -> list[MeasurementResult]:
+        return self.backend_for(problem).measure_many(problem, candidates, seed=seed, profile=profile, energy=energy,
+                                                      timeout_s=timeout_s, settings=self.settings,
+                                                      on_result=on_result)
+
+    def measure_vendor(self, problem: Problem, *, seed: int = 0, energy: bool = False,
+                       timeout_s: float = 300.0) -> MeasurementResult:
+        backend = self.backend_for(problem)
+        if not hasattr(backend, "measure_vendor"):
+            from .vendor import vendor_candidate
+            candidate = vendor_candidate(problem)
+            return MeasurementResult(status="unavailable", reason=f"the {backend.name} backend cannot run vendor "
+                                                                  "baselines", backend=backend.name, seed=seed,
+                                     problem=problem.name, candidate_name=candidate.name,
+                                     source_hash=candidate.source_hash)
+        return backend.measure_vendor(problem, seed=seed, timeout_s=timeout_s, settings=self.settings,
+                                      energy=energy)
+
+    def check(self, problem: Problem, candidate: Candidate) -> CompileReport:
+        """Compile with nvcc (no GPU needed): errors with line numbers, ptxas facts, SASS counts."""
+        backend = self._backends.get(self._fixed or "")
+        hello = getattr(backend, "_hello", None)
+        arch = hello["arch"] if hello else getattr(backend, "arch", DEFAULT_ARCH) if self._fixed == "static" \
+            else DEFAULT_ARCH
+        return compile_cubin(candidate.source, candidate.compile_options, arch).report
+
+    def hardware(self, problem: Problem | None = None) -> Hardware | None:
+        return self.backend_for(problem).hardware()
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            backend.close()
+        self._backends.clear()
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,48 @@
+import pytest
+
+from gpu_runner import SpecError, enumerate_variants, render_variant, parse_problem
+from gpu_runner.candidate import check_candidate
+from tests.gpu_runner.helpers import PROBLEMS, saxpy_problem
+
+
+def test_it_enumerates_only_variants_that_meet_the_constraints():
+    problem = saxpy_problem()
+    variants = list(enumerate_variants(problem))
+    assert all(v["BLOCK"] * v["ITEMS"] * v["VEC"] <= 4096 for v in variants)
+    assert {"BLOCK": 1024, "ITEMS": 4, "VEC": 4} not in variants
+    assert len(variants) == 4 * 3 * 2 - 3   # 1024*4*4, 1024*2*4 and 512*4*4 break the constraint
+    assert variants[0] == {"BLOCK": 128, "ITEMS": 1, "VEC": 1}
+
+
+def test_a_rendered_variant_defines_its_knobs_and_binds_them_in_the_launch():
+    problem = saxpy_problem()
+    candidate = render_variant(problem, {"BLOCK": 256, "ITEMS": 2, "VEC": 4})
+    assert candidate.source.startswith("#define BLOCK 256\n#define ITEMS 2\n#define VEC 4\n")
+    step = candidate.launch[0]
+    assert step.grid[0].evaluate({"N": 4096}) == 2 and step.block[0].evaluate({}) == 256
+    assert candidate.name == "BLOCK=256,ITEMS=2,VEC=4"
+    check_candidate(problem, candidate)
+
+
+def test_string_knobs_become_defined_flags_and_family_temps_use_knobs():
+    text = (PROBLEMS / "saxpy" / "problem.toml").read_text().replace(
+        'VEC = [1, 4] }', 'VEC = [1, 4], ALGO = ["plain", "wide"] }').replace(
+        'constraints = ["BLOCK*ITEMS*VEC <= 4096"]',
+        'constraints = ["BLOCK*ITEMS*VEC <= 4096", "ALGO != \'wide\' or VEC == 4"]\n'
+        '[[family.temps]]\nname = "partials"\ndtype = "float32"\nshape = ["ceil_div(N, BLOCK)"]')
+    problem = parse_problem(text, "x", "// template")
+    variants = list(enumerate_variants(problem))
+    assert all(v["ALGO"] != "wide" or v["VEC"] == 4 for v in variants)
+    candidate = render_variant(problem, {"BLOCK": 128, "ITEMS": 1, "VEC": 4, "ALGO": "wide"})
+    assert "#define ALGO_wide 1" in candidate.source
+    assert candidate.temps[0].shape[0].text == "ceil_div(N, 128)"
+
+
+def test_rendering_an_invalid_variant_is_refused():
+    problem = saxpy_problem()
+    with pytest.raises(SpecError, match="breaks a constraint"):
+        render_variant(problem, {"BLOCK": 1024, "ITEMS": 4, "VEC": 4})
+    with pytest.raises(SpecError, match="not one of"):
+        render_variant(problem, {"BLOCK": 100, "ITEMS": 1, "VEC": 1})
+    with pytest.raises(SpecError, match="missing"):
+        render_variant(problem, {"BLOCK": 128})
