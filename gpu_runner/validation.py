@@ -69,6 +69,7 @@ def validate_case(device: Device, ops: RuntimeOps, problem: Problem, case: SizeC
         set_seed = derive_seed(seed, case.name, set_index)
         inputs.fill(set_seed)
         before = inputs.checksums()
+        evidence.phase = f"reference:{case.name}:{set_index}"
         prepare_side(ref, set_index, set_seed)
         ref.run()
         wait_for(device, timeout_s)

@@ -51,8 +51,7 @@ class CupyDevice(Device):
         module = self.cp.RawModule(code=source, options=tuple(nvrtc_options(options)) + ("--std=c++17",),
                                    backend="nvrtc")
         try:
-            for name in kernel_names[:1]:
-                module.get_function(name)   # compiles the module
+            module.compile()
         except CompileException as exc:
             raise CompileFailed(exc.get_message() if hasattr(exc, "get_message") else str(exc)) from None
         return module

@@ -133,9 +133,8 @@ class GpuBackend(Backend):
         if facts is not None:
             try:
                 output = facts.result()
-            except ToolMissing as exc:
+            except ToolMissing:
                 output = None
-                facts_error = str(exc)
         result = self._finish(problem, candidate, evidence, seed, settings, output, profile, None)
         if facts is None or output is None:
             result.observer_errors.setdefault("ptxas", "nvcc is not available for compiler facts")

@@ -51,6 +51,10 @@ __device__ __forceinline__ float kl_bf16_to_f32(unsigned short h) {
     return __uint_as_float(((unsigned int)h) << 16);
 }
 
+__device__ __forceinline__ double kl_abs(double x) { return x < 0.0 ? -x : x; }
+__device__ __forceinline__ double kl_max(double a, double b) { return a > b ? a : b; }
+__device__ __forceinline__ bool kl_isinf(double x) { return x == x && (x - x) != (x - x); }
+
 __device__ __forceinline__ void kl_store(unsigned char* p, i64 i, int dtype, double v) {
     switch (dtype) {
     case KL_F32: ((float*)p)[i] = (float)v; break;
@@ -132,17 +136,17 @@ extern "C" __global__ void kl_compare(const unsigned char* cand, const unsigned 
             }
             continue;
         }
-        if (isinf(a) || isinf(b)) {
+        if (kl_isinf(a) || kl_isinf(b)) {
             if (a != b) {
                 bad++;
                 if ((u64)i < first) first = (u64)i;
             }
             continue;
         }
-        double d = fabs(a - b);
-        max_abs = fmax(max_abs, d);
-        if (fabs(b) > atol) max_rel = fmax(max_rel, d / fabs(b));
-        if (d > atol + rtol * fabs(b)) {
+        double d = kl_abs(a - b);
+        max_abs = kl_max(max_abs, d);
+        if (kl_abs(b) > atol) max_rel = kl_max(max_rel, d / kl_abs(b));
+        if (d > atol + rtol * kl_abs(b)) {
             bad++;
             if ((u64)i < first) first = (u64)i;
         }
@@ -151,9 +155,10 @@ extern "C" __global__ void kl_compare(const unsigned char* cand, const unsigned 
         bad += __shfl_down_sync(0xffffffffu, bad, offset);
         unwritten += __shfl_down_sync(0xffffffffu, unwritten, offset);
         nan += __shfl_down_sync(0xffffffffu, nan, offset);
-        first = min(first, (u64)__shfl_down_sync(0xffffffffu, first, offset));
-        max_abs = fmax(max_abs, __shfl_down_sync(0xffffffffu, max_abs, offset));
-        max_rel = fmax(max_rel, __shfl_down_sync(0xffffffffu, max_rel, offset));
+        u64 other = __shfl_down_sync(0xffffffffu, first, offset);
+        first = other < first ? other : first;
+        max_abs = kl_max(max_abs, __shfl_down_sync(0xffffffffu, max_abs, offset));
+        max_rel = kl_max(max_rel, __shfl_down_sync(0xffffffffu, max_rel, offset));
     }
     if ((threadIdx.x & 31) == 0) {
         if (bad) atomicAdd(&result[0], bad);

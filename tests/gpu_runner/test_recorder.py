@@ -1,0 +1,70 @@
+"""The recorder writes one line per variant, resumes where it stopped and includes the baselines."""
+import gzip
+import json
+import shutil
+
+from gpu_runner import MeasurementResult, Runner, load_problem
+from gpu_runner.backends.base import Backend
+from gpu_runner.record import main as record_main
+from gpu_runner.recorder import record_family
+from gpu_runner.result import TimingStats
+from gpu_runner.vendor import vendor_candidate
+from tests.gpu_runner.helpers import PROBLEMS, saxpy_problem
+
+
+class CountingBackend(Backend):
+    """Answers instantly; remembers what it was asked to measure."""
+
+    name = "cupy"
+
+    def __init__(self):
+        self.measured = []
+
+    def check(self, problem, candidate):
+        raise NotImplementedError
+
+    def _ok(self, problem, candidate):
+        self.measured.append(candidate.name)
+        return MeasurementResult(status="ok", speedup=1.5, backend=self.name, problem=problem.name,
+                                 source_hash=candidate.source_hash, candidate_name=candidate.name,
+                                 reference=TimingStats(1.5, 0.1, 10, 0.01), candidate=TimingStats(1.0, 0.1, 10, 0.01))
+
+    def measure(self, problem, candidate, **kwargs):
+        return self._ok(problem, candidate)
+
+    def measure_vendor(self, problem, **kwargs):
+        return self._ok(problem, vendor_candidate(problem))
+
+
+def lines(path):
+    with gzip.open(path, "rt") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_it_records_reference_and_variants_then_resumes_without_repeating(tmp_path):
+    problem = saxpy_problem()
+    out = tmp_path / "records" / "h200.jsonl.gz"
+    backend = CountingBackend()
+    first = record_family(problem, out, limit=5, runner=Runner(backend), log=None)
+    assert first["written"] == 6 and backend.measured[0] == "reference"
+    second = record_family(problem, out, runner=Runner(backend), log=None)
+    assert second["written"] == 21 - 5
+    records = lines(out)
+    assert len(records) == 22 and len({r["source_hash"] for r in records}) == 22
+    variant = next(r for r in records if r["variant"] == "BLOCK=128,ITEMS=1,VEC=1")
+    assert variant["knobs"] == {"BLOCK": 128, "ITEMS": 1, "VEC": 1} and variant["speedup"] == 1.5
+    assert variant["status"] == "ok" and variant["reference"]["median_ms"] == 1.5
+    third = record_family(problem, out, runner=Runner(backend), log=None)
+    assert third["written"] == 0
+
+
+def test_it_records_the_vendor_baseline_named_by_the_problem(tmp_path):
+    problem = load_problem(PROBLEMS / "reduce_sum")
+    out = tmp_path / "r.jsonl.gz"
+    record_family(problem, out, runner=Runner(CountingBackend()), log=None)
+    assert [r["variant"] for r in lines(out)] == ["reference", "vendor:cupy_sum"]
+
+
+def test_the_cli_reports_a_bad_problem_folder(tmp_path, capsys):
+    assert record_main([str(tmp_path), "--out", str(tmp_path / "x.jsonl.gz")]) == 2
+    assert "problem.toml" in capsys.readouterr().err
