@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from kernellab.views import pages
+from kernellab.views import explorer, pages, problems, runs
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -16,4 +16,19 @@ urlpatterns = [
     path("w/<slug:slug>/verifications/decide", pages.verification_decide, name="verification-decide"),
     path("discoveries/", pages.discovery_index, name="discoveries"),
     path("discoveries.jsonl", pages.discovery_export, name="discoveries-export"),
+    # Explorer pages (issue 6)
+    path("w/<slug:slug>/problems/", problems.problem_list, name="problem-list"),
+    path("w/<slug:slug>/problems/new", problems.problem_upload, name="problem-upload"),
+    path("problems/<int:problem_id>/", problems.problem_detail, name="problem-detail"),
+    path("problems/<int:problem_id>/runs/new", runs.run_new, name="run-new"),
+    path("runs/<int:run_id>/", explorer.run_explorer, name="run-explorer"),
+    path("runs/<int:run_id>/tree.json", explorer.run_tree_json, name="run-tree"),
+    path("runs/<int:run_id>/action", runs.run_action, name="run-action"),
+    path("runs/<int:run_id>/dashboard/", runs.run_dashboard_page, name="run-dashboard"),
+    path("runs/<int:run_id>/nodes/<str:key>/", explorer.node_panel, name="node-panel"),
+    path("runs/<int:run_id>/nodes/<str:key>/comment", explorer.node_comment_create, name="node-comment"),
+    path("runs/<int:run_id>/nodes/<str:key>/discovery", explorer.node_discovery_toggle, name="node-discovery"),
+    path("runs/<int:run_id>/nodes/<str:key>/verify", explorer.node_verification_request, name="node-verify"),
+    path("runs/<int:run_id>/nodes/<str:key>/decide", explorer.node_verification_decide, name="node-decide"),
+    path("runs/<int:run_id>/nodes/<str:key>/child", explorer.node_child_create, name="node-child"),
 ]

@@ -1,0 +1,145 @@
+"""Forms of the explorer pages. They check what a browser can get wrong (sizes, file types,
+encodings, numbers); the services decide everything about the domain."""
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.conf import settings
+
+from kernellab.models import ApprovalMode
+from kernellab.services.runs import BACKENDS, FEEDBACK, GENERATORS, OBJECTIVES, SURROGATES
+
+SOURCE_SUFFIXES = (".cu", ".cuh")
+
+
+def _limit() -> int:
+    return settings.KERNELLAB_UPLOAD_MAX_BYTES
+
+
+def _read_text_upload(upload, *, label: str, suffixes: tuple[str, ...]) -> str:
+    name = upload.name or ""
+    if not name.lower().endswith(suffixes):
+        raise forms.ValidationError(f"{label} must be a {' or '.join(suffixes)} file; {name!r} is not.")
+    if upload.size > _limit():
+        raise forms.ValidationError(f"{label} is {upload.size // 1024} KiB; the limit is {_limit() // 1024} KiB.")
+    raw = upload.read(_limit() + 1)
+    if b"\x00" in raw:
+        raise forms.ValidationError(f"{label} is a binary file, not text.")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise forms.ValidationError(f"{label} is not UTF-8 text.") from None
+
+
+def _check_text(text: str, *, label: str) -> str:
+    size = len(text.encode())
+    if size > _limit():
+        raise forms.ValidationError(f"{label} is {size // 1024} KiB; the limit is {_limit() // 1024} KiB.")
+    if "\x00" in text:
+        raise forms.ValidationError(f"{label} contains a NUL character, so it is not text.")
+    return text
+
+
+class ProblemUploadForm(forms.Form):
+    """A problem as pasted text or as files; a file wins over the text box for the same part."""
+
+    spec_toml = forms.CharField(label="problem.toml", required=False, widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}))
+    reference_source = forms.CharField(label="reference.cu", required=False, widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}))
+    family_source = forms.CharField(label="family.cu (optional template with knobs)", required=False, widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}))
+    spec_file = forms.FileField(label="or upload problem.toml", required=False)
+    reference_file = forms.FileField(label="or upload reference.cu", required=False)
+    family_file = forms.FileField(label="or upload family.cu", required=False)
+
+    def clean_spec_file(self):
+        upload = self.cleaned_data.get("spec_file")
+        return _read_text_upload(upload, label="problem.toml", suffixes=(".toml",)) if upload else None
+
+    def clean_reference_file(self):
+        upload = self.cleaned_data.get("reference_file")
+        return _read_text_upload(upload, label="reference.cu", suffixes=SOURCE_SUFFIXES) if upload else None
+
+    def clean_family_file(self):
+        upload = self.cleaned_data.get("family_file")
+        return _read_text_upload(upload, label="family.cu", suffixes=SOURCE_SUFFIXES) if upload else None
+
+    def clean(self):
+        data = super().clean()
+        parts = {}
+        for part, text_field, file_field, label in (
+            ("spec_toml", "spec_toml", "spec_file", "problem.toml"),
+            ("reference_source", "reference_source", "reference_file", "reference.cu"),
+            ("family_source", "family_source", "family_file", "family.cu"),
+        ):
+            text = data.get(file_field) or data.get(text_field) or ""
+            try:
+                parts[part] = _check_text(text.replace("\r\n", "\n"), label=label)
+            except forms.ValidationError as exc:
+                self.add_error(text_field, exc)
+        if not (parts.get("spec_toml") or "").strip() and "spec_toml" not in self.errors:
+            self.add_error("spec_toml", "Paste problem.toml or upload it.")
+        if not (parts.get("reference_source") or "").strip() and "reference_source" not in self.errors:
+            self.add_error("reference_source", "Paste the reference kernel or upload reference.cu.")
+        data.update(parts)
+        return data
+
+
+class RunCreateForm(forms.Form):
+    name = forms.CharField(required=False, max_length=200)
+    generator = forms.ChoiceField(choices=[(g, g) for g in GENERATORS])
+    surrogate = forms.ChoiceField(choices=[(s, s) for s in SURROGATES])
+    confidence_threshold = forms.FloatField(min_value=0.125, max_value=1.0, initial=0.6, help_text="Forecasts at least this confident are trusted; the rest go to the GPU.")
+    gpu_budget = forms.IntegerField(min_value=1, max_value=100000, initial=40, label="GPU budget (measurements)")
+    children_per_step = forms.IntegerField(min_value=1, max_value=64, initial=4)
+    max_gpu_per_step = forms.IntegerField(min_value=1, max_value=64, initial=2, label="GPU measurements per step")
+    max_steps = forms.IntegerField(min_value=1, max_value=100000, initial=60)
+    approval_mode = forms.ChoiceField(choices=ApprovalMode.choices, initial=ApprovalMode.AUTO)
+    target_gpu = forms.CharField(max_length=40, initial="h200", label="Target GPU")
+    backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto", help_text="auto measures on a local GPU and replays recorded measurements where there is none.")
+    objective = forms.ChoiceField(choices=[(o, o) for o in OBJECTIVES], initial="time")
+    energy_cap_j = forms.FloatField(required=False, min_value=0.0, label="Energy cap (J per call)")
+    feedback = forms.ChoiceField(choices=[(f, f) for f in FEEDBACK], initial="notes", help_text="What the generator sees after a measurement: expert notes, raw profiler numbers, or nothing.")
+    seed = forms.IntegerField(min_value=0, initial=0)
+    start = forms.BooleanField(required=False, initial=True, label="Start at once")
+
+    def __init__(self, *args, problem=None, llm_configured: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.llm_configured = llm_configured
+        if problem is not None and not self.is_bound:
+            self.fields["generator"].initial = "template" if problem.family_source else "transform"
+            self.fields["surrogate"].initial = "learned"
+        self.fields["generator"].choices = [(g, self._label(g)) for g in GENERATORS]
+        self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
+
+    def _label(self, choice: str) -> str:
+        if choice == "llm" and not self.llm_configured:
+            return "llm (needs OPENAI_BASE_URL)"
+        return choice
+
+
+class CommentForm(forms.Form):
+    body = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=5000, strip=True)
+
+
+class DiscoveryForm(forms.Form):
+    note = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False, max_length=4000)
+
+
+class HumanChildForm(forms.Form):
+    source = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false"}))
+    launch = forms.CharField(widget=forms.Textarea(attrs={"rows": 5, "spellcheck": "false"}), required=False, help_text="JSON list of launches; empty keeps the parent's launch plan.")
+
+    def clean_source(self):
+        return _check_text(self.cleaned_data["source"].replace("\r\n", "\n"), label="The kernel source")
+
+    def clean_launch(self):
+        text = (self.cleaned_data.get("launch") or "").strip()
+        if not text:
+            return None
+        try:
+            launch = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"The launch plan is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}).") from None
+        if not isinstance(launch, list) or not all(isinstance(step, dict) for step in launch):
+            raise forms.ValidationError("The launch plan must be a JSON list of launch objects.")
+        return launch

@@ -1,0 +1,291 @@
+"""Reads for the explorer: the tree snapshot with its sequence number, one node's whole story, a
+problem's roofline bound, and the series of a run's dashboard."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.db.models import Prefetch, QuerySet
+
+from kernellab.models import (
+    Comment,
+    Discovery,
+    ExpertNote,
+    Forecast,
+    Measurement,
+    Node,
+    NodeState,
+    Problem,
+    SearchRun,
+    Verification,
+    VerificationState,
+)
+from kernellab.selectors.runs import run_tree
+
+FAILED_STATES = {NodeState.FAILED_COMPILE, NodeState.FAILED_CORRECTNESS, NodeState.FAILED_RUNTIME}
+
+
+def run_tree_snapshot(*, run: SearchRun) -> dict:
+    """Every node of the run and the sequence number the snapshot includes.
+
+    The number is read before the rows: a change committed in between is then both in the rows and
+    after `seq`, and the browser applies it twice, which is harmless because a node change carries
+    the node's whole state. Read the other way round, a change could be in neither."""
+    with transaction.atomic():
+        seq = SearchRun.objects.filter(pk=run.pk).values_list("change_seq", flat=True).get()
+        nodes = run_tree(run=run)
+    return {"run": run.pk, "seq": seq, "nodes": nodes}
+
+
+def node_forecast(*, node: Node) -> Forecast | None:
+    """The forecast the search acted on: the latest one against the reference, else the latest."""
+    forecasts = list(node.forecasts.order_by("-created_at", "-pk")[:20])
+    for forecast in forecasts:
+        if forecast.against == "reference":
+            return forecast
+    return forecasts[0] if forecasts else None
+
+
+def node_measurements(*, node: Node) -> list[Measurement]:
+    """Measurements of the node's kernel for this run's problem, newest first, with expert notes."""
+    if node.kernel_id is None:
+        return []
+    return list(
+        Measurement.objects.filter(kernel_id=node.kernel_id, problem_id=node.run.problem_id)
+        .prefetch_related(Prefetch("expert_notes", queryset=ExpertNote.objects.order_by("pk")))
+        .order_by("-created_at", "-pk")
+    )
+
+
+def node_verifications(*, node: Node) -> list[Verification]:
+    return list(node.verifications.select_related("requested_by", "approver").order_by("-created_at", "-pk"))
+
+
+def node_comments(*, node: Node) -> QuerySet[Comment]:
+    return node.comments.select_related("author").order_by("created_at", "pk")
+
+
+def node_discovery(*, node: Node) -> Discovery | None:
+    return Discovery.objects.select_related("marked_by").filter(node=node).first()
+
+
+def node_children_count(*, node: Node) -> int:
+    return Node.objects.filter(parent=node).count()
+
+
+def problem_runs(*, problem: Problem) -> QuerySet[SearchRun]:
+    return problem.runs.select_related("created_by", "best_node").order_by("-created_at")
+
+
+# Datasheet figures, used for a roofline bound only until a GPU of that model has measured the
+# problem (its own reading then wins). SM clock is the boost clock.
+DATASHEET_GPUS = {
+    "h200": {"name": "NVIDIA H200 (datasheet)", "sm_count": 132, "memory_bandwidth_gbs": 4800.0, "sm_clock_mhz": 1980.0, "compute_capability": "9.0"},
+    "h100": {"name": "NVIDIA H100 SXM (datasheet)", "sm_count": 132, "memory_bandwidth_gbs": 3350.0, "sm_clock_mhz": 1980.0, "compute_capability": "9.0"},
+    "a100": {"name": "NVIDIA A100 SXM (datasheet)", "sm_count": 108, "memory_bandwidth_gbs": 2039.0, "sm_clock_mhz": 1410.0, "compute_capability": "8.0"},
+    "l40s": {"name": "NVIDIA L40S (datasheet)", "sm_count": 142, "memory_bandwidth_gbs": 864.0, "sm_clock_mhz": 2520.0, "compute_capability": "8.9"},
+}
+
+
+@dataclass
+class RooflineBound:
+    case: str
+    sizes: dict
+    floor_ms: float | None
+    limited_by: str
+    hardware_name: str
+    hardware_source: str  # "measured" or "datasheet"
+
+
+@dataclass
+class RooflineReport:
+    bounds: list[RooflineBound] = field(default_factory=list)
+    unavailable: str = ""
+
+
+def _hardware_for(problem: Problem, gpu: str):
+    from gpu_runner.result import Hardware
+
+    measured = (
+        Measurement.objects.filter(problem=problem, status="ok").exclude(hardware={}).order_by("-created_at").values_list("hardware", flat=True).first()
+    )
+    if measured:
+        known = {f: measured.get(f) for f in Hardware.__dataclass_fields__ if f in measured}
+        try:
+            return Hardware(**{**_DEFAULT_HARDWARE, **known}), "measured"
+        except TypeError:
+            pass
+    sheet = DATASHEET_GPUS.get(gpu)
+    if sheet is None:
+        return None, ""
+    return Hardware(**{**_DEFAULT_HARDWARE, **sheet}), "datasheet"
+
+
+_DEFAULT_HARDWARE = {
+    "name": "",
+    "sm_count": 0,
+    "memory_bytes": 0,
+    "memory_bandwidth_gbs": 0.0,
+    "sm_clock_mhz": 0.0,
+    "mem_clock_mhz": 0.0,
+    "compute_capability": "9.0",
+    "driver": "",
+}
+
+
+def problem_roofline(*, problem: Problem, spec, gpu: str = "h200") -> RooflineReport:
+    """The fastest any candidate could be, per size case, on a measured or datasheet GPU."""
+    if spec is None:
+        return RooflineReport(unavailable="the spec could not be read")
+    roofline = getattr(spec, "roofline", None)
+    if roofline is None or (roofline.flops is None and roofline.bytes is None):
+        return RooflineReport(unavailable="the spec gives no FLOP or byte formula")
+    try:
+        from gpu_runner.guards import roofline_floor_ms
+    except ImportError as exc:
+        return RooflineReport(unavailable=f"the runner's roofline guard cannot be imported ({exc})")
+    hardware, source = _hardware_for(problem, gpu)
+    if hardware is None:
+        return RooflineReport(unavailable=f"no figures are known for the GPU {gpu}")
+    report = RooflineReport()
+    for case in spec.sizes:
+        try:
+            floor = roofline_floor_ms(spec, case, hardware)
+        except Exception as exc:  # a formula the runner cannot evaluate: say so, keep the page
+            report.bounds.append(RooflineBound(case.name, dict(case.sizes), None, f"cannot evaluate: {exc}", hardware.name, source))
+            continue
+        if floor is None:
+            continue
+        floor_ms, what = floor
+        report.bounds.append(RooflineBound(case.name, dict(case.sizes), floor_ms, what, hardware.name, source))
+    return report
+
+
+# -- dashboard ---------------------------------------------------------------------------------
+
+
+def _bins():
+    from search_engine.bins import DEFAULT_BINS
+
+    return DEFAULT_BINS
+
+
+def _forecasts_by_node(run: SearchRun) -> dict[int, Forecast]:
+    chosen: dict[int, Forecast] = {}
+    for forecast in Forecast.objects.filter(node__run=run).order_by("node_id", "created_at", "pk"):
+        current = chosen.get(forecast.node_id)
+        # Same rule as node_forecast: against the reference wins, then the latest.
+        if current is None or forecast.against == "reference" or current.against != "reference":
+            chosen[forecast.node_id] = forecast
+    return chosen
+
+
+def run_dashboard(*, run: SearchRun) -> dict:
+    """Series for the dashboard's charts, each a plain list so the template can hand it to plotly."""
+    from search_engine import scoring
+
+    bins = _bins()
+    done = list(
+        Verification.objects.filter(node__run=run, state__in=[VerificationState.DONE, VerificationState.FAILED])
+        .exclude(finished_at=None)
+        .select_related("measurement", "node")
+        .order_by("finished_at", "pk")
+    )
+    node_times = sorted(Node.objects.filter(run=run).values_list("created_at", flat=True))
+
+    # Best measured speedup against GPU measurements used, and candidates considered per measurement.
+    progress = {"gpu": [], "best": [], "candidates": [], "per_gpu": []}
+    best = None
+    considered_index = 0
+    for i, verification in enumerate(done, start=1):
+        m = verification.measurement
+        if m is not None and m.status == "ok" and m.speedup:
+            best = m.speedup if best is None else max(best, m.speedup)
+        while considered_index < len(node_times) and node_times[considered_index] <= verification.finished_at:
+            considered_index += 1
+        progress["gpu"].append(i)
+        progress["best"].append(best)
+        progress["candidates"].append(considered_index)
+        progress["per_gpu"].append(considered_index / i)
+
+    # Forecast against measurement, for nodes with both.
+    forecasts = _forecasts_by_node(run)
+    measured = list(Node.objects.filter(run=run, state=NodeState.MEASURED).exclude(speedup=None).values("pk", "key", "speedup"))
+    pairs = []
+    for row in measured:
+        forecast = forecasts.get(row["pk"])
+        if forecast is None or forecast.abstained or not forecast.probabilities:
+            continue
+        try:
+            true_bin = bins.bin_of(row["speedup"])
+        except ValueError:
+            continue
+        probs = [float(p) for p in forecast.probabilities]
+        predicted = forecast.predicted_bin or scoring.predicted_bin(probs)
+        confidence = forecast.confidence if forecast.confidence is not None else max(probs)
+        pairs.append({"key": row["key"], "speedup": row["speedup"], "true_bin": true_bin, "bin": predicted, "confidence": confidence, "probs": probs})
+
+    n = bins.n_bins
+    confusion = [[0] * n for _ in range(n)]  # rows: predicted bin, columns: true bin
+    for pair in pairs:
+        confusion[pair["bin"] - 1][pair["true_bin"] - 1] += 1
+
+    confidences = [p["confidence"] for p in pairs]
+    correct = [p["bin"] == p["true_bin"] for p in pairs]
+    reliability = {"confidence": [], "accuracy": [], "count": [], "ece": None}
+    risk_coverage = {"coverage": [], "risk": [], "aurc": None}
+    if pairs:
+        reliability["ece"] = scoring.ece(confidences, correct)
+        for b in range(10):
+            lo, hi = b / 10, (b + 1) / 10
+            members = [(c, ok) for c, ok in zip(confidences, correct) if (lo < c <= hi) or (b == 0 and c == 0)]
+            if members:
+                reliability["confidence"].append(sum(c for c, _ in members) / len(members))
+                reliability["accuracy"].append(sum(1 for _, ok in members if ok) / len(members))
+                reliability["count"].append(len(members))
+        losses = [0.0 if ok else 1.0 for ok in correct]
+        coverage, risk = scoring.risk_coverage(confidences, losses)
+        risk_coverage = {"coverage": [float(c) for c in coverage], "risk": [float(r) for r in risk], "aurc": scoring.aurc(confidences, losses)}
+
+    # Energy against runtime for measured nodes (the latest ok measurement of each node's kernel).
+    energy = {"runtime_ms": [], "j_per_call": [], "key": [], "speedup": []}
+    kernel_to_node = {k: key for key, k in Node.objects.filter(run=run, state=NodeState.MEASURED).values_list("key", "kernel_id")}
+    seen = set()
+    for m in Measurement.objects.filter(problem=run.problem, kernel_id__in=kernel_to_node, status="ok").order_by("-created_at"):
+        if m.kernel_id in seen:
+            continue
+        seen.add(m.kernel_id)
+        median = (m.candidate_stats or {}).get("median_ms")
+        joules = m.energy_j_per_call
+        if median is None or joules is None:
+            continue
+        energy["runtime_ms"].append(median)
+        energy["j_per_call"].append(joules)
+        energy["key"].append(kernel_to_node[m.kernel_id])
+        energy["speedup"].append(m.speedup)
+
+    return {
+        "bins": {"names": list(bins.names), "edges": list(bins.edges)},
+        "progress": progress,
+        "pairs": pairs,
+        "confusion": confusion,
+        "reliability": reliability,
+        "risk_coverage": risk_coverage,
+        "energy": energy,
+        "counts": {
+            "nodes": len(node_times),
+            "gpu_measurements": len(done),
+            "forecast_measured_pairs": len(pairs),
+            "accuracy": (sum(correct) / len(correct)) if correct else None,
+        },
+    }
+
+
+def bin_midpoints() -> list[float]:
+    """A representative speedup per bin (geometric middle; the open ends one step beyond the edge)."""
+    edges = list(_bins().edges)
+    points = [edges[0] / math.sqrt(2)]
+    points += [math.sqrt(a * b) for a, b in zip(edges, edges[1:])]
+    points.append(edges[-1] * math.sqrt(2))
+    return points

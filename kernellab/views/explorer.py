@@ -1,0 +1,255 @@
+"""The live tree explorer: the page, its initial JSON snapshot, and the node panel with its actions.
+
+Every action re-renders the panel; a refused action comes back as the service's sentence inside
+the panel, never as an error page."""
+from __future__ import annotations
+
+import json
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.gzip import gzip_page
+from django.views.decorators.http import require_POST
+
+from kernellab.forms import CommentForm, DiscoveryForm, HumanChildForm
+from kernellab.models import Verification, VerificationState
+from kernellab.selectors.explorer import (
+    bin_midpoints,
+    node_children_count,
+    node_comments,
+    node_discovery,
+    node_forecast,
+    node_measurements,
+    node_verifications,
+    run_tree_snapshot,
+)
+from kernellab.selectors.runs import node_get
+from kernellab.services import ServiceError
+from kernellab.services.access import membership_role, user_can
+from kernellab.services.comments import comment_create
+from kernellab.services.discoveries import discovery_mark, discovery_unmark
+from kernellab.services.verifications import verification_approve, verification_reject, verification_request
+from kernellab.views.code import diff_unified, highlight_cuda, reasoning_html
+from kernellab.views.common import run_for
+
+PANEL_PARTS = {"live": "kernellab/explorer/panel_live.html", "comments": "kernellab/explorer/panel_comments.html"}
+
+
+@login_required
+def run_explorer(request, run_id: int):
+    run = run_for(request, run_id)
+    workspace = run.workspace
+    can_run = user_can(user=request.user, workspace=workspace, action="run")
+    if request.GET.get("part") == "controls":
+        return render(request, "kernellab/runs/controls.html", {"run": run, "can_run": can_run})
+    return render(
+        request,
+        "kernellab/explorer/explorer.html",
+        {
+            "run": run,
+            "workspace": workspace,
+            "selected": request.GET.get("node", ""),
+            "bin_midpoints": bin_midpoints(),
+            "can_run": can_run,
+            "role": membership_role(user=request.user, workspace=workspace),
+        },
+    )
+
+
+@login_required
+@gzip_page
+def run_tree_json(request, run_id: int):
+    run = run_for(request, run_id)
+    return JsonResponse(run_tree_snapshot(run=run))
+
+
+def _node_for(request, run_id: int, key: str):
+    run = run_for(request, run_id)
+    node = node_get(run=run, key=key)
+    if node is None:
+        raise Http404("No such node in this run.")
+    return run, node
+
+
+def _panel_context(request, run, node, *, error: str | None = None, notice: str | None = None, forms: dict | None = None) -> dict:
+    workspace = run.workspace
+    forecast = node_forecast(node=node)
+    parent = node.parent
+    source = node.kernel.source if node.kernel else ""
+    diff_html, added, removed = ("", 0, 0)
+    if parent is not None and parent.kernel is not None and node.kernel is not None:
+        diff_html, added, removed = diff_unified(parent.kernel.source, source, before_name=f"parent {parent.key}", after_name=f"node {node.key}")
+    verifications = node_verifications(node=node)
+    pending = next((v for v in verifications if v.state == VerificationState.PENDING), None)
+    open_verification = next((v for v in verifications if v.state in {"pending-approval", "approved", "queued", "running"}), None)
+    measurements = node_measurements(node=node)
+    forms = forms or {}
+    compile_facts = (node.kernel.compiler_facts if node.kernel else {}) or {}
+    if not compile_facts and measurements:
+        compile_facts = measurements[0].compiler_facts or {}
+    chart = None
+    if forecast is not None and forecast.probabilities:
+        from search_engine.bins import DEFAULT_BINS
+
+        chart = {
+            "probabilities": [float(p) for p in forecast.probabilities],
+            "names": [f"{i + 1}: {name}" for i, name in enumerate(DEFAULT_BINS.names)][: len(forecast.probabilities)],
+            "predicted": forecast.predicted_bin,
+            "measured_bin": DEFAULT_BINS.bin_of(node.speedup) if node.speedup and node.speedup > 0 else None,
+        }
+    return {
+        "run": run,
+        "node": node,
+        "parent": parent,
+        "workspace": workspace,
+        "source_html": highlight_cuda(source, anchor=f"n{node.pk}-") if source else None,
+        "diff_html": diff_html,
+        "diff_added": added,
+        "diff_removed": removed,
+        "forecast": forecast,
+        "forecast_chart": json.dumps(chart) if chart else None,
+        "reasoning_html": reasoning_html(forecast.reasoning) if forecast and forecast.reasoning else None,
+        "measurements": measurements,
+        "verifications": verifications[:5],
+        "pending_verification": pending,
+        "open_verification": open_verification,
+        "compile_facts": compile_facts,
+        "compile_errors": (node.kernel.compile_errors if node.kernel else []) or [],
+        "comments": node_comments(node=node),
+        "discovery": node_discovery(node=node),
+        "children_count": node_children_count(node=node),
+        "comment_form": forms.get("comment") or CommentForm(),
+        "discovery_form": forms.get("discovery") or DiscoveryForm(),
+        "child_form": forms.get("child")
+        or HumanChildForm(initial={"source": source, "launch": json.dumps(node.kernel.launch if node.kernel else [], indent=1)}),
+        "can_comment": user_can(user=request.user, workspace=workspace, action="comment"),
+        "can_discover": user_can(user=request.user, workspace=workspace, action="discover"),
+        "can_request": user_can(user=request.user, workspace=workspace, action="request-verification"),
+        "can_approve": user_can(user=request.user, workspace=workspace, action="approve"),
+        "can_add_child": user_can(user=request.user, workspace=workspace, action="run"),
+        "error": error,
+        "notice": notice,
+    }
+
+
+def _render_panel(request, run, node, *, status: int = 200, **kwargs):
+    context = _panel_context(request, run, node, **kwargs)
+    if request.htmx:
+        return render(request, "kernellab/explorer/panel.html", context, status=status)
+    return render(request, "kernellab/explorer/node_page.html", context, status=status)
+
+
+@login_required
+def node_panel(request, run_id: int, key: str):
+    run, node = _node_for(request, run_id, key)
+    part = request.GET.get("part")
+    if part in PANEL_PARTS:
+        return render(request, PANEL_PARTS[part], _panel_context(request, run, node))
+    return _render_panel(request, run, node)
+
+
+@login_required
+@require_POST
+def node_comment_create(request, run_id: int, key: str):
+    run, node = _node_for(request, run_id, key)
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        return _render_panel(request, run, node, error=_form_sentence(form), forms={"comment": form})
+    try:
+        comment_create(node=node, author=request.user, body=form.cleaned_data["body"])
+    except ServiceError as exc:
+        return _render_panel(request, run, node, error=str(exc), forms={"comment": form})
+    return _render_panel(request, run, node, notice="Comment added.")
+
+
+@login_required
+@require_POST
+def node_discovery_toggle(request, run_id: int, key: str):
+    run, node = _node_for(request, run_id, key)
+    form = DiscoveryForm(request.POST)
+    if not form.is_valid():
+        return _render_panel(request, run, node, error=_form_sentence(form), forms={"discovery": form})
+    try:
+        if request.POST.get("action") == "unmark":
+            discovery_unmark(node=node, user=request.user)
+            notice = "No longer marked as a discovery moment."
+        else:
+            discovery_mark(node=node, user=request.user, note=form.cleaned_data["note"])
+            notice = "Marked as a discovery moment."
+    except ServiceError as exc:
+        return _render_panel(request, run, node, error=str(exc), forms={"discovery": form})
+    node.refresh_from_db()
+    return _render_panel(request, run, node, notice=notice)
+
+
+@login_required
+@require_POST
+def node_verification_request(request, run_id: int, key: str):
+    run, node = _node_for(request, run_id, key)
+    try:
+        verification_request(node=node, user=request.user)
+    except ServiceError as exc:
+        return _render_panel(request, run, node, error=str(exc))
+    node.refresh_from_db()
+    return _render_panel(request, run, node, notice="GPU verification requested.")
+
+
+@login_required
+@require_POST
+def node_verification_decide(request, run_id: int, key: str):
+    """Approve or reject this node's pending GPU verification."""
+    run, node = _node_for(request, run_id, key)
+    verification = Verification.objects.filter(node=node, pk=request.POST.get("verification") or 0).first()
+    decision = request.POST.get("decision")
+    try:
+        if verification is None:
+            raise ServiceError("That verification is not one of this node's.")
+        if decision == "approve":
+            verification_approve(verification=verification, user=request.user)
+            notice = "GPU verification approved and queued."
+        elif decision == "reject":
+            verification_reject(verification=verification, user=request.user, reason=request.POST.get("reason", ""))
+            notice = "GPU verification rejected."
+        else:
+            raise ServiceError("Choose approve or reject.")
+    except ServiceError as exc:
+        return _render_panel(request, run, node, error=str(exc))
+    node.refresh_from_db()
+    return _render_panel(request, run, node, notice=notice)
+
+
+@login_required
+@require_POST
+def node_child_create(request, run_id: int, key: str):
+    """Add a hand-written candidate as a child of this node (the search service decides the rest)."""
+    run, node = _node_for(request, run_id, key)
+    form = HumanChildForm(request.POST)
+    if not form.is_valid():
+        return _render_panel(request, run, node, error=_form_sentence(form), forms={"child": form})
+    from kernellab.services import search
+
+    add_child = getattr(search, "node_add_human_child", None)
+    if add_child is None:
+        return _render_panel(
+            request, run, node, status=501, forms={"child": form},
+            error="Adding a hand-written candidate is not available yet: the search service has no node_add_human_child.",
+        )
+    launch = form.cleaned_data["launch"]
+    if launch is None:
+        launch = node.kernel.launch if node.kernel else []
+    try:
+        child = add_child(node=node, user=request.user, source=form.cleaned_data["source"], launch=launch)
+    except ServiceError as exc:
+        return _render_panel(request, run, node, error=str(exc), forms={"child": form})
+    child_key = getattr(child, "key", None)
+    notice = f"Added your candidate as node {child_key}." if child_key else "Added your candidate."
+    return _render_panel(request, run, node, notice=notice)
+
+
+def _form_sentence(form) -> str:
+    for field, errors in form.errors.items():
+        label = form.fields[field].label or field.replace("_", " ") if field in form.fields else ""
+        message = errors[0]
+        return f"{label.capitalize()}: {message}" if label else message
+    return "The form is not valid."

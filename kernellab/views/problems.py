@@ -1,0 +1,138 @@
+"""Problems: the list of a workspace, uploading a reference kernel, and one problem's page."""
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Max
+from django.shortcuts import redirect, render
+
+from kernellab.forms import ProblemUploadForm
+from kernellab.selectors.explorer import problem_roofline, problem_runs
+from kernellab.services import ServiceError
+from kernellab.services.access import membership_role, user_can
+from kernellab.services.problems import ProblemRejected, problem_create, problem_spec
+from kernellab.views.code import highlight_cuda, highlight_toml
+from kernellab.views.common import problem_for, workspace_for
+
+log = logging.getLogger(__name__)
+
+
+@login_required
+def problem_list(request, slug: str):
+    workspace = workspace_for(request, slug)
+    problems = (
+        workspace.problems.select_related("created_by")
+        .annotate(run_count=Count("runs", distinct=True), best_speedup=Max("runs__best_speedup"))
+        .order_by("name")
+    )
+    return render(
+        request,
+        "kernellab/problems/list.html",
+        {
+            "workspace": workspace,
+            "problems": problems,
+            "role": membership_role(user=request.user, workspace=workspace),
+            "can_upload": user_can(user=request.user, workspace=workspace, action="upload"),
+        },
+    )
+
+
+@login_required
+def problem_upload(request, slug: str):
+    workspace = workspace_for(request, slug)
+    can_upload = user_can(user=request.user, workspace=workspace, action="upload")
+    context = {
+        "workspace": workspace,
+        "can_upload": can_upload,
+        "rejection": None,
+        "compile_errors": [],
+        "marked_source": None,
+        "upload_limit_kib": settings.KERNELLAB_UPLOAD_MAX_BYTES // 1024,
+    }
+    if request.method != "POST":
+        context["form"] = ProblemUploadForm()
+        return render(request, "kernellab/problems/upload.html", context)
+    form = ProblemUploadForm(request.POST, request.FILES)
+    context["form"] = form
+    if not form.is_valid():
+        return render(request, "kernellab/problems/upload.html", context, status=400)
+    data = form.cleaned_data
+    try:
+        problem = problem_create(
+            workspace=workspace,
+            user=request.user,
+            spec_toml=data["spec_toml"],
+            reference_source=data["reference_source"],
+            family_source=data["family_source"],
+        )
+    except ProblemRejected as exc:
+        context["rejection"] = str(exc)
+        context["compile_errors"] = exc.compile_errors
+        lines = {e["line"] for e in exc.compile_errors if isinstance(e.get("line"), int)}
+        if exc.compile_errors:
+            context["marked_source"] = highlight_cuda(data["reference_source"], mark_lines=lines, anchor="src")
+        return render(request, "kernellab/problems/upload.html", context, status=400)
+    except ServiceError as exc:
+        context["rejection"] = str(exc)
+        return render(request, "kernellab/problems/upload.html", context, status=403 if not can_upload else 400)
+    except (ImportError, RuntimeError, OSError) as exc:  # the runner or nvcc is missing on this server
+        log.exception("problem check could not run")
+        context["rejection"] = f"The compile check cannot run on this server ({exc}); nothing was saved."
+        return render(request, "kernellab/problems/upload.html", context, status=503)
+    return redirect("problem-detail", problem_id=problem.pk)
+
+
+def _spec_summary(spec) -> dict:
+    if spec is None:
+        return {}
+    launches = []
+    for step in getattr(spec.reference, "launch", ()):
+        launches.append(step.to_dict())
+    family = None
+    if spec.family is not None:
+        family = {
+            "knobs": {name: list(values) for name, values in spec.family.knobs.items()},
+            "constraints": [getattr(c, "text", str(c)) for c in spec.family.constraints],
+        }
+    return {
+        "args": [a.to_dict() for a in spec.args],
+        "sizes": [{"name": c.name, "sizes": dict(c.sizes)} for c in spec.sizes],
+        "launches": launches,
+        "tolerance": {dtype: {"rtol": t.rtol, "atol": t.atol} for dtype, t in spec.tolerance.items()},
+        "roofline": {
+            "flops": getattr(spec.roofline.flops, "text", None),
+            "bytes": getattr(spec.roofline.bytes, "text", None),
+        },
+        "family": family,
+    }
+
+
+@login_required
+def problem_detail(request, problem_id: int):
+    problem = problem_for(request, problem_id)
+    spec, spec_error = None, ""
+    try:
+        spec = problem_spec(problem)
+    except Exception as exc:  # a stored spec the current runner no longer reads: show why, keep the page
+        spec_error = str(exc)
+    gpu = request.GET.get("gpu", "h200").lower()
+    return render(
+        request,
+        "kernellab/problems/detail.html",
+        {
+            "problem": problem,
+            "workspace": problem.workspace,
+            "source_html": highlight_cuda(problem.reference.source, anchor="ref"),
+            "spec_html": highlight_toml(problem.spec_toml),
+            "family_html": highlight_cuda(problem.family_source, anchor="fam") if problem.family_source else None,
+            "spec": _spec_summary(spec),
+            "spec_error": spec_error,
+            "roofline": problem_roofline(problem=problem, spec=spec, gpu=gpu),
+            "gpu": gpu,
+            "facts": problem.reference.compiler_facts or {},
+            "runs": problem_runs(problem=problem),
+            "can_run": user_can(user=request.user, workspace=problem.workspace, action="run"),
+        },
+    )

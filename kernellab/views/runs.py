@@ -1,0 +1,72 @@
+"""Runs: the creation form, pause/resume/cancel, and the dashboard."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from kernellab.forms import RunCreateForm
+from kernellab.selectors.explorer import run_dashboard
+from kernellab.services import ServiceError
+from kernellab.services.access import user_can
+from kernellab.services.runs import run_create, run_transition
+from kernellab.views.common import problem_for, run_for
+
+PERSON_ACTIONS = {"start", "pause", "resume", "cancel"}
+
+
+@login_required
+def run_new(request, problem_id: int):
+    problem = problem_for(request, problem_id)
+    llm = settings.KERNELLAB_LLM.configured
+    can_run = user_can(user=request.user, workspace=problem.workspace, action="run")
+    context = {"problem": problem, "workspace": problem.workspace, "can_run": can_run, "error": None}
+    if request.method != "POST":
+        context["form"] = RunCreateForm(problem=problem, llm_configured=llm)
+        return render(request, "kernellab/runs/new.html", context)
+    form = RunCreateForm(request.POST, problem=problem, llm_configured=llm)
+    context["form"] = form
+    if not form.is_valid():
+        return render(request, "kernellab/runs/new.html", context, status=400)
+    data = dict(form.cleaned_data)
+    start = data.pop("start")
+    try:
+        run = run_create(problem=problem, user=request.user, start=start, **data)
+    except ServiceError as exc:
+        context["error"] = str(exc)
+        return render(request, "kernellab/runs/new.html", context, status=400)
+    return redirect("run-explorer", run_id=run.pk)
+
+
+@login_required
+@require_POST
+def run_action(request, run_id: int):
+    run = run_for(request, run_id)
+    action = request.POST.get("action", "")
+    if action not in PERSON_ACTIONS:
+        error = f"{action or 'Nothing'} is not something a person can do to a run; choose start, pause, resume or cancel."
+    else:
+        try:
+            run = run_transition(run=run, user=request.user, action=action)
+            error = None
+        except ServiceError as exc:
+            error = str(exc)
+    if request.htmx:
+        run.refresh_from_db()
+        return render(
+            request,
+            "kernellab/runs/controls.html",
+            {"run": run, "error": error, "can_run": user_can(user=request.user, workspace=run.workspace, action="run")},
+            status=200,
+        )
+    if error:
+        messages.error(request, error)
+    return redirect("run-explorer", run_id=run.pk)
+
+
+@login_required
+def run_dashboard_page(request, run_id: int):
+    run = run_for(request, run_id)
+    return render(request, "kernellab/runs/dashboard.html", {"run": run, "workspace": run.workspace, "dashboard": run_dashboard(run=run)})

@@ -1,0 +1,608 @@
+// The live search tree: d3-hierarchy lays it out, a canvas draws it, a websocket keeps it current.
+//
+// The page loads the tree with the sequence number it corresponds to, then subscribes to every
+// change after that number. A node change carries the node's whole state, so applying one twice
+// is harmless; a change at or below the last one seen is skipped, and a gap asks the server again.
+(function () {
+  "use strict";
+
+  const root = document.getElementById("explorer");
+  if (!root) return;
+  const canvas = document.getElementById("tree-canvas");
+  const ctx = canvas.getContext("2d");
+  const tooltip = document.getElementById("tree-tooltip");
+  const liveStatus = document.getElementById("live-status");
+  const midpoints = JSON.parse(document.getElementById("bin-midpoints").textContent);
+  const panelUrl = root.dataset.panelUrl;
+
+  const NODE_R = 5;            // world units
+  const DEPTH_GAP = 110;       // tidy layout: distance between depths
+  const SIBLING_GAP = 14;      // tidy layout: distance between neighbours
+  const FAILED = new Set(["failed-compile", "failed-correctness", "failed-runtime"]);
+  const RECONNECT_MAX_MS = 10000;
+
+  // ---- state ------------------------------------------------------------------------------
+  const nodes = new Map();       // key -> node record (payload fields + layout)
+  const verifications = new Map(); // node key -> latest verification payload
+  let ordered = [];              // nodes in layout order, for drawing and hit tests
+  let edges = [];                // [parent, child] pairs
+  let lastSeq = 0;
+  let layoutDirty = false;
+  let drawDirty = true;
+  let statsDirty = true;
+  let frameRequested = false;
+  let transform = { k: 1, x: 40, y: 40 };
+  let selectedKey = root.dataset.selected || null;
+  let hoverKey = null;
+  let layoutMode = "tidy";
+  let bestKey = null;
+  let bestPath = new Set();
+  let fittedOnce = false;
+  let anyMeasuring = false;
+  const firstShown = new Map();  // key -> Date.now() of the first frame that drew it
+  let notYetShown = [];
+  const stats = { draws: 0, lastDrawMs: 0, drawMs: [], layouts: 0, lastLayoutMs: 0, changesApplied: 0, resubscribes: 0, connects: 0 };
+
+  // ---- colour -----------------------------------------------------------------------------
+  // Speedup on a log2 axis: 0.25x deep red, 1x neutral grey, 4x deep green.
+  const STOPS = [[-2, [165, 0, 38]], [-1, [244, 109, 67]], [0, [190, 190, 190]], [1, [102, 189, 99]], [2, [0, 104, 55]]];
+  function speedupColour(s) {
+    if (!(s > 0)) return "rgb(150,150,150)";
+    const t = Math.max(-2, Math.min(2, Math.log2(s)));
+    for (let i = 1; i < STOPS.length; i++) {
+      if (t <= STOPS[i][0]) {
+        const [t0, c0] = STOPS[i - 1], [t1, c1] = STOPS[i];
+        const f = (t - t0) / (t1 - t0);
+        return "rgb(" + c0.map((c, j) => Math.round(c + f * (c1[j] - c))).join(",") + ")";
+      }
+    }
+    return "rgb(0,104,55)";
+  }
+
+  function style(n) {
+    if (n.state === "measured" && n.speedup > 0) return { kind: "measured", colour: speedupColour(n.speedup), alpha: 1 };
+    if (FAILED.has(n.state)) return { kind: "failed", colour: "rgb(120,120,120)", alpha: 1 };
+    if (n.bin) {
+      const conf = n.confidence == null ? 0.5 : n.confidence;
+      return { kind: "forecast", colour: speedupColour(midpoints[n.bin - 1]), alpha: 0.2 + 0.8 * Math.max(0, Math.min(1, conf)) };
+    }
+    return { kind: "plain", colour: "rgb(160,166,178)", alpha: 1 };
+  }
+
+  // ---- applying changes ---------------------------------------------------------------------
+  function upsertNode(p) {
+    let n = nodes.get(p.key);
+    if (!n) {
+      n = { key: p.key, x: 0, y: 0, placed: false };
+      nodes.set(p.key, n);
+      layoutDirty = true;
+      notYetShown.push(p.key);
+    } else if (n.parent !== p.parent) {
+      layoutDirty = true;
+    }
+    Object.assign(n, p);
+    n.style = style(n);
+    statsDirty = true;
+    drawDirty = true;
+  }
+
+  function applyChanges(changes) {
+    for (const change of changes) {
+      if (change.seq <= lastSeq) continue;            // already applied (a snapshot or a repeat)
+      if (change.seq !== lastSeq + 1) {                 // a gap: ask again from what we have
+        stats.resubscribes++;
+        subscribe();
+        break;
+      }
+      lastSeq = change.seq;
+      stats.changesApplied++;
+      const p = change.payload || {};
+      if (change.kind === "node" || change.kind === "discovery") {
+        upsertNode(p);
+        if (p.key === selectedKey) refreshPanel("live");
+      } else if (change.kind === "verification") {
+        verifications.set(p.node, p);
+        if (p.node === selectedKey) refreshPanel("live");
+      } else if (change.kind === "comment") {
+        if (p.node === selectedKey) refreshPanel("comments");
+      } else if (change.kind === "run") {
+        refreshControls(p);
+      }
+    }
+    requestFrame();
+  }
+
+  // ---- layout -------------------------------------------------------------------------------
+  function computeLayout() {
+    const started = performance.now();
+    const kids = new Map();
+    const roots = [];
+    for (const n of nodes.values()) {
+      const parent = n.parent != null ? nodes.get(n.parent) : null;
+      if (parent) {
+        let list = kids.get(parent.key);
+        if (!list) kids.set(parent.key, list = []);
+        list.push(n);
+      } else {
+        roots.push(n);
+      }
+    }
+    for (const list of kids.values()) list.sort((a, b) => a.id - b.id);
+    roots.sort((a, b) => a.id - b.id);
+    const top = roots.length === 1 ? roots[0] : { key: "__forest__", virtual: true };
+    const children = d => (d.virtual ? roots : kids.get(d.key) || null);
+    const h = d3.hierarchy(top, children);
+    ordered = [];
+    edges = [];
+    if (layoutMode === "tidy") {
+      d3.tree().nodeSize([SIBLING_GAP, DEPTH_GAP]).separation((a, b) => (a.parent === b.parent ? 1 : 1.4))(h);
+      h.each(d => { d.data.x = d.y; d.data.y = d.x; });
+    } else {
+      const height = Math.max(1, h.height);
+      const radius = Math.max(200, height * DEPTH_GAP);
+      d3.tree().size([2 * Math.PI, radius]).separation((a, b) => (a.parent === b.parent ? 1 : 2) / Math.max(1, a.depth))(h);
+      h.each(d => { d.data.x = d.y * Math.cos(d.x - Math.PI / 2); d.data.y = d.y * Math.sin(d.x - Math.PI / 2); });
+    }
+    h.each(d => {
+      if (d.data.virtual) return;
+      ordered.push(d.data);
+      if (d.parent && !d.parent.data.virtual) edges.push([d.parent.data, d.data]);
+    });
+    layoutDirty = false;
+    stats.layouts++;
+    stats.lastLayoutMs = performance.now() - started;
+  }
+
+  function computeBest() {
+    let best = null;
+    for (const n of nodes.values()) {
+      if (n.state === "measured" && n.speedup > 0 && (!best || n.speedup > best.speedup)) best = n;
+    }
+    bestKey = best ? best.key : null;
+    bestPath = new Set();
+    let cur = best;
+    while (cur) {
+      bestPath.add(cur.key);
+      cur = cur.parent != null ? nodes.get(cur.parent) : null;
+    }
+  }
+
+  function updateCounters() {
+    let measured = 0, forecast = 0, pending = 0, gpu = 0, failed = 0;
+    anyMeasuring = false;
+    for (const n of nodes.values()) {
+      if (n.state === "measured") measured++;
+      else if (n.bin) forecast++;
+      if (n.state === "awaiting-approval") pending++;
+      if (n.state === "queued" || n.state === "measuring") gpu++;
+      if (n.state === "measuring") anyMeasuring = true;
+      if (FAILED.has(n.state)) failed++;
+    }
+    const set = (name, value) => { const el = document.querySelector('[data-count="' + name + '"]'); if (el) el.textContent = value; };
+    set("nodes", nodes.size); set("measured", measured); set("forecast", forecast); set("pending", pending);
+    set("gpu", gpu); set("failed", failed);
+    const best = bestKey ? nodes.get(bestKey) : null;
+    set("best", best ? best.speedup.toFixed(2) + "× (" + (best.name || best.key) + ")" : "—");
+    document.getElementById("tree-empty").hidden = nodes.size > 0;
+  }
+
+  // ---- drawing ------------------------------------------------------------------------------
+  function resize() {
+    const rect = canvas.parentElement.getBoundingClientRect();
+    const dpr = window.devicePixelRatio || 1;
+    const width = Math.max(200, Math.floor(rect.width)), height = Math.max(200, Math.floor(rect.height));
+    canvas.style.width = width + "px";
+    canvas.style.height = height + "px";
+    canvas.width = Math.floor(width * dpr);
+    canvas.height = Math.floor(height * dpr);
+    drawDirty = true;
+    requestFrame();
+  }
+
+  function requestFrame() {
+    if (frameRequested) return;
+    frameRequested = true;
+    requestAnimationFrame(frame);
+  }
+
+  function frame(now) {
+    frameRequested = false;
+    if (layoutDirty) computeLayout();
+    if (statsDirty) { computeBest(); updateCounters(); statsDirty = false; }
+    if (!fittedOnce && ordered.length) { fit(); fittedOnce = true; if (selectedKey && nodes.has(selectedKey)) centreOn(selectedKey, false); }
+    if (drawDirty || anyMeasuring) draw(now);
+    if (anyMeasuring) setTimeout(requestFrame, 100); // the measuring marker pulses
+  }
+
+  function draw(now) {
+    const started = performance.now();
+    drawDirty = false;
+    const dpr = window.devicePixelRatio || 1;
+    const width = canvas.width / dpr, height = canvas.height / dpr;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const k = transform.k;
+    ctx.setTransform(dpr * k, 0, 0, dpr * k, dpr * transform.x, dpr * transform.y);
+    // Visible world rectangle, with a margin, for culling.
+    const margin = 20 / k;
+    const x0 = -transform.x / k - margin, y0 = -transform.y / k - margin;
+    const x1 = (width - transform.x) / k + margin, y1 = (height - transform.y) / k + margin;
+    const visible = n => n.x >= x0 && n.x <= x1 && n.y >= y0 && n.y <= y1;
+
+    // Edges: ordinary ones in one path, the path to the best kernel on top.
+    ctx.lineWidth = Math.max(0.6 / k, 0.6);
+    ctx.strokeStyle = "rgba(120,130,150,0.45)";
+    ctx.beginPath();
+    for (const [a, b] of edges) {
+      if (!visible(a) && !visible(b)) continue;
+      ctx.moveTo(a.x, a.y);
+      ctx.lineTo(b.x, b.y);
+    }
+    ctx.stroke();
+    if (bestPath.size > 1) {
+      ctx.lineWidth = Math.max(3.5 / k, 3.5);
+      ctx.strokeStyle = "rgba(230,160,0,0.9)";
+      ctx.beginPath();
+      for (const key of bestPath) {
+        const n = nodes.get(key);
+        const p = n && n.parent != null ? nodes.get(n.parent) : null;
+        if (p) { ctx.moveTo(p.x, p.y); ctx.lineTo(n.x, n.y); }
+      }
+      ctx.stroke();
+    }
+
+    const tiny = NODE_R * k < 1.6;   // zoomed far out: squares, no outlines
+    const r = tiny ? 1.6 / k : NODE_R;
+    const shownNow = Date.now();
+    for (const n of ordered) {
+      if (!visible(n)) continue;
+      const s = n.style;
+      ctx.globalAlpha = s.alpha;
+      if (tiny) {
+        ctx.fillStyle = s.colour;
+        ctx.fillRect(n.x - r, n.y - r, 2 * r, 2 * r);
+        continue;
+      }
+      const radius = s.kind === "plain" ? r * 0.6 : r;
+      ctx.beginPath();
+      ctx.arc(n.x, n.y, radius, 0, 2 * Math.PI);
+      if (s.kind === "forecast") {
+        ctx.fillStyle = "#fff";
+        ctx.fill();
+        ctx.lineWidth = 2.2;
+        ctx.strokeStyle = s.colour;
+        ctx.stroke();
+      } else {
+        ctx.fillStyle = s.colour;
+        ctx.fill();
+        if (s.kind === "measured") { ctx.lineWidth = 0.8; ctx.strokeStyle = "rgba(0,0,0,0.5)"; ctx.stroke(); }
+      }
+    }
+    ctx.globalAlpha = 1;
+    if (!tiny) drawMarkers(now, r, visible);
+    drawSelection(r);
+
+    if (notYetShown.length) {
+      for (const key of notYetShown) if (!firstShown.has(key)) firstShown.set(key, shownNow);
+      notYetShown = [];
+    }
+    stats.draws++;
+    stats.lastDrawMs = performance.now() - started;
+    stats.drawMs.push(stats.lastDrawMs);
+    if (stats.drawMs.length > 600) stats.drawMs.splice(0, 300);
+  }
+
+  function drawMarkers(now, r, visible) {
+    const pulse = 1 + 0.35 * Math.sin((now || 0) / 180);
+    for (const n of ordered) {
+      if (!visible(n)) continue;
+      const st = n.state;
+      if (st === "awaiting-approval") {
+        ctx.lineWidth = 2; ctx.strokeStyle = "#e67e00";
+        ctx.strokeRect(n.x - r - 3, n.y - r - 3, 2 * r + 6, 2 * r + 6);
+      } else if (st === "queued") {
+        ctx.lineWidth = 1.6; ctx.strokeStyle = "#2f6fdb"; ctx.setLineDash([2.5, 2]);
+        ctx.beginPath(); ctx.arc(n.x, n.y, r + 3.5, 0, 2 * Math.PI); ctx.stroke(); ctx.setLineDash([]);
+      } else if (st === "measuring") {
+        ctx.lineWidth = 2; ctx.strokeStyle = "#8e44ad";
+        ctx.beginPath(); ctx.arc(n.x, n.y, (r + 3) * pulse, 0, 2 * Math.PI); ctx.stroke();
+      } else if (FAILED.has(st) || st === "rejected") {
+        ctx.lineWidth = 1.8; ctx.strokeStyle = st === "rejected" ? "#555" : "#c0392b";
+        const d = r + 1.5;
+        ctx.beginPath(); ctx.moveTo(n.x - d, n.y - d); ctx.lineTo(n.x + d, n.y + d); ctx.moveTo(n.x + d, n.y - d); ctx.lineTo(n.x - d, n.y + d); ctx.stroke();
+      }
+      if (n.discovery) {
+        ctx.fillStyle = "#f1c40f"; ctx.strokeStyle = "#8a6d00"; ctx.lineWidth = 0.8;
+        star(n.x + r + 3, n.y - r - 3, 4.5);
+      }
+    }
+    if (bestKey && nodes.has(bestKey)) {
+      const b = nodes.get(bestKey);
+      ctx.lineWidth = 2.5; ctx.strokeStyle = "#e6a000";
+      ctx.beginPath(); ctx.arc(b.x, b.y, r + 6, 0, 2 * Math.PI); ctx.stroke();
+    }
+  }
+
+  function star(cx, cy, outer) {
+    ctx.beginPath();
+    for (let i = 0; i < 10; i++) {
+      const rad = i % 2 ? outer * 0.45 : outer;
+      const a = -Math.PI / 2 + i * Math.PI / 5;
+      ctx[i ? "lineTo" : "moveTo"](cx + rad * Math.cos(a), cy + rad * Math.sin(a));
+    }
+    ctx.closePath(); ctx.fill(); ctx.stroke();
+  }
+
+  function drawSelection(r) {
+    const k = transform.k;
+    for (const [key, colour, width] of [[hoverKey, "rgba(0,0,0,0.35)", 1.5], [selectedKey, "#111", 2.5]]) {
+      const n = key ? nodes.get(key) : null;
+      if (!n) continue;
+      ctx.lineWidth = width / Math.min(1, k);
+      ctx.strokeStyle = colour;
+      ctx.beginPath();
+      ctx.arc(n.x, n.y, Math.max(r + 8, 10 / k), 0, 2 * Math.PI);
+      ctx.stroke();
+    }
+  }
+
+  // ---- view: fit, zoom, pan, pick -----------------------------------------------------------
+  function bounds() {
+    let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    for (const n of ordered) { x0 = Math.min(x0, n.x); y0 = Math.min(y0, n.y); x1 = Math.max(x1, n.x); y1 = Math.max(y1, n.y); }
+    return { x0, y0, x1, y1 };
+  }
+
+  function fit() {
+    if (!ordered.length) return;
+    const b = bounds();
+    const dpr = window.devicePixelRatio || 1;
+    const width = canvas.width / dpr, height = canvas.height / dpr, pad = 30;
+    const k = Math.min(4, (width - 2 * pad) / Math.max(1, b.x1 - b.x0), (height - 2 * pad) / Math.max(1, b.y1 - b.y0));
+    transform = { k, x: pad - b.x0 * k + (width - 2 * pad - (b.x1 - b.x0) * k) / 2, y: pad - b.y0 * k + (height - 2 * pad - (b.y1 - b.y0) * k) / 2 };
+    drawDirty = true;
+    requestFrame();
+  }
+
+  function centreOn(key, zoomIn = true) {
+    const n = nodes.get(key);
+    if (!n) return;
+    if (layoutDirty) computeLayout();
+    const dpr = window.devicePixelRatio || 1;
+    const width = canvas.width / dpr, height = canvas.height / dpr;
+    const k = zoomIn ? Math.max(transform.k, 1.2) : transform.k;
+    transform = { k, x: width / 2 - n.x * k, y: height / 2 - n.y * k };
+    drawDirty = true;
+    requestFrame();
+  }
+
+  function zoomAt(px, py, factor) {
+    const k = Math.max(0.002, Math.min(12, transform.k * factor));
+    const f = k / transform.k;
+    transform = { k, x: px - (px - transform.x) * f, y: py - (py - transform.y) * f };
+    drawDirty = true;
+    requestFrame();
+  }
+
+  function pick(px, py) {
+    const wx = (px - transform.x) / transform.k, wy = (py - transform.y) / transform.k;
+    const reach = Math.max(NODE_R + 2, 7 / transform.k);
+    let best = null, bestD = reach * reach;
+    for (const n of ordered) {
+      const dx = n.x - wx, dy = n.y - wy, d = dx * dx + dy * dy;
+      if (d <= bestD) { best = n; bestD = d; }
+    }
+    return best;
+  }
+
+  function screenPosition(key) {
+    const n = nodes.get(key);
+    if (!n) return null;
+    if (layoutDirty) computeLayout();
+    const rect = canvas.getBoundingClientRect();
+    return { x: rect.left + transform.x + n.x * transform.k, y: rect.top + transform.y + n.y * transform.k };
+  }
+
+  let drag = null;
+  canvas.addEventListener("pointerdown", ev => {
+    canvas.setPointerCapture(ev.pointerId);
+    drag = { x: ev.clientX, y: ev.clientY, tx: transform.x, ty: transform.y, moved: false };
+  });
+  canvas.addEventListener("pointermove", ev => {
+    const rect = canvas.getBoundingClientRect();
+    if (drag) {
+      const dx = ev.clientX - drag.x, dy = ev.clientY - drag.y;
+      if (Math.abs(dx) + Math.abs(dy) > 4) drag.moved = true;
+      if (drag.moved) {
+        transform = { k: transform.k, x: drag.tx + dx, y: drag.ty + dy };
+        drawDirty = true;
+        requestFrame();
+        return;
+      }
+    }
+    const n = pick(ev.clientX - rect.left, ev.clientY - rect.top);
+    const key = n ? n.key : null;
+    if (key !== hoverKey) { hoverKey = key; drawDirty = true; requestFrame(); }
+    if (n) {
+      tooltip.hidden = false;
+      tooltip.style.left = (ev.clientX - rect.left + 14) + "px";
+      tooltip.style.top = (ev.clientY - rect.top + 10) + "px";
+      tooltip.textContent = describe(n);
+    } else {
+      tooltip.hidden = true;
+    }
+  });
+  canvas.addEventListener("pointerup", ev => {
+    const rect = canvas.getBoundingClientRect();
+    if (drag && !drag.moved) {
+      const n = pick(ev.clientX - rect.left, ev.clientY - rect.top);
+      if (n) select(n.key);
+    }
+    drag = null;
+  });
+  canvas.addEventListener("pointerleave", () => { tooltip.hidden = true; if (hoverKey) { hoverKey = null; drawDirty = true; requestFrame(); } });
+  canvas.addEventListener("wheel", ev => {
+    ev.preventDefault();
+    const rect = canvas.getBoundingClientRect();
+    zoomAt(ev.clientX - rect.left, ev.clientY - rect.top, Math.exp(-ev.deltaY * 0.0015));
+  }, { passive: false });
+  canvas.addEventListener("keydown", ev => {
+    const dpr = window.devicePixelRatio || 1, cx = canvas.width / dpr / 2, cy = canvas.height / dpr / 2;
+    const moves = { ArrowLeft: [60, 0], ArrowRight: [-60, 0], ArrowUp: [0, 60], ArrowDown: [0, -60] };
+    if (ev.key === "+" || ev.key === "=") zoomAt(cx, cy, 1.25);
+    else if (ev.key === "-") zoomAt(cx, cy, 0.8);
+    else if (moves[ev.key]) { transform.x += moves[ev.key][0]; transform.y += moves[ev.key][1]; drawDirty = true; requestFrame(); }
+    else return;
+    ev.preventDefault();
+  });
+
+  function describe(n) {
+    const parts = [(n.name || n.key) + " (" + n.key + ")", n.state];
+    if (n.speedup) parts.push(n.speedup.toFixed(3) + "× measured");
+    if (n.bin) parts.push("forecast bin " + n.bin + (n.confidence != null ? " at " + n.confidence.toFixed(2) : ""));
+    const v = verifications.get(n.key);
+    if (v && v.progress && (n.state === "measuring" || n.state === "queued")) parts.push(v.progress);
+    if (n.discovery) parts.push("discovery");
+    return parts.join(" · ");
+  }
+
+  // ---- the node panel -----------------------------------------------------------------------
+  function select(key, options = {}) {
+    if (!nodes.has(key)) return false;
+    selectedKey = key;
+    drawDirty = true;
+    requestFrame();
+    const url = new URL(window.location.href);
+    url.searchParams.set("node", key);
+    history.replaceState(null, "", url);
+    if (options.centre) centreOn(key);
+    htmx.ajax("GET", panelUrl + encodeURIComponent(key) + "/", { target: "#node-panel", swap: "innerHTML" });
+    return true;
+  }
+
+  const refreshTimers = {};
+  function refreshPanel(part) {
+    clearTimeout(refreshTimers[part]);
+    refreshTimers[part] = setTimeout(() => {
+      const shown = document.querySelector("#node-panel .panel");
+      const target = document.getElementById(part === "live" ? "panel-live" : "panel-comments");
+      if (shown && target && shown.dataset.node === selectedKey) htmx.trigger(target, "kl-refresh");
+    }, 200);
+  }
+
+  function refreshControls(payload) {
+    const badge = document.getElementById("run-status");
+    if (badge && payload.status && badge.dataset.status !== payload.status) {
+      htmx.ajax("GET", window.location.pathname + "?part=controls", { target: "#run-controls", swap: "outerHTML" });
+    }
+  }
+
+  document.getElementById("node-panel").addEventListener("click", ev => {
+    const link = ev.target.closest("[data-select]");
+    if (link && nodes.has(link.dataset.select)) {
+      ev.preventDefault();
+      select(link.dataset.select, { centre: true });
+    }
+  });
+
+  root.querySelectorAll("[data-tool]").forEach(button => button.addEventListener("click", () => {
+    const tool = button.dataset.tool;
+    if (tool === "fit") fit();
+    else if (tool === "best" && bestKey) select(bestKey, { centre: true });
+    else if (tool === "layout") {
+      layoutMode = layoutMode === "tidy" ? "radial" : "tidy";
+      button.textContent = layoutMode === "tidy" ? "Radial" : "Tidy";
+      computeLayout();
+      fit();
+    }
+  }));
+  document.getElementById("node-find").addEventListener("keydown", ev => {
+    if (ev.key !== "Enter") return;
+    ev.preventDefault();
+    const key = ev.target.value.trim();
+    if (!select(key, { centre: true })) ev.target.setCustomValidity("No node " + key), ev.target.reportValidity();
+    else ev.target.setCustomValidity("");
+  });
+
+  // ---- the websocket ------------------------------------------------------------------------
+  let socket = null;
+  let attempt = 0;
+  let reconnectTimer = null;
+
+  function setLive(state, text) {
+    liveStatus.dataset.state = state;
+    liveStatus.textContent = text;
+  }
+
+  function subscribe() {
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "subscribe", after: lastSeq }));
+  }
+
+  function connect() {
+    clearTimeout(reconnectTimer);
+    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    const ws = new WebSocket(scheme + window.location.host + root.dataset.wsPath);
+    socket = ws;
+    setLive("connecting", attempt ? "reconnecting…" : "connecting…");
+    ws.onopen = () => {
+      attempt = 0;
+      stats.connects++;
+      subscribe();
+      setLive("live", "live");
+    };
+    ws.onmessage = ev => {
+      const message = JSON.parse(ev.data);
+      if (message.type === "changes") applyChanges(message.changes);
+    };
+    ws.onclose = ev => {
+      if (socket !== ws) return;
+      socket = null;
+      if (ev.code === 4401 || ev.code === 4403) {
+        setLive("closed", ev.code === 4401 ? "logged out: reload to log in" : "no access to this run");
+        return;
+      }
+      const delay = Math.min(RECONNECT_MAX_MS, 500 * 2 ** attempt) * (0.5 + Math.random() / 2);
+      attempt++;
+      setLive("offline", "connection lost; retrying in " + Math.ceil(delay / 1000) + " s");
+      reconnectTimer = setTimeout(connect, delay);
+    };
+  }
+
+  window.addEventListener("online", () => { if (!socket) { attempt = 0; connect(); } });
+
+  // ---- start ----------------------------------------------------------------------------------
+  async function start() {
+    resize();
+    new ResizeObserver(resize).observe(canvas.parentElement);
+    setLive("connecting", "loading tree…");
+    const response = await fetch(root.dataset.treeUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!response.ok) { setLive("closed", "could not load the tree (" + response.status + ")"); return; }
+    const snapshot = await response.json();
+    for (const p of snapshot.nodes) upsertNode(p);
+    lastSeq = snapshot.seq;
+    requestFrame();
+    connect();
+    if (selectedKey && nodes.has(selectedKey)) select(selectedKey);
+  }
+
+  // Read-only handles for tests and benchmarks.
+  window.klExplorer = {
+    get lastSeq() { return lastSeq; },
+    get size() { return nodes.size; },
+    get selected() { return selectedKey; },
+    get transform() { return Object.assign({}, transform); },
+    get connected() { return !!socket && socket.readyState === WebSocket.OPEN; },
+    node: key => (nodes.has(key) ? Object.assign({}, nodes.get(key)) : null),
+    bestPath: () => Array.from(bestPath),
+    firstShown: key => firstShown.get(key) || null,
+    firstShownAll: () => Object.fromEntries(firstShown),
+    stats,
+    screenPosition,
+    select: key => select(key, { centre: true }),
+    zoomAt,
+    fit,
+    dropConnection: () => { if (socket) socket.close(4000, "dropped by the page"); },
+  };
+
+  start();
+})();

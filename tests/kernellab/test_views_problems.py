@@ -1,0 +1,153 @@
+"""Problem pages: the list, uploading a reference kernel (good, broken, too big, wrong type), one problem's page."""
+import inspect
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from kernellab.models import Problem
+from kernellab.services.problems import ProblemRejected
+from tests.conftest import SIMPLE_REFERENCE, SIMPLE_SPEC
+
+pytestmark = pytest.mark.django_db
+
+
+def _service_reads_the_runner_api() -> bool:
+    """services.problems calls spec.reference_candidate(); gpu_runner offers reference_candidate(spec)."""
+    import gpu_runner.spec
+    from kernellab.services import problems
+
+    return hasattr(gpu_runner.spec.Problem, "reference_candidate") or "spec.reference_candidate()" not in inspect.getsource(problems)
+
+
+needs_service_fix = pytest.mark.xfail(
+    not _service_reads_the_runner_api(),
+    reason="kernellab.services.problems.problem_check calls spec.reference_candidate(), which gpu_runner.spec.Problem does not have "
+    "(gpu_runner offers the function reference_candidate(problem)); reported to the lead.",
+    strict=True,
+)
+
+BROKEN_REFERENCE = """
+extern "C" __global__ void scale(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i] +;
+}
+"""
+
+
+def login(client, user):
+    client.force_login(user)
+    return client
+
+
+def test_the_problem_list_shows_the_workspaces_problems(client, members, problem):
+    response = login(client, members["viewer"]).get(reverse("problem-list", args=["team"]))
+    assert response.status_code == 200
+    assert "Vector scale" in response.content.decode()
+    assert "Upload a reference kernel" not in response.content.decode()
+
+
+def test_an_outsider_cannot_see_the_problem_list(client, members, problem):
+    response = login(client, members["outsider"]).get(reverse("problem-list", args=["team"]))
+    assert response.status_code == 404
+
+
+def test_the_problem_page_shows_highlighted_source_spec_and_roofline(client, members, problem):
+    response = login(client, members["viewer"]).get(reverse("problem-detail", args=[problem.pk]))
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert 'class="hl"' in body  # pygments output
+    assert "scale" in body and "ceil_div(N, 256)" in body
+    # 8*N bytes at the H200's 4800 GB/s: 8 MiB / 4.8e12 B/s = 0.0017 ms
+    assert "0.0017 ms" in body
+    assert "datasheet" in body
+
+
+def test_the_problem_page_lists_its_runs(client, members, run):
+    response = login(client, members["viewer"]).get(reverse("problem-detail", args=[run.problem_id]))
+    assert f"/runs/{run.pk}/" in response.content.decode()
+
+
+def test_a_rejected_upload_shows_compile_errors_against_the_source_lines(client, members, workspace, monkeypatch):
+    def reject(**kwargs):
+        raise ProblemRejected("The reference kernel does not compile at line 4: expected an expression", [{"line": 4, "message": "expected an expression"}])
+
+    monkeypatch.setattr("kernellab.services.problems.problem_check", reject)
+    response = login(client, members["engineer"]).post(
+        reverse("problem-upload", args=["team"]), {"spec_toml": SIMPLE_SPEC, "reference_source": BROKEN_REFERENCE}
+    )
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "does not compile at line 4" in body and "Nothing was saved" in body
+    assert 'href="#src-4"' in body          # the error links to its line
+    assert 'class="hll"' in body            # and the line is marked in the source
+    assert not Problem.objects.exists()
+
+
+def test_an_upload_of_the_wrong_file_type_is_refused_before_any_check(client, members, workspace, monkeypatch):
+    monkeypatch.setattr("kernellab.services.problems.problem_check", lambda **kw: pytest.fail("checked a refused upload"))
+    response = login(client, members["engineer"]).post(
+        reverse("problem-upload", args=["team"]),
+        {
+            "spec_file": SimpleUploadedFile("problem.toml", SIMPLE_SPEC.encode()),
+            "reference_file": SimpleUploadedFile("reference.exe", b"MZ\x00\x00binary"),
+        },
+    )
+    assert response.status_code == 400
+    assert "reference.cu must be a .cu or .cuh file" in response.content.decode()
+    assert not Problem.objects.exists()
+
+
+def test_an_upload_over_the_size_limit_is_refused(client, members, workspace, settings):
+    settings.KERNELLAB_UPLOAD_MAX_BYTES = 1024
+    response = login(client, members["engineer"]).post(
+        reverse("problem-upload", args=["team"]),
+        {"spec_toml": SIMPLE_SPEC, "reference_file": SimpleUploadedFile("reference.cu", b"// x\n" * 400)},
+    )
+    assert response.status_code == 400
+    assert "the limit is 1 KiB" in response.content.decode()
+    assert not Problem.objects.exists()
+
+
+def test_a_binary_file_named_cu_is_refused(client, members, workspace):
+    response = login(client, members["engineer"]).post(
+        reverse("problem-upload", args=["team"]),
+        {"spec_toml": SIMPLE_SPEC, "reference_file": SimpleUploadedFile("reference.cu", b"\x7fELF\x00\x01")},
+    )
+    assert response.status_code == 400
+    assert "binary file" in response.content.decode()
+
+
+def test_a_viewer_cannot_upload(client, members, workspace):
+    response = login(client, members["viewer"]).post(
+        reverse("problem-upload", args=["team"]), {"spec_toml": SIMPLE_SPEC, "reference_source": SIMPLE_REFERENCE}
+    )
+    assert response.status_code == 403
+    assert "engineer role or above" in response.content.decode()
+    assert not Problem.objects.exists()
+
+
+@needs_service_fix
+def test_an_engineer_uploads_a_kernel_that_compiles(client, members, workspace):
+    response = login(client, members["engineer"]).post(
+        reverse("problem-upload", args=["team"]),
+        {
+            "spec_file": SimpleUploadedFile("problem.toml", SIMPLE_SPEC.encode()),
+            "reference_file": SimpleUploadedFile("reference.cu", SIMPLE_REFERENCE.encode()),
+        },
+    )
+    problem = Problem.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("problem-detail", args=[problem.pk])
+    assert problem.created_by == members["engineer"]
+    assert problem.reference.compiler_facts  # nvcc's ptxas facts were kept
+
+
+@needs_service_fix
+def test_a_kernel_that_does_not_compile_is_refused_with_its_line(client, members, workspace):
+    response = login(client, members["engineer"]).post(
+        reverse("problem-upload", args=["team"]), {"spec_toml": SIMPLE_SPEC, "reference_source": BROKEN_REFERENCE}
+    )
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "line 4" in body
+    assert not Problem.objects.exists()

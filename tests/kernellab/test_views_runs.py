@@ -1,0 +1,125 @@
+"""Run pages: the creation form with working defaults, pause/resume/cancel, and the dashboard."""
+import pytest
+from django.urls import reverse
+
+from kernellab.models import ExpertNote, Forecast, Measurement, Node, NodeState, SearchRun, Verification, VerificationState
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def no_broker(monkeypatch):
+    """Starting a run enqueues the search task; these tests look at the rows, not at a worker."""
+    sent = []
+    monkeypatch.setattr("kernellab.tasks.search_run_advance.apply_async", lambda *a, **k: sent.append((a, k)))
+    monkeypatch.setattr("kernellab.tasks.verification_execute.apply_async", lambda *a, **k: sent.append((a, k)))
+    return sent
+
+
+def test_the_form_offers_defaults_that_create_a_run(client, members, problem, django_capture_on_commit_callbacks):
+    client.force_login(members["engineer"])
+    page = client.get(reverse("run-new", args=[problem.pk]))
+    form = page.context["form"]
+    data = {name: field.initial for name, field in form.fields.items() if field.initial is not None}
+    data["generator"] = form.fields["generator"].initial
+    data["start"] = "on"
+    assert data["generator"] == "transform"  # the problem has no knobs, so no template generator
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("run-new", args=[problem.pk]), data)
+    run = SearchRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("run-explorer", args=[run.pk])
+    assert run.status == "running" and run.generator == "transform" and run.backend == "auto"
+
+
+def test_a_service_refusal_is_shown_as_a_sentence(client, members, problem):
+    client.force_login(members["engineer"])
+    response = client.post(
+        reverse("run-new", args=[problem.pk]),
+        {"generator": "template", "surrogate": "learned", "confidence_threshold": 0.6, "gpu_budget": 10, "children_per_step": 4,
+         "max_gpu_per_step": 2, "max_steps": 10, "approval_mode": "auto", "target_gpu": "h200", "backend": "auto",
+         "objective": "time", "feedback": "notes", "seed": 0},
+    )
+    assert response.status_code == 400
+    assert "The template generator needs a problem with knobs" in response.content.decode()
+    assert not SearchRun.objects.exists()
+
+
+def test_a_viewer_cannot_create_a_run(client, members, problem):
+    client.force_login(members["viewer"])
+    response = client.post(
+        reverse("run-new", args=[problem.pk]),
+        {"generator": "transform", "surrogate": "learned", "confidence_threshold": 0.6, "gpu_budget": 10, "children_per_step": 4,
+         "max_gpu_per_step": 2, "max_steps": 10, "approval_mode": "auto", "target_gpu": "h200", "backend": "auto",
+         "objective": "time", "feedback": "notes", "seed": 0},
+    )
+    assert response.status_code == 400
+    assert "engineer role or above" in response.content.decode()
+    assert not SearchRun.objects.exists()
+
+
+def test_pause_resume_and_cancel_move_the_run(client, members, run):
+    client.force_login(members["engineer"])
+    url = reverse("run-action", args=[run.pk])
+    client.post(url, {"action": "start"}, HTTP_HX_REQUEST="true")
+    response = client.post(url, {"action": "pause"}, HTTP_HX_REQUEST="true")
+    assert 'data-status="paused"' in response.content.decode()
+    response = client.post(url, {"action": "resume"}, HTTP_HX_REQUEST="true")
+    assert 'data-status="running"' in response.content.decode()
+    response = client.post(url, {"action": "cancel"}, HTTP_HX_REQUEST="true")
+    assert 'data-status="cancelled"' in response.content.decode()
+    response = client.post(url, {"action": "resume"}, HTTP_HX_REQUEST="true")
+    assert "The run is cancelled, so it cannot resume." in response.content.decode()
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+
+
+def test_a_viewer_sees_no_controls_and_is_refused(client, members, run):
+    client.force_login(members["viewer"])
+    page = client.get(reverse("run-explorer", args=[run.pk]))
+    assert 'name="action"' not in page.content.decode()
+    response = client.post(reverse("run-action", args=[run.pk]), {"action": "start"}, HTTP_HX_REQUEST="true")
+    assert "engineer role or above" in response.content.decode()
+    run.refresh_from_db()
+    assert run.status == "created"
+
+
+def _measured_child(run, parent, key, *, speedup, probs, confidence, finished_at=None, energy=None):
+    from kernellab.services.kernels import kernel_get_or_create
+
+    kernel = kernel_get_or_create(candidate={"source": f"// {key}\n" + parent.kernel.source, "launch": parent.kernel.launch, "name": key})
+    node = Node.objects.create(run=run, key=key, parent=parent, kernel=kernel, depth=parent.depth + 1, state=NodeState.MEASURED, speedup=speedup)
+    predicted = max(range(8), key=lambda i: probs[i]) + 1
+    Forecast.objects.create(node=node, surrogate="learned", probabilities=probs, predicted_bin=predicted, confidence=confidence)
+    m = Measurement.objects.create(kernel=kernel, problem=run.problem, status="ok", speedup=speedup, backend="replay",
+                                   candidate_stats={"median_ms": 1.0 / speedup, "iqr_ms": 0.01, "n": 30}, energy=energy)
+    Verification.objects.create(node=node, state=VerificationState.DONE, finished_at=finished_at, measurement=m)
+    return node
+
+
+def test_the_dashboard_computes_calibration_from_forecasts_and_measurements(client, members, node):
+    from django.utils import timezone
+
+    run, root = node.run, node.parent
+    now = timezone.now()
+    onehot = lambda b: [1.0 if i == b - 1 else 0.0 for i in range(8)]  # noqa: E731
+    # Two confident and right (1.2x is bin 5, 3.0x is bin 7), one confident and wrong (0.6x is bin 3, not 6).
+    _measured_child(run, root, "a", speedup=1.2, probs=onehot(5), confidence=1.0, finished_at=now, energy={"j_per_call": 0.02})
+    _measured_child(run, root, "b", speedup=3.0, probs=onehot(7), confidence=1.0, finished_at=now, energy={"j_per_call": 0.01})
+    _measured_child(run, root, "c", speedup=0.6, probs=[0, 0, 0, 0, 0, 0.6, 0.4, 0], confidence=0.6, finished_at=now)
+    client.force_login(members["viewer"])
+    response = client.get(reverse("run-dashboard", args=[run.pk]))
+    dashboard = response.context["dashboard"]
+    assert dashboard["progress"]["best"] == [1.2, 3.0, 3.0]
+    assert dashboard["confusion"][4][4] == 1 and dashboard["confusion"][6][6] == 1 and dashboard["confusion"][5][2] == 1
+    # ECE: bucket (0.9,1] has accuracy 1 at confidence 1; bucket (0.5,0.6] accuracy 0 at 0.6 -> 1/3 * 0.6
+    assert dashboard["reliability"]["ece"] == pytest.approx(0.2)
+    assert dashboard["risk_coverage"]["risk"] == pytest.approx([0.0, 0.0, 1 / 3])
+    assert sorted(dashboard["energy"]["key"]) == ["a", "b"]
+    assert "bin accuracy 0.67" in response.content.decode()
+
+
+def test_an_empty_dashboard_says_so(client, members, run):
+    client.force_login(members["viewer"])
+    response = client.get(reverse("run-dashboard", args=[run.pk]))
+    assert response.status_code == 200
+    assert response.context["dashboard"]["pairs"] == []
