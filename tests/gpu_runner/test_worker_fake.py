@@ -105,8 +105,17 @@ def test_a_claim_below_the_roofline_is_rejected():
 
     slow = Hardware("Fake GPU", 4, 1 << 30, 1.0, 1000.0, 1000.0, "9.0", "fake", 1 << 20)
     problem = saxpy_problem(n=1 << 20, odd=1001)   # 12.6 MB at 1 GB/s: at least 12.6 ms on this fake GPU
-    result, _ = run(saxpy_body, cost_ms=1.0, problem=problem, hardware=slow)
+    # numpy takes real milliseconds here; widen the escape margin so only the roofline speaks
+    settings = SETTINGS.with_(escape_margin_ms=1e6)
+    result, _ = run(saxpy_body, cost_ms=1.0, problem=problem, hardware=slow, settings=settings)
     assert result.status == "rejected-guard" and "roofline" in result.reason
+
+
+def test_work_that_finishes_after_the_end_event_is_rejected():
+    # the stand-in's events say 0.5 ms, but every synchronise waits another 20 ms of wall time
+    result, evidence = run(saxpy_body, cost_ms=0.5, extra_wall_s=0.02)
+    assert result.status == "rejected-guard" and "escapes the timer" in result.reason
+    assert evidence.escape["wall_ms"] > 20
 
 
 def test_a_launch_error_fails_the_candidate_with_its_cause():
