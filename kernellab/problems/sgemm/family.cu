@@ -6,8 +6,9 @@
 //   ALGO_tile1d    shared-memory tiles, TM elements of one column of C per thread
 //   ALGO_tile2d    shared-memory tiles, a TM x TN register block per thread
 //   ALGO_warptile  block tile -> warp tiles (WM x WN) -> WMITER x WNITER sub-tiles per warp,
-//                  each thread holding TM x TN elements in all (TM/WMITER x TN/WNITER per sub-tile)
-//   BM, BN, BK     block tile; TM, TN thread tile; WM, WN, WMITER, WNITER warp tiling
+//                  each thread holding TM x TN elements in all, as WMITER x WNITER fragments of
+//                  4 x 4 (WMITER = TM/4, WNITER = TN/4)
+//   BM, BN, BK     block tile; TM, TN thread tile; WM, WN warp tile
 //   VEC            1: scalar global loads; 4: float4 global loads and stores (tile2d with VEC 4
 //                  also stores A transposed in shared memory so that a thread reads its TM
 //                  values of A as float4)
@@ -16,8 +17,8 @@
 //   PAD            floats added to each row of the transposed A tile against bank conflicts
 //   MINB           minimum resident blocks per SM promised to the compiler (__launch_bounds__)
 //
-// Tiled variants need M % BM == 0, N % BN == 0 and K % BK == 0 (the problem's size cases are
-// multiples of 256 x 256 x 32); the naive variant takes any size.
+// Tiled variants need M % BM == 0, N % BN == 0 and K % BK == 0 (a constraint of the family; the
+// problem's size cases are multiples of 256 x 256 x 32); the naive variant takes any size.
 
 #define NT ((BM * BN) / (TM * TN))
 
@@ -191,6 +192,7 @@ sgemm_family(const float* __restrict__ A, const float* __restrict__ B, float* __
         }
     };
 #elif defined(ALGO_warptile)
+    constexpr int WMITER = TM / 4, WNITER = TN / 4;
     constexpr int TMS = TM / WMITER, TNS = TN / WNITER;     // thread fragment of one sub-tile
     constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER; // warp sub-tile
     constexpr int LANES_N = WSUBN / TNS;                    // lanes along N in a sub-tile

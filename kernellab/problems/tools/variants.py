@@ -168,20 +168,22 @@ class Problem:
         return (self.folder / self.spec["problem"]["reference"]).read_text()
 
     def knob_space(self) -> list[dict]:
-        """All knob points that satisfy the constraints, in declaration order.
+        """All knob points that satisfy the constraints in every size case, in declaration order.
 
         Backtracking: a constraint is checked as soon as every knob it names is bound, so that
         cross products of millions of points are pruned early."""
         knobs = self.family["knobs"]
         names = list(knobs)
+        cases = list(self.sizes.values())
         checks: list[list] = [[] for _ in names]
         for text in self.family.get("constraints", []):
             code, used = compile_expression(text)
-            unknown = used - set(names)
+            unknown = used - set(names) - set(cases[0])
             if unknown:
-                raise ExpressionError(f"constraint {text!r} names {sorted(unknown)}, which are not knobs")
-            last = max(names.index(n) for n in used) if used else 0
-            checks[last].append(code)
+                raise ExpressionError(f"constraint {text!r} names {sorted(unknown)}: not knobs or sizes")
+            knob_names = used & set(names)
+            last = max(names.index(n) for n in knob_names) if knob_names else 0
+            checks[last].append((code, bool(used - knob_names)))
         valid: list[dict] = []
         point: dict = {}
 
@@ -191,7 +193,7 @@ class Problem:
                 return
             for value in knobs[names[i]]:
                 point[names[i]] = value
-                if all(eval(code, _EVAL_GLOBALS, point) for code in checks[i]):
+                if all(_holds(code, point, cases if sized else [{}]) for code, sized in checks[i]):
                     bind(i + 1)
             del point[names[i]]
 
@@ -222,6 +224,11 @@ class Problem:
 
     def variants(self) -> list[Variant]:
         return [self.render(k) for k in self.knob_space()]
+
+
+def _holds(code, point: dict, cases: list[dict]) -> bool:
+    """A constraint naming sizes must hold in every size case."""
+    return all(eval(code, _EVAL_GLOBALS, {**case, **point}) for case in cases)
 
 
 def _substitute(expression, knobs: dict) -> str:
