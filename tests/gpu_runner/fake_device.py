@@ -30,7 +30,7 @@ class FakeKernel:
 class FakeDevice(Device):
     name = "fake"
 
-    def __init__(self, kernels: dict | None = None, *, hardware: Hardware | None = None):
+    def __init__(self, kernels: dict | None = None, *, hardware: Hardware | None = None, extra_wall_s: float = 0.0):
         self.kernels = dict(kernels or {})
         self._hardware = hardware or Hardware("Fake GPU", 4, 1 << 30, 1000.0, 1000.0, 1000.0, "9.0", "fake", 1 << 20)
         self.memory: dict[int, np.ndarray] = {}
@@ -38,7 +38,7 @@ class FakeDevice(Device):
         self._next = 1 << 20
         self.clock_ms = 0.0
         self.launches = 0
-        self.extra_wall_s = 0.0
+        self.extra_wall_s = extra_wall_s
 
     # -- memory
     def _locate(self, ptr: int) -> tuple[np.ndarray, int]:
