@@ -58,6 +58,10 @@ def find_tool(name: str) -> str:
     for directory in _wheel_bins():
         if os.path.isfile(os.path.join(directory, name)):
             return os.path.join(directory, name)
+    if name == "ncu":
+        found = sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu") + glob.glob("/usr/local/cuda*/bin/ncu"))
+        if found:
+            return found[-1]
     raise ToolMissing(f"{name} was not found (install the CUDA toolkit or the nvidia-cuda-{name} wheel)")
 
 
