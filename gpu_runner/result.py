@@ -106,6 +106,7 @@ class MeasurementResult:
     source_hash: str = ""
     size_case: str = ""
     wall_s: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

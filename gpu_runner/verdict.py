@@ -27,6 +27,7 @@ def judge(problem: Problem, evidence: Evidence, settings: MeasureSettings, *, ba
           ) -> MeasurementResult:
     result = MeasurementResult(status="ok", backend=backend, seed=seed, hardware=evidence.hardware,
                                problem=problem.name, size_case=problem.default_case.name)
+    result.phase_s = {k: round(v, 4) for k, v in evidence.phase_s.items()}
     if evidence.energy is not None:
         result.energy = evidence.energy
     if evidence.energy_error:

@@ -18,6 +18,7 @@ from .gpu import GpuBackend
 
 class CupyDevice(Device):
     name = "cupy"
+    _NOT_READY = 600   # cudaErrorNotReady
 
     def __init__(self, device_index: int = 0):
         import cupy
@@ -96,7 +97,13 @@ class CupyDevice(Device):
         event.record(self.stream)
 
     def event_done(self, event: Any) -> bool:
-        return bool(event.done)
+        # Event.done hides errors (any status but success reads as "not done"): query and raise instead.
+        status = self.runtime.eventQuery(event.ptr)
+        if status == 0:
+            return True
+        if status == self._NOT_READY:
+            return False
+        raise self.runtime.CUDARuntimeError(status)
 
     def elapsed_ms(self, start: Any, end: Any) -> float:
         return float(self.cp.cuda.get_elapsed_time(start, end))

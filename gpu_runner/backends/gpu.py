@@ -129,6 +129,7 @@ class GpuBackend(Backend):
         job = {"kind": "measure", "problem": problem, "candidate": candidate, "cubin": None, "seed": seed,
                "settings": settings, "energy": energy}
         evidence = self._request(job, timeout_s)
+        worker_done = time.perf_counter()
         output = None
         if facts is not None:
             try:
@@ -138,6 +139,9 @@ class GpuBackend(Backend):
         result = self._finish(problem, candidate, evidence, seed, settings, output, profile, None)
         if facts is None or output is None:
             result.observer_errors.setdefault("ptxas", "nvcc is not available for compiler facts")
+        result.phase_s["worker_round_trip"] = round(worker_done - started, 4)
+        if output is not None:
+            result.phase_s["nvcc_facts"] = round(output.report.compile_s, 4)
         result.wall_s = time.perf_counter() - started
         return result
 

@@ -93,8 +93,8 @@ def test_it_rejects_a_time_below_the_problems_roofline(runner):
 
 
 def test_a_hang_fails_only_that_candidate(runner, problem):
-    body = "    volatile int spin = 1;\n    while (spin) { }\n" + HONEST
-    result = runner.measure(problem, cand(body), timeout_s=60)
+    body = "    while (kl_forever) { }\n" + HONEST
+    result = runner.measure(problem, cand(body, "__device__ volatile int kl_forever = 1;\n"), timeout_s=60)
     assert result.status == "failed-timeout", result.reason
     after = runner.measure(problem, cand(HONEST))
     assert after.status == "ok", after.reason
