@@ -44,9 +44,9 @@ def _check_text(text: str, *, label: str) -> str:
 class ProblemUploadForm(forms.Form):
     """A problem as pasted text or as files; a file wins over the text box for the same part."""
 
-    spec_toml = forms.CharField(label="problem.toml", required=False, widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}))
-    reference_source = forms.CharField(label="reference.cu", required=False, widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}))
-    family_source = forms.CharField(label="family.cu (optional template with knobs)", required=False, widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}))
+    spec_toml = forms.CharField(label="problem.toml", required=False, strip=False, widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}))
+    reference_source = forms.CharField(label="reference.cu", required=False, strip=False, widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false"}))
+    family_source = forms.CharField(label="family.cu (optional template with knobs)", required=False, strip=False, widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}))
     spec_file = forms.FileField(label="or upload problem.toml", required=False)
     reference_file = forms.FileField(label="or upload reference.cu", required=False)
     family_file = forms.FileField(label="or upload family.cu", required=False)
@@ -126,7 +126,7 @@ class DiscoveryForm(forms.Form):
 
 
 class HumanChildForm(forms.Form):
-    source = forms.CharField(widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false"}))
+    source = forms.CharField(strip=False, widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false"}))
     launch = forms.CharField(widget=forms.Textarea(attrs={"rows": 5, "spellcheck": "false"}), required=False, help_text="JSON list of launches; empty keeps the parent's launch plan.")
 
     def clean_source(self):

@@ -68,20 +68,25 @@ def problem_upload(request, slug: str):
             family_source=data["family_source"],
         )
     except ProblemRejected as exc:
-        context["rejection"] = str(exc)
+        context["rejection"] = _sentence(str(exc))
         context["compile_errors"] = exc.compile_errors
         lines = {e["line"] for e in exc.compile_errors if isinstance(e.get("line"), int)}
         if exc.compile_errors:
             context["marked_source"] = highlight_cuda(data["reference_source"], mark_lines=lines, anchor="src")
         return render(request, "kernellab/problems/upload.html", context, status=400)
     except ServiceError as exc:
-        context["rejection"] = str(exc)
+        context["rejection"] = _sentence(str(exc))
         return render(request, "kernellab/problems/upload.html", context, status=403 if not can_upload else 400)
     except (ImportError, RuntimeError, OSError) as exc:  # the runner or nvcc is missing on this server
         log.exception("problem check could not run")
         context["rejection"] = f"The compile check cannot run on this server ({exc}); nothing was saved."
         return render(request, "kernellab/problems/upload.html", context, status=503)
     return redirect("problem-detail", problem_id=problem.pk)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def _spec_summary(spec) -> dict:

@@ -38,6 +38,7 @@
   let bestKey = null;
   let bestPath = new Set();
   let fittedOnce = false;
+  let following = true;          // refit as the tree grows until the person moves the view
   let anyMeasuring = false;
   const firstShown = new Map();  // key -> Date.now() of the first frame that drew it
   let notYetShown = [];
@@ -207,9 +208,16 @@
 
   function frame(now) {
     frameRequested = false;
-    if (layoutDirty) computeLayout();
+    let relaid = false;
+    if (layoutDirty) { computeLayout(); relaid = true; }
     if (statsDirty) { computeBest(); updateCounters(); statsDirty = false; }
-    if (!fittedOnce && ordered.length) { fit(); fittedOnce = true; if (selectedKey && nodes.has(selectedKey)) centreOn(selectedKey, false); }
+    if (!fittedOnce && ordered.length) {
+      fit();
+      fittedOnce = true;
+      if (selectedKey && nodes.has(selectedKey)) { following = false; centreOn(selectedKey, false); }
+    } else if (relaid && following) {
+      fit();
+    }
     if (drawDirty || anyMeasuring) draw(now);
     if (anyMeasuring) setTimeout(requestFrame, 100); // the measuring marker pulses
   }
@@ -338,7 +346,7 @@
     for (const [key, colour, width] of [[hoverKey, "rgba(0,0,0,0.35)", 1.5], [selectedKey, "#111", 2.5]]) {
       const n = key ? nodes.get(key) : null;
       if (!n) continue;
-      ctx.lineWidth = width / Math.min(1, k);
+      ctx.lineWidth = width / k;
       ctx.strokeStyle = colour;
       ctx.beginPath();
       ctx.arc(n.x, n.y, Math.max(r + 8, 10 / k), 0, 2 * Math.PI);
@@ -358,7 +366,7 @@
     const b = bounds();
     const dpr = window.devicePixelRatio || 1;
     const width = canvas.width / dpr, height = canvas.height / dpr, pad = 30;
-    const k = Math.min(4, (width - 2 * pad) / Math.max(1, b.x1 - b.x0), (height - 2 * pad) / Math.max(1, b.y1 - b.y0));
+    const k = Math.min(2, (width - 2 * pad) / Math.max(1, b.x1 - b.x0), (height - 2 * pad) / Math.max(1, b.y1 - b.y0));
     transform = { k, x: pad - b.x0 * k + (width - 2 * pad - (b.x1 - b.x0) * k) / 2, y: pad - b.y0 * k + (height - 2 * pad - (b.y1 - b.y0) * k) / 2 };
     drawDirty = true;
     requestFrame();
@@ -371,12 +379,14 @@
     const dpr = window.devicePixelRatio || 1;
     const width = canvas.width / dpr, height = canvas.height / dpr;
     const k = zoomIn ? Math.max(transform.k, 1.2) : transform.k;
+    following = false;
     transform = { k, x: width / 2 - n.x * k, y: height / 2 - n.y * k };
     drawDirty = true;
     requestFrame();
   }
 
   function zoomAt(px, py, factor) {
+    following = false;
     const k = Math.max(0.002, Math.min(12, transform.k * factor));
     const f = k / transform.k;
     transform = { k, x: px - (px - transform.x) * f, y: py - (py - transform.y) * f };
@@ -414,6 +424,7 @@
       const dx = ev.clientX - drag.x, dy = ev.clientY - drag.y;
       if (Math.abs(dx) + Math.abs(dy) > 4) drag.moved = true;
       if (drag.moved) {
+        following = false;
         transform = { k: transform.k, x: drag.tx + dx, y: drag.ty + dy };
         drawDirty = true;
         requestFrame();
@@ -451,7 +462,7 @@
     const moves = { ArrowLeft: [60, 0], ArrowRight: [-60, 0], ArrowUp: [0, 60], ArrowDown: [0, -60] };
     if (ev.key === "+" || ev.key === "=") zoomAt(cx, cy, 1.25);
     else if (ev.key === "-") zoomAt(cx, cy, 0.8);
-    else if (moves[ev.key]) { transform.x += moves[ev.key][0]; transform.y += moves[ev.key][1]; drawDirty = true; requestFrame(); }
+    else if (moves[ev.key]) { following = false; transform.x += moves[ev.key][0]; transform.y += moves[ev.key][1]; drawDirty = true; requestFrame(); }
     else return;
     ev.preventDefault();
   });
@@ -507,7 +518,7 @@
 
   root.querySelectorAll("[data-tool]").forEach(button => button.addEventListener("click", () => {
     const tool = button.dataset.tool;
-    if (tool === "fit") fit();
+    if (tool === "fit") { following = true; fit(); }
     else if (tool === "best" && bestKey) select(bestKey, { centre: true });
     else if (tool === "layout") {
       layoutMode = layoutMode === "tidy" ? "radial" : "tidy";

@@ -1,6 +1,4 @@
 """Problem pages: the list, uploading a reference kernel (good, broken, too big, wrong type), one problem's page."""
-import inspect
-
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
@@ -11,21 +9,6 @@ from tests.conftest import SIMPLE_REFERENCE, SIMPLE_SPEC
 
 pytestmark = pytest.mark.django_db
 
-
-def _service_reads_the_runner_api() -> bool:
-    """services.problems calls spec.reference_candidate(); gpu_runner offers reference_candidate(spec)."""
-    import gpu_runner.spec
-    from kernellab.services import problems
-
-    return hasattr(gpu_runner.spec.Problem, "reference_candidate") or "spec.reference_candidate()" not in inspect.getsource(problems)
-
-
-needs_service_fix = pytest.mark.xfail(
-    not _service_reads_the_runner_api(),
-    reason="kernellab.services.problems.problem_check calls spec.reference_candidate(), which gpu_runner.spec.Problem does not have "
-    "(gpu_runner offers the function reference_candidate(problem)); reported to the lead.",
-    strict=True,
-)
 
 BROKEN_REFERENCE = """
 extern "C" __global__ void scale(const float* x, float* y, int n) {
@@ -127,7 +110,6 @@ def test_a_viewer_cannot_upload(client, members, workspace):
     assert not Problem.objects.exists()
 
 
-@needs_service_fix
 def test_an_engineer_uploads_a_kernel_that_compiles(client, members, workspace):
     response = login(client, members["engineer"]).post(
         reverse("problem-upload", args=["team"]),
@@ -142,7 +124,6 @@ def test_an_engineer_uploads_a_kernel_that_compiles(client, members, workspace):
     assert problem.reference.compiler_facts  # nvcc's ptxas facts were kept
 
 
-@needs_service_fix
 def test_a_kernel_that_does_not_compile_is_refused_with_its_line(client, members, workspace):
     response = login(client, members["engineer"]).post(
         reverse("problem-upload", args=["team"]), {"spec_toml": SIMPLE_SPEC, "reference_source": BROKEN_REFERENCE}

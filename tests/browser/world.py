@@ -1,0 +1,239 @@
+"""Operations the browser tests (and the explorer benchmarks) run inside the server's database.
+
+They run in a separate process (feeder.py) configured like the server, so that the test process
+never opens the server's database itself. Each takes and returns JSON-able values."""
+from __future__ import annotations
+
+import time
+
+PASSWORDS = {role: f"pw-{role}-browser" for role in ("viewer", "engineer", "approver", "admin")}
+
+SIMPLE_SPEC = """
+[problem]
+name = "vector_scale"
+title = "Vector scale"
+description = "y = 2x over N floats"
+
+[sizes]
+default = { N = 1048576 }
+
+[[args]]
+name = "x"
+role = "input"
+dtype = "float32"
+shape = ["N"]
+
+[[args]]
+name = "y"
+role = "output"
+dtype = "float32"
+shape = ["N"]
+
+[[args]]
+name = "n"
+role = "scalar"
+dtype = "int32"
+value = "N"
+
+[[launch]]
+kernel = "scale"
+grid = ["ceil_div(N, 256)"]
+block = [256]
+shared = "0"
+args = ["x", "y", "n"]
+
+[tolerance]
+float32 = { rtol = 1e-5, atol = 1e-6 }
+
+[roofline]
+flops = "N"
+bytes = "8*N"
+"""
+
+SIMPLE_REFERENCE = """extern "C" __global__ void scale(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+LAUNCH = [{"kernel": "scale", "grid": ["ceil_div(N, 256)"], "block": [256], "shared": "0", "args": ["x", "y", "n"]}]
+
+
+def setup() -> dict:
+    from django.contrib.auth import get_user_model
+
+    from kernellab.models import Membership, Problem, Workspace
+    from kernellab.services.kernels import kernel_get_or_create
+
+    workspace, _ = Workspace.objects.get_or_create(slug="team", defaults={"name": "Team"})
+    User = get_user_model()
+    for role, password in PASSWORDS.items():
+        user = User.objects.filter(username=role).first() or User.objects.create_user(username=role, password=password)
+        Membership.objects.get_or_create(workspace=workspace, user=user, defaults={"role": role})
+    reference = kernel_get_or_create(candidate={"source": SIMPLE_REFERENCE, "launch": LAUNCH, "name": "vector_scale reference"})
+    problem, _ = Problem.objects.get_or_create(
+        workspace=workspace, name="vector_scale",
+        defaults={"title": "Vector scale", "spec_toml": SIMPLE_SPEC, "reference": reference, "description": "y = 2x over N floats"},
+    )
+    return {"workspace": workspace.slug, "problem": problem.pk}
+
+
+def create_run(*, approval_mode: str = "auto", name: str = "", with_root: bool = True) -> int:
+    from django.contrib.auth import get_user_model
+
+    from kernellab.models import Node, NodeState, Problem
+    from kernellab.services.changes import node_changed
+    from kernellab.services.runs import run_create
+
+    problem = Problem.objects.get(name="vector_scale")
+    user = get_user_model().objects.get(username="engineer")
+    run = run_create(problem=problem, user=user, generator="transform", approval_mode=approval_mode, name=name, start=False)
+    if with_root:
+        root = Node.objects.create(run=run, key="n0", kernel=problem.reference, origin="root", state=NodeState.MEASURED, speedup=1.0, value=1.0)
+        node_changed(node=root)
+    return run.pk
+
+
+def _variant_source(key: str, factor: str) -> str:
+    return SIMPLE_REFERENCE.replace("2.0f * x[i]", f"2.0f * x[i] * {factor}f /* {key} */")
+
+
+def add_node(*, run: int, key: str, parent: str, state: str = "forecast", speedup: float | None = None, bin: int | None = None,
+             confidence: float | None = None, probabilities: list | None = None, reasoning: str = "", rationale: str = "",
+             name: str = "", factor: str = "1.0") -> float:
+    """A generator's candidate with its forecast, recorded like the search does; returns the commit time."""
+    from django.db import transaction
+
+    from kernellab.models import Forecast, Node, SearchRun
+    from kernellab.services.changes import node_changed
+    from kernellab.services.kernels import kernel_get_or_create
+
+    with transaction.atomic():
+        search_run = SearchRun.objects.get(pk=run)
+        parent_node = Node.objects.get(run=search_run, key=parent)
+        kernel = kernel_get_or_create(candidate={"source": _variant_source(key, factor), "launch": LAUNCH, "name": name or f"variant {key}"})
+        node = Node.objects.create(
+            run=search_run, key=key, parent=parent_node, kernel=kernel, depth=parent_node.depth + 1, state=state, speedup=speedup,
+            forecast_bin=bin, forecast_confidence=confidence, rationale=rationale,
+        )
+        if probabilities:
+            Forecast.objects.create(node=node, surrogate="learned", surrogate_version="test", probabilities=probabilities,
+                                    predicted_bin=bin, confidence=confidence, reasoning=reasoning)
+        node_changed(node=node)
+    return time.time()
+
+
+def add_nodes(*, run: int, nodes: list[dict]) -> float:
+    """Many nodes in one transaction (to build a large tree quickly)."""
+    from django.db import transaction
+
+    from kernellab.models import Kernel, Node, SearchRun
+    from kernellab.services.changes import change_record, node_payload
+
+    search_run = SearchRun.objects.get(pk=run)
+    reference = search_run.problem.reference
+    with transaction.atomic():
+        by_key = {n.key: n for n in Node.objects.filter(run=search_run)}
+        for spec in nodes:
+            parent = by_key[spec["parent"]]
+            node = Node.objects.create(
+                run=search_run, key=spec["key"], parent=parent, kernel=reference if spec.get("share_kernel", False) else None,
+                depth=parent.depth + 1, state=spec.get("state", "forecast"), speedup=spec.get("speedup"),
+                forecast_bin=spec.get("bin"), forecast_confidence=spec.get("confidence"),
+            )
+            node.parent = parent
+            by_key[node.key] = node
+            change_record(run=search_run, kind="node", payload=node_payload(node))
+    return time.time()
+
+
+def set_node(*, run: int, key: str, **fields) -> float:
+    from django.db import transaction
+
+    from kernellab.models import Node
+    from kernellab.services.changes import node_changed
+
+    with transaction.atomic():
+        node = Node.objects.select_related("run", "parent", "kernel").get(run_id=run, key=key)
+        for name, value in fields.items():
+            setattr(node, name, value)
+        node.save()
+        node_changed(node=node)
+    return time.time()
+
+
+def add_measurement(*, run: int, key: str, speedup: float, notes: list[dict] | None = None) -> int:
+    from kernellab.models import Node
+    from kernellab.services.verifications import measurement_store
+
+    node = Node.objects.select_related("run__problem", "kernel").get(run_id=run, key=key)
+    result = _result(speedup)
+    return measurement_store(node=node, result=result, expert_notes=notes or []).pk
+
+
+def _result(speedup: float) -> dict:
+    return {
+        "status": "ok", "speedup": speedup, "backend": "replay", "gpu_model": "h200", "seed": 7,
+        "reference": {"median_ms": 0.2, "iqr_ms": 0.001, "n": 40},
+        "candidate": {"median_ms": round(0.2 / speedup, 5), "iqr_ms": 0.0007, "n": 40},
+        "max_abs_error": 0.0, "max_rel_error": 0.0, "energy": {"j_per_call": 0.0021, "mean_w": 395.0},
+        "compiler": {"registers": 16, "shared_bytes": 0, "spill_stores": 0, "spill_loads": 0},
+    }
+
+
+def request_verification(*, run: int, key: str) -> int:
+    from kernellab.models import Node
+    from kernellab.services.verifications import verification_request
+
+    node = Node.objects.select_related("run__problem__workspace", "kernel").get(run_id=run, key=key)
+    return verification_request(node=node, policy_reason="forecast below the confidence threshold").pk
+
+
+def finish_verification(*, run: int, key: str, speedup: float) -> str:
+    """Do what the GPU worker does: claim the queued verification, then store its result."""
+    from kernellab.models import Verification
+    from kernellab.services.verifications import new_claim_token, verification_claim, verification_finish
+
+    row = Verification.objects.filter(node__run_id=run, node__key=key).order_by("-pk").first()
+    claimed = verification_claim(verification_id=row.pk, token=new_claim_token())
+    if claimed is None:
+        return f"verification {row.pk} could not be claimed (state {row.state})"
+    verification_finish(verification=claimed, result=_result(speedup), expert_notes=[
+        {"expert": "memory", "severity": "low", "finding": "Loads are already coalesced.", "evidence": {"gld_efficiency": 100}, "advice": "Look elsewhere."}
+    ])
+    return "done"
+
+
+def node_state(*, run: int, key: str) -> dict:
+    from kernellab.models import Node
+
+    node = Node.objects.get(run_id=run, key=key)
+    return {"state": node.state, "speedup": node.speedup, "discovery": node.is_discovery}
+
+
+def counts() -> dict:
+    from kernellab.models import Comment, Discovery, Kernel, Problem, SearchRun
+
+    return {
+        "problems": Problem.objects.count(), "kernels": Kernel.objects.count(), "runs": SearchRun.objects.count(),
+        "comments": list(Comment.objects.values_list("body", flat=True)),
+        "discoveries": list(Discovery.objects.values_list("note", flat=True)),
+    }
+
+
+def run_status(*, run: int) -> str:
+    from kernellab.models import SearchRun
+
+    return SearchRun.objects.get(pk=run).status
+
+
+def last_run() -> int | None:
+    from kernellab.models import SearchRun
+
+    return SearchRun.objects.order_by("-pk").values_list("pk", flat=True).first()
+
+
+def change_seq(*, run: int) -> int:
+    from kernellab.models import SearchRun
+
+    return SearchRun.objects.get(pk=run).change_seq
