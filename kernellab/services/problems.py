@@ -47,19 +47,26 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
         spec = parse_problem(spec_toml, reference_source, family_source or None)
     except SpecError as exc:
         raise ProblemRejected(f"The problem spec is not valid: {exc}") from None
-    candidate = spec.reference_candidate().to_dict() if hasattr(spec.reference_candidate(), "to_dict") else spec.reference_candidate()
+    from gpu_runner import reference_candidate
+
+    reference = reference_candidate(spec)
     facts: dict = {}
     if compile:
+        from dataclasses import asdict
+
         from gpu_runner import Runner
 
-        report = Runner(backend="static").check(spec, spec.reference_candidate())
+        try:
+            report = Runner(backend="static").check(spec, reference)
+        except Exception as exc:  # nvcc missing or broken: say so rather than save an unchecked kernel
+            raise ProblemRejected(f"The kernel could not be checked: {exc}") from None
         if not report.ok:
             errors = [{"line": e.line, "message": e.message} for e in report.errors]
-            first = errors[0] if errors else {"line": None, "message": report.reason}
+            first = errors[0] if errors else {"line": None, "message": report.summary()}
             where = f" at line {first['line']}" if first.get("line") else ""
             raise ProblemRejected(f"The reference kernel does not compile{where}: {first['message']}", errors)
-        facts = report.facts_dict() if hasattr(report, "facts_dict") else dict(report.facts or {})
-    return CheckedProblem(spec=spec, reference_candidate=candidate, compiler_facts=facts)
+        facts = asdict(report.facts) if report.facts else {}
+    return CheckedProblem(spec=spec, reference_candidate=reference.to_dict(), compiler_facts=facts)
 
 
 @transaction.atomic
@@ -105,8 +112,8 @@ def problem_load_bundled(*, workspace: Workspace, compile: bool = False) -> list
         spec = load_problem(folder)
         if Problem.objects.filter(workspace=workspace, name=spec.name).exists():
             continue
-        family = spec.family_source_text() if hasattr(spec, "family_source_text") else ""
-        reference_source = spec.reference_source if hasattr(spec, "reference_source") else (folder / "reference.cu").read_text()
+        family = spec.family.source if spec.family else ""
+        reference_source = spec.reference.source
         loaded.append(
             problem_create(
                 workspace=workspace,

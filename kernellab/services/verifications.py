@@ -96,6 +96,32 @@ def verification_request(*, node: Node, user=None, policy_reason: str = "") -> V
     return verification
 
 
+@transaction.atomic
+def verification_enqueue_for_policy(*, node: Node, reason: str) -> Verification:
+    """The search asks for a measurement that needs no approval (automatic mode, or approved)."""
+    open_row = Verification.objects.filter(node=node, state__in=OPEN_STATES).first()
+    if open_row is not None:
+        return open_row
+    verification = Verification.objects.create(
+        node=node, requested_by_policy=reason[:200], queue=node.run.gpu_queue, state=VerificationState.APPROVED,
+        decided_at=timezone.now(),
+    )
+    _enqueue(verification)
+    return verification
+
+
+@transaction.atomic
+def verification_pending_for_policy(*, node: Node, reason: str) -> Verification:
+    """The search asks for a measurement in manual mode: it waits for an approver."""
+    open_row = Verification.objects.filter(node=node, state__in=OPEN_STATES).first()
+    if open_row is not None:
+        return open_row
+    verification = Verification.objects.create(node=node, requested_by_policy=reason[:200], queue=node.run.gpu_queue)
+    _node_set(node, NodeState.AWAITING_APPROVAL, reason)
+    _verification_changed(verification)
+    return verification
+
+
 def _enqueue(verification: Verification) -> None:
     _transition(verification, "enqueue")
     verification.queued_at = timezone.now()

@@ -13,12 +13,21 @@ from kernellab.config import StartupError, check_services
 
 
 def local_gpu_queue() -> str | None:
-    try:
-        from gpu_runner.hardware import detect_gpu_model
-    except ImportError:
+    """gpu.<model> for this machine's GPU ('NVIDIA H200' -> gpu.h200), or None without one."""
+    from gpu_runner import gpu_present
+    from gpu_runner.result import Hardware
+
+    if not gpu_present():
         return None
-    model = detect_gpu_model()
-    return f"gpu.{model}" if model else None
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if not name:
+        return None
+    return "gpu." + Hardware(name=name, sm_count=0, memory_bytes=0, memory_bandwidth_gbs=0, sm_clock_mhz=0,
+                             mem_clock_mhz=0, compute_capability="", driver="").slug
 
 
 def worker_command(queues: list[str], concurrency: int = 2) -> list[str]:

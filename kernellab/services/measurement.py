@@ -1,0 +1,64 @@
+"""Turn a claimed Verification into a runner measurement (and expert notes) — no database writes."""
+from __future__ import annotations
+
+import logging
+import random
+
+from django.conf import settings
+
+from kernellab.models import Verification
+from kernellab.services.problems import BUNDLED_DIR, problem_spec
+
+log = logging.getLogger(__name__)
+
+
+def runner_backend(run) -> str:
+    if run.backend != "auto":
+        return run.backend
+    return settings.KERNELLAB_RUNNER_BACKEND
+
+
+def records_root_for(problem) -> str | None:
+    return str(BUNDLED_DIR) if problem.bundled else None
+
+
+def measure_for_verification(verification: Verification) -> tuple[dict, list[dict]]:
+    from gpu_runner import Candidate, Runner
+
+    node = verification.node
+    run = node.run
+    problem = run.problem
+    spec = problem_spec(problem)
+    candidate = Candidate.from_dict(node.kernel.as_candidate(), spec)
+    runner = Runner(backend=runner_backend(run), records_root=records_root_for(problem), gpu=run.target_gpu)
+    seed = random.SystemRandom().randrange(2**31)
+    result = runner.measure(
+        spec,
+        candidate,
+        seed=seed,
+        profile=True,
+        energy=True,
+        timeout_s=min(settings.KERNELLAB_VERIFY_TIME_LIMIT_S - 5, 300),
+    ).to_dict()
+    return result, expert_notes_for(spec, result)
+
+
+def expert_notes_for(spec, result: dict) -> list[dict]:
+    if result.get("status") != "ok":
+        return []
+    try:
+        from search_engine.experts import analyse
+    except ImportError:
+        return []
+    flops, nbytes = roofline_numbers(spec)
+    return [note.to_dict() for note in analyse(result, flops=flops, bytes=nbytes, hardware=result.get("hardware"))]
+
+
+def roofline_numbers(spec) -> tuple[float | None, float | None]:
+    roofline = getattr(spec, "roofline", None)
+    if roofline is None:
+        return None, None
+    env = dict(spec.default_case.sizes)
+    flops = float(roofline.flops.evaluate(env)) if roofline.flops is not None else None
+    nbytes = float(roofline.bytes.evaluate(env)) if roofline.bytes is not None else None
+    return flops, nbytes

@@ -1,0 +1,61 @@
+"""Which surrogate a run uses, built once per process and shared between runs.
+
+The learned surrogate starts from the recorded measurements of the bundled problems (every
+problem except the run's own, so a run never forecasts from its own answers) and is retrained
+online by the driver from the run's measurements."""
+from __future__ import annotations
+
+import threading
+
+from django.conf import settings
+
+from kernellab.services.errors import ServiceError
+
+_lock = threading.Lock()
+_learned: dict[tuple[str, str], object] = {}
+
+
+def surrogate_for_run(run):
+    kind = run.surrogate
+    if kind == "llm":
+        from search_engine.surrogates.cache import SqliteCache
+        from search_engine.surrogates.llm import LLMSurrogate
+
+        from kernellab.services.search import llm_client
+
+        cache = SqliteCache(settings.DATA_DIR / "forecast-cache.sqlite3")
+        return LLMSurrogate(llm_client("surrogate"), cache=cache)
+    if kind == "roofline":
+        from search_engine.surrogates.roofline import RooflineSurrogate
+
+        return RooflineSurrogate()
+    if kind == "none":
+        from search_engine.surrogates.roofline import RooflineSurrogate
+
+        return RooflineSurrogate()  # never asked: a run without a surrogate measures every candidate
+    if kind == "learned":
+        return learned_surrogate(exclude_problem=run.problem.name, gpu=run.target_gpu)
+    raise ServiceError(f"Unknown surrogate {kind!r}.")
+
+
+def learned_surrogate(*, exclude_problem: str, gpu: str):
+    from search_engine.surrogates.learned import LearnedSurrogate
+
+    from kernellab.services.problems import BUNDLED_DIR
+
+    key = (exclude_problem, gpu)
+    with _lock:
+        if key not in _learned:
+            cache = settings.DATA_DIR / f"learned-surrogate-{gpu}-without-{exclude_problem}.pkl"
+            if cache.exists():
+                model = LearnedSurrogate.load(cache)
+            else:
+                from search_engine.datasets import training_rows_from_records
+
+                rows = training_rows_from_records(BUNDLED_DIR, gpu=gpu, exclude=[exclude_problem])
+                model = LearnedSurrogate()
+                if rows:
+                    model.fit(rows)
+                    model.save(cache)
+            _learned[key] = model
+        return _learned[key]
