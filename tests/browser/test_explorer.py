@@ -231,3 +231,23 @@ def test_a_viewer_cannot_approve(server, feed, browser_as):
     assert feed("node_state", run=run, key="v1")["state"] == "awaiting-approval"
     page.goto(f"{server.url}/w/team/verifications/")
     expect(page.locator("text=Only approvers can approve")).to_be_visible()
+
+
+def test_the_verification_queue_shows_jobs_and_their_progress_live(server, feed, browser_as):
+    run = feed("create_run", name="queue run", approval_mode="manual")
+    feed("add_node", run=run, key="q1", parent="n0", bin=6, confidence=0.3, probabilities=ONEHOT_6)
+    verification = feed("request_verification", run=run, key="q1")
+    page = browser_as("approver")
+    page.goto(f"{server.url}/w/team/verifications/")
+    page.check(f"input[name=verification][value='{verification}']")
+    page.click("button:has-text('Approve selected')")
+    expect(page.locator(".msg.success")).to_contain_text("1 verification approved")
+    row = page.locator(f"#active tr[data-verification='{verification}']")
+    expect(row).to_have_attribute("data-state", "queued")
+    assert feed("claim_verification", run=run, key="q1") == "running"
+    feed("heartbeat_verification", run=run, key="q1", progress="timing 20/50")
+    expect(row).to_have_attribute("data-state", "running", timeout=8000)
+    expect(row.locator(".progress-cell")).to_contain_text("timing 20/50")
+    expect(row.locator(".progress-bar > span")).to_have_attribute("style", "width: 40%;")
+    feed("finish_verification", run=run, key="q1", speedup=1.3)
+    expect(page.locator(f"#active tr[data-verification='{verification}']")).to_have_count(0, timeout=8000)

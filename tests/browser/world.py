@@ -195,7 +195,7 @@ def finish_verification(*, run: int, key: str, speedup: float) -> str:
     from kernellab.services.verifications import new_claim_token, verification_claim, verification_finish
 
     row = Verification.objects.filter(node__run_id=run, node__key=key).order_by("-pk").first()
-    claimed = verification_claim(verification_id=row.pk, token=new_claim_token())
+    claimed = row if row.state == "running" else verification_claim(verification_id=row.pk, token=new_claim_token())
     if claimed is None:
         return f"verification {row.pk} could not be claimed (state {row.state})"
     verification_finish(verification=claimed, result=_result(speedup), expert_notes=[
@@ -237,3 +237,21 @@ def change_seq(*, run: int) -> int:
     from kernellab.models import SearchRun
 
     return SearchRun.objects.get(pk=run).change_seq
+
+
+def claim_verification(*, run: int, key: str) -> str:
+    """The worker takes the queued verification (the node turns to measuring)."""
+    from kernellab.models import Verification
+    from kernellab.services.verifications import new_claim_token, verification_claim
+
+    row = Verification.objects.filter(node__run_id=run, node__key=key).order_by("-pk").first()
+    claimed = verification_claim(verification_id=row.pk, token=new_claim_token())
+    return claimed.state if claimed else f"not claimed ({row.state})"
+
+
+def heartbeat_verification(*, run: int, key: str, progress: str) -> None:
+    from kernellab.models import Verification
+    from kernellab.services.verifications import verification_heartbeat
+
+    row = Verification.objects.select_related("node__run").filter(node__run_id=run, node__key=key).order_by("-pk").first()
+    verification_heartbeat(verification=row, progress=progress)
