@@ -12,7 +12,7 @@ from gpu_runner import load_problem
 
 def _recorded(tmp_path, results):
     folder = tmp_path / "saxpy"
-    shutil.copytree(PROBLEMS / "saxpy", folder)
+    shutil.copytree(PROBLEMS / "saxpy", folder, ignore=shutil.ignore_patterns("records"))
     (folder / "records").mkdir()
     with gzip.open(folder / "records" / "h200.jsonl.gz", "wt") as handle:
         for variant, knobs, result in results:
@@ -52,7 +52,7 @@ def test_auto_chooses_replay_when_records_exist_and_static_otherwise(tmp_path, m
     problem = _recorded(tmp_path, [("v", {}, _result(render_variant(base, {"BLOCK": 256, "ITEMS": 2, "VEC": 4}), 1.1))])
     runner = Runner()
     assert runner.backend_for(problem).name == "replay"
-    assert runner.backend_for(saxpy_problem()).name in ("static", "replay")
+    assert runner.backend_for(saxpy_problem()).name == "replay"    # the fixture ships H200 records
     bare = load_problem(PROBLEMS / "reduce_sum")
     assert runner.backend_for(bare).name == "static"
 
@@ -62,3 +62,18 @@ def test_measurement_results_round_trip_through_dicts():
     result = _result(candidate, 2.0)
     again = MeasurementResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again == result
+
+
+def test_it_replays_a_whole_family_recorded_on_an_h200():
+    """records/h200.jsonl.gz was written by `python -m gpu_runner.record` on an H200 (2026-11-29)."""
+    from gpu_runner import enumerate_variants, reference_candidate
+
+    problem = load_problem(PROBLEMS / "saxpy")
+    runner = Runner("replay")
+    results = [runner.measure(problem, render_variant(problem, k)) for k in enumerate_variants(problem)]
+    assert len(results) == 21 and all(r.status == "ok" and r.backend == "replay" for r in results)
+    assert all(r.hardware.name == "NVIDIA H200" and r.hardware.sm_count == 132 for r in results)
+    best = max(results, key=lambda r: r.speedup)
+    assert best.candidate_name.endswith("VEC=4") and best.speedup > 1.1
+    assert any(r.profiler.get("gpu__time_duration.sum", 0) > 0 for r in results)   # the ncu sample
+    assert runner.measure(problem, reference_candidate(problem)).status == "ok"
