@@ -21,9 +21,38 @@ from kernellab.models import (
     Verification,
     VerificationState,
 )
-from kernellab.selectors.runs import run_tree
 
 FAILED_STATES = {NodeState.FAILED_COMPILE, NodeState.FAILED_CORRECTNESS, NodeState.FAILED_RUNTIME}
+
+
+_PAYLOAD_FIELDS = (
+    "id", "key", "parent__key", "state", "state_reason", "speedup", "value", "forecast_bin", "forecast_confidence",
+    "is_discovery", "depth", "kernel__name", "origin",
+)
+
+
+def run_tree_payloads(*, run: SearchRun) -> list[dict]:
+    """The same dicts as services.changes.node_payload for every node (a test keeps them equal),
+    read as plain rows: 5,000 nodes take a tenth of the time of run_tree's model instances, and
+    kernel sources are never loaded."""
+    return [
+        {
+            "id": row["id"],
+            "key": row["key"],
+            "parent": row["parent__key"],
+            "state": row["state"],
+            "reason": row["state_reason"][:300],
+            "speedup": row["speedup"],
+            "value": row["value"],
+            "bin": row["forecast_bin"],
+            "confidence": row["forecast_confidence"],
+            "discovery": row["is_discovery"],
+            "depth": row["depth"],
+            "name": row["kernel__name"] or row["key"],
+            "origin": row["origin"],
+        }
+        for row in Node.objects.filter(run=run).order_by("pk").values(*_PAYLOAD_FIELDS)
+    ]
 
 
 def run_tree_snapshot(*, run: SearchRun) -> dict:
@@ -34,7 +63,7 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
     the node's whole state. Read the other way round, a change could be in neither."""
     with transaction.atomic():
         seq = SearchRun.objects.filter(pk=run.pk).values_list("change_seq", flat=True).get()
-        nodes = run_tree(run=run)
+        nodes = run_tree_payloads(run=run)
     return {"run": run.pk, "seq": seq, "nodes": nodes}
 
 

@@ -42,7 +42,8 @@
   let anyMeasuring = false;
   const firstShown = new Map();  // key -> Date.now() of the first frame that drew it
   let notYetShown = [];
-  const stats = { draws: 0, lastDrawMs: 0, drawMs: [], layouts: 0, lastLayoutMs: 0, changesApplied: 0, resubscribes: 0, connects: 0 };
+  let snapshotApplied = false;
+  const stats = { firstFullDrawAt: null, draws: 0, lastDrawMs: 0, drawMs: [], layouts: 0, lastLayoutMs: 0, changesApplied: 0, resubscribes: 0, connects: 0 };
 
   // ---- colour -----------------------------------------------------------------------------
   // Speedup on a log2 axis: 0.25x deep red, 1x neutral grey, 4x deep green.
@@ -60,14 +61,29 @@
     return "rgb(0,104,55)";
   }
 
+  // Styles are quantised (1/8 of a doubling, tenths of opacity) so that a frame draws one path per
+  // style instead of one per node.
+  const styles = new Map();
+  function styleFor(kind, speedup, alpha) {
+    const level = speedup > 0 ? Math.round(Math.max(-2, Math.min(2, Math.log2(speedup))) * 8) : null;
+    const a = Math.round(alpha * 10) / 10;
+    const id = kind + "|" + level + "|" + a;
+    let style = styles.get(id);
+    if (!style) {
+      const colour = kind === "failed" ? "rgb(120,120,120)" : kind === "plain" ? "rgb(160,166,178)" : speedupColour(level === null ? 0 : 2 ** (level / 8));
+      styles.set(id, style = { id, kind, colour, alpha: a });
+    }
+    return style;
+  }
+
   function style(n) {
-    if (n.state === "measured" && n.speedup > 0) return { kind: "measured", colour: speedupColour(n.speedup), alpha: 1 };
-    if (FAILED.has(n.state)) return { kind: "failed", colour: "rgb(120,120,120)", alpha: 1 };
+    if (n.state === "measured" && n.speedup > 0) return styleFor("measured", n.speedup, 1);
+    if (FAILED.has(n.state)) return styleFor("failed", null, 1);
     if (n.bin) {
       const conf = n.confidence == null ? 0.5 : n.confidence;
-      return { kind: "forecast", colour: speedupColour(midpoints[n.bin - 1]), alpha: 0.2 + 0.8 * Math.max(0, Math.min(1, conf)) };
+      return styleFor("forecast", midpoints[n.bin - 1], 0.2 + 0.8 * Math.max(0, Math.min(1, conf)));
     }
-    return { kind: "plain", colour: "rgb(160,166,178)", alpha: 1 };
+    return styleFor("plain", null, 1);
   }
 
   // ---- applying changes ---------------------------------------------------------------------
@@ -262,18 +278,24 @@
     const tiny = NODE_R * k < 1.6;   // zoomed far out: squares, no outlines
     const r = tiny ? 1.6 / k : NODE_R;
     const shownNow = Date.now();
+    const buckets = new Map();
     for (const n of ordered) {
       if (!visible(n)) continue;
-      const s = n.style;
+      let bucket = buckets.get(n.style.id);
+      if (!bucket) buckets.set(n.style.id, bucket = { style: n.style, list: [] });
+      bucket.list.push(n);
+    }
+    for (const { style: s, list } of buckets.values()) {
       ctx.globalAlpha = s.alpha;
+      ctx.beginPath();
       if (tiny) {
+        for (const n of list) ctx.rect(n.x - r, n.y - r, 2 * r, 2 * r);
         ctx.fillStyle = s.colour;
-        ctx.fillRect(n.x - r, n.y - r, 2 * r, 2 * r);
+        ctx.fill();
         continue;
       }
       const radius = s.kind === "plain" ? r * 0.6 : r;
-      ctx.beginPath();
-      ctx.arc(n.x, n.y, radius, 0, 2 * Math.PI);
+      for (const n of list) { ctx.moveTo(n.x + radius, n.y); ctx.arc(n.x, n.y, radius, 0, 2 * Math.PI); }
       if (s.kind === "forecast") {
         ctx.fillStyle = "#fff";
         ctx.fill();
@@ -294,6 +316,7 @@
       for (const key of notYetShown) if (!firstShown.has(key)) firstShown.set(key, shownNow);
       notYetShown = [];
     }
+    if (snapshotApplied && !stats.firstFullDrawAt) stats.firstFullDrawAt = performance.now();
     stats.draws++;
     stats.lastDrawMs = performance.now() - started;
     stats.drawMs.push(stats.lastDrawMs);
@@ -302,28 +325,26 @@
 
   function drawMarkers(now, r, visible) {
     const pulse = 1 + 0.35 * Math.sin((now || 0) / 180);
+    const awaiting = new Path2D(), queued = new Path2D(), measuring = new Path2D(), failed = new Path2D(), rejected = new Path2D(), stars = new Path2D();
+    const d = r + 1.5;
     for (const n of ordered) {
       if (!visible(n)) continue;
       const st = n.state;
-      if (st === "awaiting-approval") {
-        ctx.lineWidth = 2; ctx.strokeStyle = "#e67e00";
-        ctx.strokeRect(n.x - r - 3, n.y - r - 3, 2 * r + 6, 2 * r + 6);
-      } else if (st === "queued") {
-        ctx.lineWidth = 1.6; ctx.strokeStyle = "#2f6fdb"; ctx.setLineDash([2.5, 2]);
-        ctx.beginPath(); ctx.arc(n.x, n.y, r + 3.5, 0, 2 * Math.PI); ctx.stroke(); ctx.setLineDash([]);
-      } else if (st === "measuring") {
-        ctx.lineWidth = 2; ctx.strokeStyle = "#8e44ad";
-        ctx.beginPath(); ctx.arc(n.x, n.y, (r + 3) * pulse, 0, 2 * Math.PI); ctx.stroke();
-      } else if (FAILED.has(st) || st === "rejected") {
-        ctx.lineWidth = 1.8; ctx.strokeStyle = st === "rejected" ? "#555" : "#c0392b";
-        const d = r + 1.5;
-        ctx.beginPath(); ctx.moveTo(n.x - d, n.y - d); ctx.lineTo(n.x + d, n.y + d); ctx.moveTo(n.x + d, n.y - d); ctx.lineTo(n.x - d, n.y + d); ctx.stroke();
+      if (st === "awaiting-approval") awaiting.rect(n.x - r - 3, n.y - r - 3, 2 * r + 6, 2 * r + 6);
+      else if (st === "queued") { queued.moveTo(n.x + r + 3.5, n.y); queued.arc(n.x, n.y, r + 3.5, 0, 2 * Math.PI); }
+      else if (st === "measuring") { const m = (r + 3) * pulse; measuring.moveTo(n.x + m, n.y); measuring.arc(n.x, n.y, m, 0, 2 * Math.PI); }
+      else if (FAILED.has(st) || st === "rejected") {
+        const path = st === "rejected" ? rejected : failed;
+        path.moveTo(n.x - d, n.y - d); path.lineTo(n.x + d, n.y + d); path.moveTo(n.x + d, n.y - d); path.lineTo(n.x - d, n.y + d);
       }
-      if (n.discovery) {
-        ctx.fillStyle = "#f1c40f"; ctx.strokeStyle = "#8a6d00"; ctx.lineWidth = 0.8;
-        star(n.x + r + 3, n.y - r - 3, 4.5);
-      }
+      if (n.discovery) star(stars, n.x + r + 3, n.y - r - 3, 4.5);
     }
+    ctx.lineWidth = 2; ctx.strokeStyle = "#e67e00"; ctx.stroke(awaiting);
+    ctx.lineWidth = 1.6; ctx.strokeStyle = "#2f6fdb"; ctx.setLineDash([2.5, 2]); ctx.stroke(queued); ctx.setLineDash([]);
+    ctx.lineWidth = 2; ctx.strokeStyle = "#8e44ad"; ctx.stroke(measuring);
+    ctx.lineWidth = 1.8; ctx.strokeStyle = "#c0392b"; ctx.stroke(failed);
+    ctx.strokeStyle = "#555"; ctx.stroke(rejected);
+    ctx.fillStyle = "#f1c40f"; ctx.strokeStyle = "#8a6d00"; ctx.lineWidth = 0.8; ctx.fill(stars); ctx.stroke(stars);
     if (bestKey && nodes.has(bestKey)) {
       const b = nodes.get(bestKey);
       ctx.lineWidth = 2.5; ctx.strokeStyle = "#e6a000";
@@ -331,14 +352,13 @@
     }
   }
 
-  function star(cx, cy, outer) {
-    ctx.beginPath();
+  function star(path, cx, cy, outer) {
     for (let i = 0; i < 10; i++) {
       const rad = i % 2 ? outer * 0.45 : outer;
       const a = -Math.PI / 2 + i * Math.PI / 5;
-      ctx[i ? "lineTo" : "moveTo"](cx + rad * Math.cos(a), cy + rad * Math.sin(a));
+      path[i ? "lineTo" : "moveTo"](cx + rad * Math.cos(a), cy + rad * Math.sin(a));
     }
-    ctx.closePath(); ctx.fill(); ctx.stroke();
+    path.closePath();
   }
 
   function drawSelection(r) {
@@ -591,6 +611,8 @@
     const snapshot = await response.json();
     for (const p of snapshot.nodes) upsertNode(p);
     lastSeq = snapshot.seq;
+    snapshotApplied = true;
+    drawDirty = true;
     requestFrame();
     connect();
     if (selectedKey && nodes.has(selectedKey)) select(selectedKey);

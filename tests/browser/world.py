@@ -255,3 +255,36 @@ def heartbeat_verification(*, run: int, key: str, progress: str) -> None:
 
     row = Verification.objects.select_related("node__run").filter(node__run_id=run, node__key=key).order_by("-pk").first()
     verification_heartbeat(verification=row, progress=progress)
+
+
+def session_cookie(*, username: str) -> str:
+    """A logged-in session for a websocket client that is not a browser."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    user = get_user_model().objects.get(username=username)
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return session.session_key
+
+
+def add_node_timed(*, run: int, key: str, parent: str, bin: int = 6, confidence: float = 0.7) -> dict:
+    """One forecast node, as the search records it; returns the change's seq and the moment its
+    transaction committed (taken before the change is pushed, so delays are not understated)."""
+    from django.db import transaction
+
+    from kernellab.models import Node, SearchRun
+    from kernellab.services.changes import change_record, node_payload
+
+    committed: list[float] = []
+    with transaction.atomic():
+        transaction.on_commit(lambda: committed.append(time.time()))
+        search_run = SearchRun.objects.get(pk=run)
+        parent_node = Node.objects.get(run=search_run, key=parent)
+        node = Node.objects.create(run=search_run, key=key, parent=parent_node, depth=parent_node.depth + 1, state="forecast",
+                                   forecast_bin=bin, forecast_confidence=confidence)
+        change = change_record(run=search_run, kind="node", payload=node_payload(node))
+    return {"seq": change.seq, "committed": committed[0]}

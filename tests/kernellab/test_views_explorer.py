@@ -187,3 +187,16 @@ def test_an_engineer_adds_a_hand_written_child(client, members, node):
     child = Node.objects.get(run=node.run, parent=node)
     assert child.origin == "human" and child.kernel.source == source
     assert f"node {child.key}" in body
+
+
+def test_the_snapshot_rows_equal_the_live_change_payloads(node):
+    """The snapshot reads plain rows for speed; it must say exactly what a live change would."""
+    from kernellab.selectors.explorer import run_tree_payloads
+    from kernellab.services.changes import node_payload
+
+    Node.objects.filter(pk=node.pk).update(state_reason="x" * 400, speedup=1.5, value=1.5, forecast_bin=6,
+                                           forecast_confidence=0.8, is_discovery=True)
+    nodes = {n.key: n for n in Node.objects.filter(run=node.run).select_related("parent", "kernel")}
+    nameless = Node.objects.create(run=node.run, key="n2", parent=nodes["n1"], depth=2)  # no kernel: named by its key
+    nodes["n2"] = Node.objects.select_related("parent", "kernel").get(pk=nameless.pk)
+    assert run_tree_payloads(run=node.run) == [node_payload(nodes[k]) for k in ("n0", "n1", "n2")]
