@@ -63,9 +63,12 @@ def render_variant(problem: Problem, knobs: Mapping[str, Any]) -> Candidate:
     temps = tuple(ArgSpec(t.name, "temp", t.dtype,
                           tuple(_bind(d.substitute(ordered), sizes) for d in t.shape)) for t in family.temps)
     launch: list[LaunchStep] = []
+    env = {**problem.default_case.sizes, **ordered}
     for step in family.launch:
+        if step.when is not None and not step.when.evaluate(env):
+            continue
         if isinstance(step, MemsetStep):
-            launch.append(step)
+            launch.append(MemsetStep(step.arg, step.value))
             continue
         launch.append(KernelLaunch(
             kernel=step.kernel,
@@ -73,6 +76,8 @@ def render_variant(problem: Problem, knobs: Mapping[str, Any]) -> Candidate:
             block=tuple(_bind(e.substitute(ordered), sizes) for e in step.block),
             shared=_bind(step.shared.substitute(ordered), sizes),
             args=step.args))
+    if not launch:
+        raise SpecError("family.launch", f"no step's 'when' holds for {variant_id(ordered)}")
     return Candidate(source=render_source(problem, ordered), launch=tuple(launch), temps=temps,
                      compile_options=family.compile_options, knobs=ordered, name=variant_id(ordered))
 

@@ -70,6 +70,7 @@ class KernelLaunch:
     block: tuple[Expression, ...]
     shared: Expression
     args: tuple[str, ...]
+    when: Expression | None = None     # family steps only: the step belongs to variants where it holds
 
     def resolve(self, env: Mapping[str, Any]) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
         grid = tuple(e.evaluate_int(env) for e in self.grid) + (1,) * (3 - len(self.grid))
@@ -86,6 +87,7 @@ class KernelLaunch:
 class MemsetStep:
     arg: str
     value: float = 0
+    when: Expression | None = None
 
     def to_dict(self) -> dict:
         return {"memset": self.arg, "value": self.value}
@@ -381,7 +383,9 @@ def parse_args(items: Any, where: str, names: frozenset[str], *, allow_temps: bo
 
 
 def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
-                 args: Mapping[str, ArgSpec]) -> list[LaunchStep]:
+                 args: Mapping[str, ArgSpec], when_names: frozenset[str] | set[str] | None = None
+                 ) -> list[LaunchStep]:
+    """Launch steps; `when_names` (family plans only) allows a `when` condition over those names."""
     if items is None:
         raise SpecError(where, "is missing: give at least one launch step")
     if not isinstance(items, list) or not items:
@@ -391,8 +395,11 @@ def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
         at = f"{where}[{i}]"
         if not isinstance(item, dict):
             raise SpecError(at, "must be a table")
+        when = None
+        if "when" in item and when_names is not None:
+            when = _expr(item["when"], f"{at}.when", when_names, boolean=True)
         if "memset" in item:
-            extra = set(item) - {"memset", "value"}
+            extra = set(item) - {"memset", "value"} - ({"when"} if when_names is not None else set())
             if extra:
                 raise SpecError(f"{at}.{sorted(extra)[0]}", "a memset step has only memset and value")
             target = item["memset"]
@@ -404,9 +411,10 @@ def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
             value = item.get("value", 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise SpecError(f"{at}.value", f"must be a number, not {value!r}")
-            steps.append(MemsetStep(target, value))
+            steps.append(MemsetStep(target, value, when))
             continue
-        extra = set(item) - {"kernel", "grid", "block", "shared", "args"}
+        extra = set(item) - {"kernel", "grid", "block", "shared", "args"} - (
+            {"when"} if when_names is not None else set())
         if extra:
             raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
         kernel = _string(item, "kernel", f"{at}.kernel")
@@ -426,7 +434,7 @@ def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
             if name not in args:
                 known = ", ".join(args) or "none"
                 raise SpecError(f"{at}.args[{j}]", f"unknown argument '{name}' (known: {known})")
-        steps.append(KernelLaunch(kernel, dims["grid"], dims["block"], shared, tuple(kernel_args)))
+        steps.append(KernelLaunch(kernel, dims["grid"], dims["block"], shared, tuple(kernel_args), when))
     return steps
 
 
@@ -533,7 +541,7 @@ def _parse_family(table: Any, source: str | None, size_names: frozenset[str], ar
     if clash:
         raise SpecError("family.temps", f"'{sorted(clash)[0]}' is already an argument")
     all_args = {a.name: a for a in args} | {t.name: t for t in temps}
-    launch = parse_launch(table.get("launch"), "family.launch", names, all_args)
+    launch = parse_launch(table.get("launch"), "family.launch", names, all_args, when_names=names)
     options = _string_list(table.get("compile_options", []), "family.compile_options")
     return Family(source=source, knobs=knobs, constraints=constraints, temps=tuple(temps),
                   launch=tuple(launch), compile_options=tuple(options))
@@ -545,8 +553,10 @@ def _parse_vendor(table: Any, args: list[ArgSpec]) -> Vendor | None:
     if not isinstance(table, dict):
         raise SpecError("vendor", "must be a table")
     kind = table.get("kind")
+    if kind == "none":
+        return None
     if kind not in VENDOR_KINDS:
-        raise SpecError("vendor.kind", f"must be one of {', '.join(VENDOR_KINDS)}, not {kind!r}")
+        raise SpecError("vendor.kind", f"must be one of {', '.join(VENDOR_KINDS)} or none, not {kind!r}")
     by_name = {a.name: a for a in args}
     inputs = table.get("inputs", [a.name for a in args if a.role == "input"])
     output = table.get("output", next((a.name for a in args if a.role in ("output", "inout")), None))

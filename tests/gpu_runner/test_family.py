@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from gpu_runner import SpecError, enumerate_variants, render_variant, parse_problem
@@ -46,3 +48,36 @@ def test_rendering_an_invalid_variant_is_refused():
         render_variant(problem, {"BLOCK": 100, "ITEMS": 1, "VEC": 1})
     with pytest.raises(SpecError, match="missing"):
         render_variant(problem, {"BLOCK": 128})
+
+
+def test_a_family_step_with_when_belongs_only_to_variants_where_it_holds():
+    text = (PROBLEMS / "saxpy" / "problem.toml").read_text().replace(
+        'VEC = [1, 4] }', 'VEC = [1, 4], ZERO = ["yes", "no"] }').replace(
+        '[[family.launch]]\nkernel = "saxpy_family"',
+        '[[family.launch]]\nmemset = "out"\nvalue = 0\nwhen = "ZERO == \'yes\'"\n\n'
+        '[[family.launch]]\nkernel = "saxpy_family"')
+    problem = parse_problem(text, "x", "// template")
+    with_memset = render_variant(problem, {"BLOCK": 128, "ITEMS": 1, "VEC": 1, "ZERO": "yes"})
+    without = render_variant(problem, {"BLOCK": 128, "ITEMS": 1, "VEC": 1, "ZERO": "no"})
+    assert [type(s).__name__ for s in with_memset.launch] == ["MemsetStep", "KernelLaunch"]
+    assert [type(s).__name__ for s in without.launch] == ["KernelLaunch"]
+    with pytest.raises(SpecError, match="when"):
+        parse_problem(text.replace("when = \"ZERO == 'yes'\"", "when = \"ZERO == BOGUS\""), "x", "// t")
+
+
+BUNDLED = Path(__file__).resolve().parents[2] / "kernellab" / "problems"
+
+
+@pytest.mark.skipif(not BUNDLED.is_dir(), reason="no bundled problems in this checkout")
+def test_every_bundled_problem_loads_and_every_variant_renders_valid():
+    from gpu_runner import load_problem
+
+    folders = sorted(p.parent for p in BUNDLED.glob("*/problem.toml"))
+    assert folders
+    total = 0
+    for folder in folders:
+        problem = load_problem(folder)
+        for knobs in enumerate_variants(problem) if problem.family else []:
+            check_candidate(problem, render_variant(problem, knobs))
+            total += 1
+    assert total > 0
