@@ -1,7 +1,6 @@
 """Templated families: enumerate the valid knob settings and render one into a Candidate."""
 from __future__ import annotations
 
-import itertools
 from typing import Any, Iterator, Mapping
 
 from .candidate import Candidate
@@ -14,13 +13,47 @@ def variant_id(knobs: Mapping[str, Any]) -> str:
 
 
 def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
-    """Every knob setting that satisfies all constraints in every size case, in knob order."""
+    """Every knob setting that satisfies all constraints in every size case, in knob order.
+
+    A depth-first walk over the knobs that checks each constraint as soon as its last knob is set,
+    so a family with a million combinations (sgemm) enumerates in seconds rather than minutes.
+    """
     family = _family(problem)
     names = list(family.knobs)
-    for values in itertools.product(*(family.knobs[n] for n in names)):
-        knobs = dict(zip(names, values))
-        if all(_satisfied(problem, knobs, case.sizes) for case in problem.sizes):
-            yield knobs
+    position = {name: i for i, name in enumerate(names)}
+    due: list[list] = [[] for _ in names]
+    for constraint in family.constraints:
+        used = [position[n] for n in constraint.names if n in position]
+        due[max(used) if used else 0].append(constraint)
+    envs = [dict(case.sizes) for case in problem.sizes]
+    chosen: dict[str, Any] = {}
+
+    def holds(constraints) -> bool:
+        for env in envs:
+            for constraint in constraints:
+                try:
+                    if not constraint.evaluate(env):
+                        return False
+                except ExpressionError:
+                    return False
+        return True
+
+    def walk(depth: int) -> Iterator[dict[str, Any]]:
+        if depth == len(names):
+            yield dict(chosen)
+            return
+        name = names[depth]
+        for value in family.knobs[name]:
+            chosen[name] = value
+            for env in envs:
+                env[name] = value
+            if holds(due[depth]):
+                yield from walk(depth + 1)
+        del chosen[name]
+        for env in envs:
+            env.pop(name, None)
+
+    yield from walk(0)
 
 
 def _satisfied(problem: Problem, knobs: Mapping[str, Any], sizes: Mapping[str, int]) -> bool:
