@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from functools import lru_cache
 from collections.abc import Mapping
 
 _BINARY = {
@@ -45,11 +46,15 @@ def evaluate(expression: str | int | float, names: Mapping[str, object]):
     if isinstance(expression, (int, float)) and not isinstance(expression, bool):
         return expression
     text = str(expression).strip()
+    return _eval(_parse(text), names, text)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> ast.AST:
     try:
-        tree = ast.parse(text, mode="eval")
+        return ast.parse(text, mode="eval").body
     except SyntaxError as exc:
         raise ExpressionError(f"Expression {text!r} is not valid: {exc.msg}.") from None
-    return _eval(tree.body, names, text)
 
 
 def _eval(node, names, text):

@@ -1,0 +1,383 @@
+"""Numeric features of a forecast request, shared by the learned and the roofline surrogates.
+
+From the source (after a small preprocessor applies the variant's #defines): memory operations,
+vector widths, shared memory, barriers, unrolling, literal loop trip counts, shuffles, atomics,
+tensor-core intrinsics. From the compiler: registers, spills, shared memory. From the launch plan
+evaluated at the problem's sizes: block and grid sizes, waves, an occupancy estimate. From the
+hardware and the roofline formulas: bandwidth, peak, intensity, the reference's distance to the
+roofline. Candidate features also appear as differences against the reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter
+from functools import lru_cache
+
+import numpy as np
+
+from search_engine.candidates import Candidate
+from search_engine.expressions import ExpressionError, evaluate
+
+# Hopper-class defaults when the hardware dict does not say (an H200: 132 SMs, 4.8 TB/s).
+DEFAULT_HARDWARE = {"sm_count": 132, "memory_bandwidth_gbs": 4800.0, "fp32_tflops": 67.0,
+                    "max_threads_per_sm": 2048, "registers_per_sm": 65536, "shared_per_sm_bytes": 233472,
+                    "max_blocks_per_sm": 32, "compute_capability": "9.0"}
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
+
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+|\S")
+_CONST_PTR = re.compile(r"\bconst\s+\w+\s*\*")
+_GRID_STRIDE = re.compile(r"gridDim\.x\s*\*\s*blockDim\.x|blockDim\.x\s*\*\s*gridDim\.x")
+_EXTERN_SHARED = re.compile(r"extern\s+__shared__")
+_PRAGMA_UNROLL = re.compile(r"#pragma\s+unroll")
+_VECTOR = {"float4", "int4", "uint4", "double2", "float2", "int2", "half2", "__half2", "__nv_bfloat162"}
+_VECTOR4 = {"float4", "int4", "uint4"}
+_HALF = {"half", "__half", "__nv_bfloat16", "half2", "__half2"}
+_FAST = {"__expf", "__logf", "__sinf", "__cosf", "__fdividef", "__powf", "__fmaf_rn", "__frcp_rn", "__fsqrt_rn",
+         "rsqrtf"}
+_TENSOR = {"wmma", "mma_sync", "ldmatrix", "wgmma", "load_matrix_sync", "store_matrix_sync"}
+_CP_ASYNC = {"__pipeline_memcpy_async", "memcpy_async", "pipeline"}
+
+SOURCE_COUNTS = ["index_ops", "vector_types", "vector4", "reinterpret", "shared_decl", "extern_shared",
+                 "syncthreads", "syncwarp", "pragma_unroll", "for_loops", "while_loops", "branches", "ternaries",
+                 "shuffles", "atomics", "tensor_core", "ldg", "restrict", "const_ptr", "cp_async", "half_types",
+                 "fast_intrinsics", "fma", "kernels", "device_functions", "grid_stride", "launch_bounds",
+                 "thread_idx", "double_math", "divisions_mod"]
+
+
+def _count_source(code: str) -> dict[str, float]:
+    counts = Counter(_TOKEN.findall(code))
+
+    def total(names) -> int:
+        return sum(counts.get(n, 0) for n in names)
+
+    def prefixed(prefix: str) -> int:
+        return sum(c for t, c in counts.items() if t[:len(prefix)] == prefix)
+
+    values = {
+        "index_ops": counts.get("[", 0), "vector_types": total(_VECTOR), "vector4": total(_VECTOR4),
+        "reinterpret": counts.get("reinterpret_cast", 0), "shared_decl": counts.get("__shared__", 0),
+        "extern_shared": len(_EXTERN_SHARED.findall(code)), "syncthreads": counts.get("__syncthreads", 0),
+        "syncwarp": counts.get("__syncwarp", 0), "pragma_unroll": len(_PRAGMA_UNROLL.findall(code)),
+        "for_loops": counts.get("for", 0), "while_loops": counts.get("while", 0), "branches": counts.get("if", 0),
+        "ternaries": counts.get("?", 0), "shuffles": prefixed("__shfl"), "atomics": prefixed("atomic"),
+        "tensor_core": total(_TENSOR) + code.count("mma.sync"), "ldg": counts.get("__ldg", 0),
+        "restrict": counts.get("__restrict__", 0), "const_ptr": len(_CONST_PTR.findall(code)),
+        "cp_async": total(_CP_ASYNC) + code.count("cp.async"), "half_types": total(_HALF),
+        "fast_intrinsics": total(_FAST), "fma": counts.get("fmaf", 0) + counts.get("fma", 0),
+        "kernels": counts.get("__global__", 0), "device_functions": counts.get("__device__", 0),
+        "grid_stride": len(_GRID_STRIDE.findall(code)), "launch_bounds": counts.get("__launch_bounds__", 0),
+        "thread_idx": counts.get("threadIdx", 0), "double_math": counts.get("double", 0),
+        "divisions_mod": counts.get("/", 0) + counts.get("%", 0),
+    }
+    return {k: float(v) for k, v in values.items()}
+
+
+_FOR_HEADER = re.compile(r"\bfor\s*\(\s*(?:int|unsigned|long|size_t|auto)?\s*\w+\s*=\s*(\d+)\s*;\s*\w+\s*(<=?)\s*(\d+)\s*;")
+
+SOURCE_FEATURES = SOURCE_COUNTS + ["lines", "literal_loops", "max_trip", "sum_trip", "log_product_trip",
+                                           "shared_static_bytes"]
+LAUNCH_FEATURES = ["launches", "threads_per_block", "grid_blocks", "log_total_threads", "dyn_shared_bytes",
+                   "block_dims", "grid_dims", "waves", "tail_efficiency", "work_per_thread_log"]
+COMPILER_FEATURES = ["registers", "static_shared_bytes", "spill_stores", "spill_loads", "stack_bytes",
+                     "occupancy", "blocks_per_sm", "compile_option_fast_math", "compile_option_maxrreg"]
+HARDWARE_FEATURES = ["sm_count", "bandwidth_gbs", "fp32_tflops", "cc_major"]
+PROBLEM_FEATURES = ["log_flops", "log_bytes", "log_intensity", "log_roofline_ms", "log_reference_headroom",
+                    "log_reference_ms"]
+
+
+def _preprocess(source: str) -> tuple[str, dict[str, str]]:
+    """Apply #define/#if/#ifdef/#elif/#else/#endif of the source to itself; returns code and defines."""
+    defines: dict[str, str] = {}
+    out: list[str] = []
+    stack: list[tuple[bool, bool]] = []  # (this branch active, some branch already taken)
+    active = True
+    for line in _COMMENT.sub(" ", source).splitlines():
+        match = _DIRECTIVE.match(line)
+        if not match:
+            if active:
+                out.append(line)
+            continue
+        directive, rest = match.group(1), match.group(2).strip()
+        if directive in ("if", "ifdef", "ifndef"):
+            if directive == "ifdef":
+                cond = rest.split()[0] in defines if rest else False
+            elif directive == "ifndef":
+                cond = rest.split()[0] not in defines if rest else True
+            else:
+                cond = _condition(rest, defines)
+            stack.append((active, cond))
+            active = active and cond
+        elif directive == "elif":
+            if not stack:
+                continue
+            parent, taken = stack[-1]
+            cond = not taken and _condition(rest, defines)
+            stack[-1] = (parent, taken or cond)
+            active = parent and cond
+        elif directive == "else":
+            if not stack:
+                continue
+            parent, taken = stack[-1]
+            stack[-1] = (parent, True)
+            active = parent and not taken
+        elif directive == "endif":
+            if stack:
+                parent, _ = stack.pop()
+                active = parent
+        elif directive == "define" and active:
+            parts = rest.split(None, 1)
+            if parts and "(" not in parts[0]:
+                defines[parts[0]] = parts[1].strip() if len(parts) > 1 else "1"
+        elif directive == "undef" and active:
+            defines.pop(rest.split()[0] if rest else "", None)
+        elif active:
+            out.append(line)  # pragmas and includes stay
+    return "\n".join(out), defines
+
+
+def _condition(text: str, defines: dict[str, str]) -> bool:
+    expr = re.sub(r"defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)",
+                  lambda m: "1" if (m.group(1) or m.group(2)) in defines else "0", text)
+    expr = expr.replace("&&", " and ").replace("||", " or ")
+    expr = re.sub(r"!(?!=)", " not ", expr)
+    expr = re.sub(r"(?<!/)/(?!/)", "//", expr)
+    expr = re.sub(r"(\d+)[uUlL]+\b", r"\1", expr)
+    names = {}
+    for name in set(re.findall(r"[A-Za-z_]\w*", expr)) - {"and", "or", "not"}:
+        names[name] = _define_value(name, defines)
+    try:
+        return bool(evaluate(expr, names))
+    except (ExpressionError, TypeError, ZeroDivisionError, SyntaxError, RecursionError):
+        return False
+
+
+def _define_value(name: str, defines: dict[str, str], depth: int = 0):
+    value = defines.get(name)
+    if value is None:
+        return 0
+    try:
+        return int(value.rstrip("uUlL"), 0)
+    except ValueError:
+        pass
+    if depth < 4 and value in defines:
+        return _define_value(value, defines, depth + 1)
+    try:
+        return evaluate(value.replace("/", "//"), {k: _define_value(k, defines, depth + 1)
+                                                    for k in re.findall(r"[A-Za-z_]\w*", value)})
+    except Exception:  # a macro that is not an integer expression
+        return 0
+
+
+def _substitute_defines(code: str, defines: dict[str, str]) -> str:
+    numeric = {}
+    for name in defines:
+        value = _define_value(name, defines)
+        if isinstance(value, int) and not isinstance(value, bool):
+            numeric[name] = value
+    if not numeric:
+        return code
+    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(numeric, key=len, reverse=True)) + r")\b")
+    return pattern.sub(lambda m: str(numeric[m.group(1)]), code)
+
+
+def _fold_products(code: str) -> str:
+    """Fold literal products such as 4*8 so that loop bounds read as numbers."""
+    previous = None
+    while previous != code:
+        previous = code
+        code = re.sub(r"\b(\d+)\s*\*\s*(\d+)\b", lambda m: str(int(m.group(1)) * int(m.group(2))), code)
+        code = re.sub(r"\((\d+)\)", r"\1", code)
+    return code
+
+
+@lru_cache(maxsize=8192)
+def _source_features_cached(source: str) -> tuple[float, ...]:
+    code, defines = _preprocess(source)
+    code = _fold_products(_substitute_defines(code, defines))
+    values = _count_source(code)
+    values["lines"] = float(code.count("\n") + 1)
+    trips = []
+    for start, op, end in _FOR_HEADER.findall(code):
+        trip = int(end) - int(start) + (1 if op == "<=" else 0)
+        if trip > 0:
+            trips.append(trip)
+    values["literal_loops"] = float(len(trips))
+    values["max_trip"] = float(max(trips)) if trips else 0.0
+    values["sum_trip"] = float(sum(trips))
+    values["log_product_trip"] = float(sum(math.log(t) for t in trips))
+    shared = 0
+    for m in re.finditer(r"__shared__\s+(?:__align__\(\d+\)\s*)?(\w+)\s+\w+((?:\s*\[\s*\d+\s*\])+)", code):
+        size = {"double": 8, "float4": 16, "int4": 16, "half": 2, "__half": 2, "char": 1}.get(m.group(1), 4)
+        for dim in re.findall(r"\d+", m.group(2)):
+            size *= int(dim)
+        shared += size
+    values["shared_static_bytes"] = float(shared)
+    return tuple(values[n] for n in SOURCE_FEATURES)
+
+
+def source_features(source: str) -> np.ndarray:
+    return np.asarray(_source_features_cached(source), dtype=float)
+
+
+def _hardware(hardware: dict) -> dict:
+    merged = dict(DEFAULT_HARDWARE)
+    merged.update({k: v for k, v in (hardware or {}).items() if v is not None})
+    return merged
+
+
+def _cc_major(value) -> float:
+    try:
+        return float(str(value).split(".")[0])
+    except ValueError:
+        return math.nan
+
+
+def launch_features(candidate: Candidate, sizes: dict, hardware: dict, flops: float | None) -> dict:
+    hw = _hardware(hardware)
+    threads, blocks, dyn_shared = [], [], []
+    block_dims = grid_dims = 0
+    launches = 0
+    for step in candidate.get("launch") or []:
+        if "kernel" not in step:
+            continue
+        launches += 1
+        try:
+            block = [int(evaluate(b, sizes)) for b in step.get("block") or [1]]
+            grid = [int(evaluate(g, sizes)) for g in step.get("grid") or [1]]
+            shared = int(evaluate(step.get("shared", "0") or "0", sizes))
+        except (ExpressionError, TypeError, ZeroDivisionError, ValueError):
+            continue
+        threads.append(math.prod(block))
+        blocks.append(math.prod(grid))
+        dyn_shared.append(shared)
+        block_dims = max(block_dims, len(block))
+        grid_dims = max(grid_dims, len(grid))
+    if not threads:
+        return {name: math.nan for name in LAUNCH_FEATURES} | {"launches": float(launches)}
+    main = int(np.argmax([t * b for t, b in zip(threads, blocks)]))
+    tpb, grid_blocks = threads[main], blocks[main]
+    per_sm = max(1, min(hw["max_blocks_per_sm"], hw["max_threads_per_sm"] // max(1, tpb)))
+    slots = hw["sm_count"] * per_sm
+    waves = grid_blocks / slots
+    tail = waves / math.ceil(waves) if waves > 0 else math.nan
+    total = sum(t * b for t, b in zip(threads, blocks))
+    return {
+        "launches": float(launches), "threads_per_block": float(tpb), "grid_blocks": float(grid_blocks),
+        "log_total_threads": math.log(max(total, 1)), "dyn_shared_bytes": float(max(dyn_shared)),
+        "block_dims": float(block_dims), "grid_dims": float(grid_dims), "waves": waves, "tail_efficiency": tail,
+        "work_per_thread_log": math.log(flops / total) if flops and total else math.nan,
+    }
+
+
+def compiler_features(facts: dict | None, candidate: Candidate, threads_per_block: float,
+                      dyn_shared: float, hardware: dict) -> dict:
+    hw = _hardware(hardware)
+    facts = facts or {}
+    regs = facts.get("registers")
+    static_shared = facts.get("shared_bytes")
+    options = " ".join(candidate.get("compile_options") or [])
+    out = {
+        "registers": float(regs) if regs is not None else math.nan,
+        "static_shared_bytes": float(static_shared) if static_shared is not None else math.nan,
+        "spill_stores": float(facts.get("spill_stores", math.nan) if facts.get("spill_stores") is not None else math.nan),
+        "spill_loads": float(facts.get("spill_loads", math.nan) if facts.get("spill_loads") is not None else math.nan),
+        "stack_bytes": float(facts.get("stack_bytes", math.nan) if facts.get("stack_bytes") is not None else math.nan),
+        "compile_option_fast_math": 1.0 if "fast_math" in options else 0.0,
+        "compile_option_maxrreg": float(re.search(r"maxrregcount=(\d+)", options).group(1))
+        if re.search(r"maxrregcount=(\d+)", options) else 0.0,
+    }
+    tpb = threads_per_block if threads_per_block and not math.isnan(threads_per_block) else math.nan
+    if math.isnan(tpb):
+        out["occupancy"] = out["blocks_per_sm"] = math.nan
+        return out
+    limits = [hw["max_blocks_per_sm"], hw["max_threads_per_sm"] // max(1, int(tpb))]
+    if regs:
+        per_warp = math.ceil(regs * 32 / 256) * 256  # registers are allocated per warp in units of 256
+        limits.append(hw["registers_per_sm"] // max(1, per_warp * math.ceil(tpb / 32)))
+    shared = (static_shared or 0) + (dyn_shared if not math.isnan(dyn_shared) else 0)
+    if shared:
+        limits.append(int(hw["shared_per_sm_bytes"] // (shared + 1024)))
+    blocks_per_sm = max(0, min(limits))
+    out["blocks_per_sm"] = float(blocks_per_sm)
+    out["occupancy"] = blocks_per_sm * tpb / hw["max_threads_per_sm"]
+    return out
+
+
+def problem_features(problem: dict, hardware: dict, reference_ms: float | None) -> dict:
+    hw = _hardware(hardware)
+    sizes = problem.get("sizes") or {}
+    roofline = problem.get("roofline") or {}
+    flops = _maybe_eval(roofline.get("flops"), sizes)
+    bytes_ = _maybe_eval(roofline.get("bytes"), sizes)
+    bandwidth = float(hw.get("memory_bandwidth_gbs") or math.nan)
+    peak = float(hw.get("fp32_tflops") or math.nan)
+    roof_ms = math.nan
+    if bytes_ or flops:
+        t_mem = (bytes_ or 0) / (bandwidth * 1e9) * 1e3 if bytes_ else 0.0
+        t_flop = (flops or 0) / (peak * 1e12) * 1e3 if flops else 0.0
+        roof_ms = max(t_mem, t_flop)
+    return {
+        "log_flops": math.log(flops) if flops else math.nan,
+        "log_bytes": math.log(bytes_) if bytes_ else math.nan,
+        "log_intensity": math.log(flops / bytes_) if flops and bytes_ else math.nan,
+        "log_roofline_ms": math.log(roof_ms) if roof_ms and not math.isnan(roof_ms) else math.nan,
+        "log_reference_headroom": math.log(reference_ms / roof_ms)
+        if reference_ms and roof_ms and not math.isnan(roof_ms) else math.nan,
+        "log_reference_ms": math.log(reference_ms) if reference_ms else math.nan,
+    }
+
+
+def _maybe_eval(expression, sizes) -> float | None:
+    if expression is None:
+        return None
+    try:
+        value = float(evaluate(expression, sizes))
+    except (ExpressionError, TypeError, ZeroDivisionError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def feature_names() -> list[str]:
+    cand = [f"cand_{n}" for n in SOURCE_FEATURES + LAUNCH_FEATURES]
+    delta = [f"delta_{n}" for n in SOURCE_FEATURES + LAUNCH_FEATURES]
+    return cand + delta + COMPILER_FEATURES + HARDWARE_FEATURES + PROBLEM_FEATURES + ["delta_registers"]
+
+
+def request_features(request) -> np.ndarray:
+    """One row of features for a ForecastRequest (NaN where something is unknown)."""
+    sizes = (request.problem or {}).get("sizes") or {}
+    hw = _hardware(request.hardware)
+    problem = problem_features(request.problem or {}, request.hardware, request.reference_ms)
+    flops = math.exp(problem["log_flops"]) if not math.isnan(problem["log_flops"]) else None
+    cand_src = source_features(request.candidate.get("source", ""))
+    ref_src = source_features(request.reference.get("source", ""))
+    cand_launch = launch_features(request.candidate, sizes, request.hardware, flops)
+    ref_launch = launch_features(request.reference, sizes, request.hardware, flops)
+    cand_l = np.array([cand_launch[n] for n in LAUNCH_FEATURES])
+    ref_l = np.array([ref_launch[n] for n in LAUNCH_FEATURES])
+    comp = compiler_features(request.compiler_facts, request.candidate, cand_launch["threads_per_block"],
+                             cand_launch["dyn_shared_bytes"], request.hardware)
+    ref_regs = (request.reference_compiler_facts or {}).get("registers")
+    hardware = [float(hw["sm_count"]), float(hw["memory_bandwidth_gbs"]), float(hw["fp32_tflops"]),
+                _cc_major(hw.get("compute_capability"))]
+    row = np.concatenate([
+        cand_src, cand_l, cand_src - ref_src, cand_l - ref_l,
+        [comp[n] for n in COMPILER_FEATURES], hardware, [problem[n] for n in PROBLEM_FEATURES],
+        [comp["registers"] - ref_regs if ref_regs is not None else math.nan],
+    ])
+    return row.astype(float)
+
+
+def features_matrix(requests) -> np.ndarray:
+    if not requests:
+        return np.zeros((0, len(feature_names())))
+    return np.vstack([request_features(r) for r in requests])
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()

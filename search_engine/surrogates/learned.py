@@ -1,0 +1,229 @@
+"""Learned surrogate: a calibrated classifier over the ordinal bins, trained on recorded measurements.
+
+Features come from surrogates.features (source, compiler facts, launch plan, hardware, roofline,
+differences against the reference). The classifier is scikit-learn's HistGradientBoosting over the
+bins, made ordinal-aware by blending with cumulative "S > edge" classifiers, then calibrated with a
+temperature fitted on out-of-fold predictions. CPU only; forecast_many works on a batch at once.
+Retrained online from the run's own measurements through learn(rows).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import joblib
+import numpy as np
+from scipy.optimize import minimize_scalar
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.model_selection import GroupKFold, KFold
+
+from search_engine.bins import DEFAULT_BINS, BinTable
+from search_engine.surrogates.base import Forecast, ForecastRequest
+from search_engine.surrogates.features import feature_names, features_matrix
+
+_EPS = 1e-4
+_MISSING = -1e6  # stands for an unknown feature (the trees split it off like any other value)
+
+
+def _row_request(row: dict) -> ForecastRequest:
+    """A training row is {"request": ForecastRequest, "speedup": s} or the request's fields + speedup."""
+    if isinstance(row.get("request"), ForecastRequest):
+        return row["request"]
+    return ForecastRequest(
+        reference=row["reference"], candidate=row["candidate"], hardware=row.get("hardware") or {},
+        problem=row.get("problem") or {}, parent=row.get("parent"), parent_speedup=row.get("parent_speedup"),
+        compiler_facts=row.get("compiler_facts") or row.get("compiler"),
+        reference_compiler_facts=row.get("reference_compiler_facts"), reference_ms=row.get("reference_ms"),
+    )
+
+
+@dataclass
+class _Fitted:
+    classifier: HistGradientBoostingClassifier | None
+    classes: np.ndarray
+    cumulative: list  # per edge k: a classifier of P(bin > k), or a constant probability
+    temperature: float
+
+
+class LearnedSurrogate:
+    name = "learned"
+
+    def __init__(self, *, bins: BinTable = DEFAULT_BINS, seed: int = 0, max_iter: int = 60,
+                 learning_rate: float = 0.08, max_leaf_nodes: int = 15, l2_regularization: float = 1.0,
+                 ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
+                 version: str = "1") -> None:
+        self.bins = bins
+        self.seed = seed
+        self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
+                           l2_regularization=l2_regularization)
+        self.ordinal_weight = ordinal_weight
+        self.online_weight = online_weight
+        self.calibration_folds = calibration_folds
+        self.version = version
+        self._base_X = np.zeros((0, len(feature_names())))
+        self._base_y = np.zeros(0, dtype=int)
+        self._base_groups: list = []
+        self._fitted: _Fitted | None = None
+        self.trained_rows = 0
+
+    # ---- training -----------------------------------------------------------------------------
+    def fit(self, rows: list[dict], groups: list | None = None) -> "LearnedSurrogate":
+        """Train from recorded measurements: rows with a positive speedup (failures are skipped)."""
+        X, y, kept = self._xy(rows)
+        g = [groups[i] for i in kept] if groups is not None else [0] * len(kept)
+        self._base_X, self._base_y, self._base_groups = X, y, g
+        self._fitted = self._train(X, y, g, np.ones(len(y)))
+        self.trained_rows = len(y)
+        return self
+
+    def learn(self, rows: list[dict]) -> None:
+        """Online retraining: the recorded rows plus the run's own measurements (weighted up)."""
+        X, y, _ = self._xy(rows)
+        if len(y) == 0:
+            return
+        all_X = np.vstack([self._base_X, X])
+        all_y = np.concatenate([self._base_y, y])
+        groups = list(self._base_groups) + ["__run__"] * len(y)
+        weights = np.concatenate([np.ones(len(self._base_y)), np.full(len(y), self.online_weight)])
+        if self._fitted is not None:
+            # Online refits keep the temperature calibrated on the recorded data: refitting it on a
+            # handful of the run's rows would be noise, and it would cost k extra fits per retrain.
+            base = self._train_uncalibrated(all_X, all_y, weights)
+            self._fitted = _Fitted(base.classifier, base.classes, base.cumulative, self._fitted.temperature)
+        else:
+            self._fitted = self._train(all_X, all_y, groups, weights)
+        self.trained_rows = len(all_y)
+
+    def _xy(self, rows: list[dict]):
+        kept, requests, bins = [], [], []
+        for i, row in enumerate(rows):
+            speedup = row.get("speedup")
+            if speedup is None or not math.isfinite(speedup) or speedup <= 0:
+                continue
+            kept.append(i)
+            requests.append(_row_request(row))
+            bins.append(self.bins.bin_of(speedup))
+        return _matrix(requests), np.asarray(bins, dtype=int), kept
+
+    def _train(self, X, y, groups, weights) -> _Fitted:
+        if len(y) == 0:
+            raise ValueError("The learned surrogate needs at least one measured row to train.")
+        base = self._train_uncalibrated(X, y, weights)
+        temperature = 1.0
+        n_groups = len(set(groups))
+        folds = self.calibration_folds
+        if len(y) >= 4 * folds:
+            splitter = GroupKFold(n_splits=min(folds, n_groups)) if n_groups >= 2 else \
+                KFold(n_splits=folds, shuffle=True, random_state=self.seed)
+            oof = np.zeros((len(y), self.bins.n_bins))
+            for train, test in splitter.split(X, y, groups if n_groups >= 2 else None):
+                model = self._train_uncalibrated(X[train], y[train], weights[train])
+                oof[test] = self._raw_probs(model, X[test])
+            temperature = _fit_temperature(oof, y)
+        return _Fitted(base.classifier, base.classes, base.cumulative, temperature)
+
+    def _train_uncalibrated(self, X, y, weights) -> _Fitted:
+        classes = np.unique(y)
+        classifier = None
+        if len(classes) >= 2:
+            classifier = HistGradientBoostingClassifier(random_state=self.seed, early_stopping=False, **self.params)
+            classifier.fit(X, y, sample_weight=weights)
+        cumulative = []
+        for k in range(1, self.bins.n_bins):
+            target = (y > k).astype(int)
+            if target.min() == target.max():
+                cumulative.append(float(target[0]))
+                continue
+            model = HistGradientBoostingClassifier(random_state=self.seed, early_stopping=False, **self.params)
+            model.fit(X, target, sample_weight=weights)
+            cumulative.append(model)
+        return _Fitted(classifier, classes, cumulative, 1.0)
+
+    # ---- forecasting --------------------------------------------------------------------------
+    def _raw_probs(self, fitted: _Fitted, X: np.ndarray) -> np.ndarray:
+        k = self.bins.n_bins
+        n = X.shape[0]
+        multi = np.full((n, k), _EPS)
+        if fitted.classifier is not None:
+            multi[:, fitted.classifier.classes_ - 1] += fitted.classifier.predict_proba(X)
+        else:
+            multi[:, fitted.classes[0] - 1] += 1.0
+        multi /= multi.sum(axis=1, keepdims=True)
+        # Cumulative P(bin > k) made monotone, then differenced into bin probabilities.
+        exceed = np.empty((n, k - 1))
+        for j, model in enumerate(fitted.cumulative):
+            exceed[:, j] = model if isinstance(model, float) else model.predict_proba(X)[:, 1]
+        exceed = np.minimum.accumulate(np.clip(exceed, 0, 1), axis=1)
+        upper = np.hstack([np.ones((n, 1)), exceed])
+        lower = np.hstack([exceed, np.zeros((n, 1))])
+        ordinal = np.clip(upper - lower, 0, None) + _EPS
+        ordinal /= ordinal.sum(axis=1, keepdims=True)
+        probs = (1 - self.ordinal_weight) * multi + self.ordinal_weight * ordinal
+        return probs / probs.sum(axis=1, keepdims=True)
+
+    def predict_proba(self, requests: list[ForecastRequest]) -> np.ndarray:
+        if self._fitted is None:
+            raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
+        X = _matrix(requests)
+        raw = self._raw_probs(self._fitted, X)
+        return _temper(raw, self._fitted.temperature)
+
+    def forecast(self, request: ForecastRequest) -> Forecast:
+        return self.forecast_many([request])[0]
+
+    def forecast_many(self, requests: list[ForecastRequest]) -> list[Forecast]:
+        if not requests:
+            return []
+        started = time.perf_counter()
+        if self._fitted is None:
+            return [Forecast.abstention("The learned surrogate is not trained yet.", surrogate=self.id)
+                    for _ in requests]
+        probs = self.predict_proba(requests)
+        latency = (time.perf_counter() - started) / len(requests)
+        return [Forecast.from_probs(p, surrogate=self.id, latency_s=latency,
+                                    reasoning=f"learned surrogate trained on {self.trained_rows} measurements")
+                for p in probs]
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def temperature(self) -> float | None:
+        return self._fitted.temperature if self._fitted else None
+
+    # ---- persistence --------------------------------------------------------------------------
+    def save(self, path) -> None:
+        joblib.dump(self, path)
+
+    @classmethod
+    def load(cls, path) -> "LearnedSurrogate":
+        model = joblib.load(path)
+        if not isinstance(model, cls):
+            raise ValueError(f"{path} does not hold a learned surrogate.")
+        return model
+
+
+def _matrix(requests) -> np.ndarray:
+    return np.nan_to_num(features_matrix(requests), nan=_MISSING, posinf=-_MISSING, neginf=_MISSING)
+
+
+def _temper(probs: np.ndarray, temperature: float) -> np.ndarray:
+    logits = np.log(np.clip(probs, 1e-12, 1.0)) / temperature
+    logits -= logits.max(axis=1, keepdims=True)
+    out = np.exp(logits)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def _fit_temperature(probs: np.ndarray, y: np.ndarray) -> float:
+    """The temperature minimising the out-of-fold negative log-likelihood."""
+    idx = np.arange(len(y))
+
+    def loss(log_t: float) -> float:
+        tempered = _temper(probs, math.exp(log_t))
+        return float(-np.mean(np.log(np.clip(tempered[idx, y - 1], 1e-12, 1.0))))
+
+    result = minimize_scalar(loss, bounds=(math.log(0.05), math.log(20.0)), method="bounded")
+    return float(math.exp(result.x))
