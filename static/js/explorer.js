@@ -316,9 +316,13 @@
       for (const key of notYetShown) if (!firstShown.has(key)) firstShown.set(key, shownNow);
       notYetShown = [];
     }
-    if (snapshotApplied && !stats.firstFullDrawAt) stats.firstFullDrawAt = performance.now();
     stats.draws++;
     stats.lastDrawMs = performance.now() - started;
+    if (snapshotApplied && !stats.firstFullDrawAt) {
+      stats.firstFullDrawAt = performance.now();
+      stats.firstFullDrawMs = stats.lastDrawMs;
+      stats.firstLayoutMs = stats.lastLayoutMs;
+    }
     stats.drawMs.push(stats.lastDrawMs);
     if (stats.drawMs.length > 600) stats.drawMs.splice(0, 300);
   }
