@@ -66,8 +66,13 @@ def raw_metrics_for_prompt(measurement: Mapping[str, Any], *, max_sass_opcodes: 
         lines.append(f"ptxas: {facts}")
         sass = compiler.get("sass") or {}
         if sass:
-            top = sorted(sass.items(), key=lambda kv: -kv[1])[:max_sass_opcodes]
-            lines.append("SASS opcodes (static count): " + ", ".join(f"{op} {n}" for op, n in top))
+            ranked = sorted(sass.items(), key=lambda kv: -kv[1])
+            memory = [(op, n) for op, n in ranked if op.split(".")[0] in _MEMORY_AND_MATRIX]
+            other = [(op, n) for op, n in ranked if op.split(".")[0] not in _MEMORY_AND_MATRIX | {"NOP"}]
+            lines.append("SASS memory and matrix opcodes (static count): "
+                         + (", ".join(f"{op} {n}" for op, n in memory) or "none"))
+            lines.append("SASS other opcodes (static count): "
+                         + ", ".join(f"{op} {n}" for op, n in other[:max_sass_opcodes]))
     energy = measurement.get("energy") or {}
     if energy.get("j_per_call") is not None:
         lines.append(f"energy: {_number(energy['j_per_call'])} J per call at {_number(energy.get('mean_w'))} W")
@@ -82,6 +87,11 @@ def raw_metrics_for_prompt(measurement: Mapping[str, Any], *, max_sass_opcodes: 
         lines.append("ncu top stall reasons (cycles per issued instruction): "
                      + "; ".join(f"{k} = {_number(v)}" for k, v in stalls))
     return "\n".join(lines)
+
+
+_MEMORY_AND_MATRIX = {"LDG", "STG", "LDS", "STS", "LDL", "STL", "LD", "ST", "LDSM", "LDGSTS", "LDGDEPBAR", "UBLKCP",
+                      "UTMALDG", "UTMASTG", "ATOM", "ATOMG", "ATOMS", "RED", "REDG", "HMMA", "HGMMA", "IMMA", "IGMMA",
+                      "DMMA", "QGMMA", "BMMA", "BGMMA"}
 
 
 def _number(value: Any) -> str:
