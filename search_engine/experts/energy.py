@@ -50,11 +50,13 @@ def examine(profile: KernelProfile, bound: Bound) -> list[ExpertNote]:
                       "comparing variants by energy.")
         elif watts >= NEAR_LIMIT * limit:
             severity = "warning"
-            finding += f" That is {wording.percent(100 * watts / limit)} of the {limit:.0f} W limit: clocks are capped."
+            finding += (f" That is {wording.percent(100 * watts / limit)} of the {limit:.0f} W limit: the board "
+                        "may be lowering its clocks.")
             advice = ("Cut bytes moved and instructions issued rather than adding parallel work: at the power limit "
                       "each saving lowers energy and lets the clocks rise.")
         elif watts < LOW_POWER * limit:
-            finding += f" That is {wording.percent(100 * watts / limit)} of the {limit:.0f} W limit: most of the chip idles."
+            finding += (f" That is {wording.percent(100 * watts / limit)} of the {limit:.0f} W limit: most of the "
+                        "chip idles.")
             advice = ("Idle power dominates this call's energy, so shortening the kernel (more work in flight, fewer "
                       "launches) saves energy nearly in proportion to time.")
     return [ExpertNote(NAME, severity, finding, evidence, advice)]

@@ -55,4 +55,5 @@ def test_without_the_extra_metrics_the_width_comes_from_sass_and_coalescing_stay
     (note,) = plain
     assert "narrow_bytes" in note.evidence and note.evidence["sass_bytes_per_thread_ld"] == 4.0
     assert not notes("reduce_sum__atomic_vec4", drop_extras=True)
-    assert not [n for n in notes("transpose__reference", drop_extras=True) if "wasted_share_of_global_sectors" in n.evidence]
+    plain = notes("transpose__reference", drop_extras=True)
+    assert not [n for n in plain if "wasted_share_of_global_sectors" in n.evidence]

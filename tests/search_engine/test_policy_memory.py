@@ -1,0 +1,131 @@
+"""Selective policy, conformal threshold and search memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from search_engine.memory import SearchMemory
+from search_engine.policy import PolicySettings, SelectivePolicy, conformal_threshold, prob_above
+from search_engine.surrogates.base import Forecast
+from search_engine.tree import PUCTTree
+from tests.search_engine.test_tree import cand
+
+
+def forecast_on(bin_, confidence):
+    probs = [(1 - confidence) / 7] * 8
+    probs[bin_ - 1] = confidence
+    return Forecast.from_probs(probs)
+
+
+def tree_with_children(forecasts, parent_speedup=1.0):
+    tree = PUCTTree()
+    tree.add_root(cand("root"), parent_speedup)
+    ids = []
+    for i, f in enumerate(forecasts):
+        node = tree.add_child(0, cand(f"c{i}"))
+        node.state = "forecast"
+        node.forecast = f.to_dict()
+        ids.append(node.id)
+    return tree, ids
+
+
+def test_confident_forecasts_are_accepted_and_confident_slowdowns_pruned():
+    tree, ids = tree_with_children([forecast_on(6, 0.9), forecast_on(3, 0.9)])
+    decisions = {d.node_id: d for d in SelectivePolicy(PolicySettings(threshold=0.7)).decide(tree, ids, 10)}
+    assert decisions[ids[0]].action == "accept"
+    assert 1.414 <= decisions[ids[0]].provisional_speedup < 2.0
+    assert decisions[ids[1]].action == "prune"
+
+
+def test_uncertain_children_that_could_beat_the_best_go_to_the_gpu_at_most_k_per_step():
+    uncertain = [forecast_on(7, 0.4) for _ in range(4)]
+    tree, ids = tree_with_children(uncertain)
+    policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2))
+    decisions = policy.decide(tree, ids, budget_left=10)
+    assert [d.action for d in decisions].count("measure") == 2
+    assert [d.action for d in decisions].count("park") == 2
+    assert [d.action for d in policy.decide(tree, ids, budget_left=1)].count("measure") == 1
+    assert [d.action for d in policy.decide(tree, ids, budget_left=0)].count("measure") == 0
+
+
+def test_an_uncertain_child_unlikely_to_beat_the_best_is_parked():
+    tree, ids = tree_with_children([Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0])])
+    decisions = SelectivePolicy(PolicySettings(threshold=0.7)).decide(tree, ids, 10)
+    assert decisions[0].action == "park"
+
+
+def test_an_abstention_is_deferred_to_the_gpu():
+    tree, ids = tree_with_children([Forecast.abstention("garbled answer")])
+    decisions = SelectivePolicy(PolicySettings()).decide(tree, ids, 10)
+    assert decisions[0].action == "measure" and "abstained" in decisions[0].reason
+
+
+def test_parked_children_compete_for_later_slots():
+    tree, ids = tree_with_children([forecast_on(7, 0.4) for _ in range(3)])
+    policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1))
+    first = policy.decide(tree, ids, 10)
+    measured = [d.node_id for d in first if d.action == "measure"]
+    assert len(measured) == 1
+    tree.nodes[measured[0]].state = "queued"
+    later = policy.decide(tree, [], 10)
+    assert [d.action for d in later] == ["measure"] and later[0].node_id != measured[0]
+
+
+def test_a_forecast_only_best_is_verified():
+    tree, ids = tree_with_children([forecast_on(7, 0.9)])
+    tree.nodes[ids[0]].state = "accepted-by-forecast"
+    tree.set_provisional(ids[0], 2.8)
+    decision = SelectivePolicy(PolicySettings()).verification_of_best(tree)
+    assert decision is not None and decision.node_id == ids[0]
+    tree.nodes[ids[0]].verification_refused = True
+    assert SelectivePolicy(PolicySettings()).verification_of_best(tree) is None
+
+
+def test_prob_above_spreads_a_bin_log_uniformly():
+    f = Forecast.from_probs([0, 0, 0, 0, 1, 0, 0, 0])  # all mass in [1.0, 1.414)
+    assert prob_above(f, 0.9) == 1.0
+    assert prob_above(f, 1.5) == 0.0
+    assert prob_above(f, 1.414 ** 0.5) == pytest.approx(0.5, abs=1e-3)
+
+
+def test_the_conformal_threshold_keeps_the_accepted_error_rate_under_the_target():
+    pairs = [(0.9, True)] * 30 + [(0.8, True)] * 10 + [(0.8, False)] * 10 + [(0.5, False)] * 10
+    t = conformal_threshold(pairs, 0.1)
+    assert t == 0.9
+    accepted = [ok for c, ok in pairs if c >= t]
+    assert (sum(not ok for ok in accepted) + 1) / (len(accepted) + 1) <= 0.1
+    assert conformal_threshold(pairs, 0.3) == 0.8
+    assert conformal_threshold(pairs, 0.4) == 0.5
+    assert conformal_threshold([(0.9, False)] * 5, 0.1) > 1.0
+
+
+def test_the_policy_uses_the_conformal_threshold_once_enough_nodes_are_measured():
+    tree = PUCTTree()
+    tree.add_root(cand("root"), 1.0)
+    for i in range(12):
+        node = tree.add_child(0, cand(f"m{i}"))
+        node.forecast = forecast_on(5, 0.95 if i < 10 else 0.5).to_dict()
+        node.state = "measured"
+        tree.set_measured(node.id, 1.2 if i < 10 else 3.0)  # the confident ones were right
+    policy = SelectivePolicy(PolicySettings(threshold=0.3, conformal_target=0.2, conformal_min_samples=10))
+    assert policy.threshold(tree) == 0.95
+    few = SelectivePolicy(PolicySettings(threshold=0.3, conformal_target=0.2, conformal_min_samples=50))
+    assert few.threshold(tree) == 0.3
+
+
+def test_memory_deduplicates_caps_and_renders():
+    memory = SearchMemory(cap=3)
+    assert memory.add("improved", "BLOCK 128 -> 256", "measured 1.3x", "measured")
+    assert not memory.add("improved", "BLOCK 256 -> 512", "measured 1.1x", "measured")  # same lesson, other numbers
+    assert memory.lessons[0].count == 2 and memory.lessons[0].effect == "measured 1.1x"
+    memory.add("failed", "shared tile without padding", "failed-correctness: outputs differ", "failure")
+    memory.add("forecast", "unroll 8", "forecast bin 5", "forecast")
+    memory.add("regressed", "VEC 4 -> 1", "measured 0.6x", "measured")
+    assert len(memory.lessons) == 3
+    assert all(l.kind != "forecast" for l in memory.lessons)  # the least important went first
+    text = memory.render()
+    assert text.splitlines()[0].startswith("- [improved, measured] BLOCK")
+    assert "(seen 2x)" in text
+    again = SearchMemory.from_dict(memory.to_dict())
+    assert again.render() == text
+    assert SearchMemory().render() == "No lessons yet."

@@ -1,0 +1,338 @@
+"""Forecast parsing, the LLM client's retries, the LLM surrogate's abstentions and cache, the learned
+and roofline surrogates."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import openai
+import pytest
+from openai.types.chat import ChatCompletion
+
+from search_engine import scoring
+from search_engine.bins import DEFAULT_BINS
+from search_engine.generators.base import ProposalContext
+from search_engine.generators.llm import LLMGenerator
+from search_engine.llm_client import LLMClient
+from search_engine.prompts import AnswerError, forecast_messages, parse_forecast
+from search_engine.surrogates.base import Forecast, ForecastRequest
+from search_engine.surrogates.cache import JsonFileCache, MemoryCache, SqliteCache
+from search_engine.surrogates.learned import LearnedSurrogate
+from search_engine.surrogates.llm import LLMSurrogate
+from search_engine.surrogates.roofline import RooflineSurrogate
+from tests.search_engine.fakes import REFERENCE, render, space, true_speedup
+
+try:
+    import httpx2 as httpx
+except ImportError:  # an openai release on plain httpx
+    import httpx
+
+PROBLEM = {"name": "scale", "sizes": {"N": 1 << 24}, "roofline": {"bytes": "8*N", "flops": "N"}}
+
+
+def request(knobs=None):
+    candidate = render(knobs or {"BLOCK": 256, "ITEMS": 2, "VEC": 4, "ALGO": "naive"})
+    return ForecastRequest(reference=REFERENCE, candidate=candidate, hardware={"name": "H200", "sm_count": 132},
+                           problem=PROBLEM, reference_ms=0.5)
+
+
+# ---- parsing ------------------------------------------------------------------------------------
+
+def test_a_tool_call_is_parsed_and_renormalised_with_the_raw_sum_kept():
+    args = json.dumps({"reasoning": "float4 halves the load count", "probabilities": [0, 0, 0, 0.1, 0.2, 0.4, 0.2, 0.1],
+                       "predicted_bin": 6})
+    parsed = parse_forecast(args, None)
+    assert parsed.predicted_bin == 6 and parsed.raw_sum == pytest.approx(1.0)
+    doubled = parse_forecast(json.dumps({"probabilities": [0.2] * 8, "predicted_bin": 1}), None)
+    assert doubled.raw_sum == pytest.approx(1.6) and sum(doubled.probs) == pytest.approx(1.0)
+
+
+def test_a_json_object_in_the_content_is_the_fallback():
+    content = 'Thinking...\n```json\n{"reasoning": "r", "probabilities": [0,0,0,0,1,0,0,0], "predicted_bin": 5}\n```'
+    assert parse_forecast(None, content).predicted_bin == 5
+    assert parse_forecast(None, 'sure: {"probs": [0,0,0,0,0,0,0,1], "bin": 8} done').predicted_bin == 8
+
+
+def test_a_stated_bin_that_disagrees_is_noted_in_the_reasoning():
+    parsed = parse_forecast({"reasoning": "r", "probabilities": [0, 0, 0, 0, 1, 0, 0, 0], "predicted_bin": 2}, None)
+    assert parsed.predicted_bin == 5 and "stated bin 2" in parsed.reasoning
+
+
+@pytest.mark.parametrize("args, content, reason", [
+    ('{"probabilities": [1, 2, 3, 4, 5', None, "not valid JSON"),
+    (None, "I'm unable to help with that.", "refused"),
+    (None, "The candidate is faster.", "no forecast"),
+    ('{"probabilities": [0.5, 0.5], "predicted_bin": 1}', None, "2 probabilities instead of 8"),
+    ('{"probabilities": [1, 2, 3, 4, 5, 6, 7, 8], "predicted_bin": 8}', None, "out of range"),
+    ('{"probabilities": [0, 0, 0, 0, 0, 0, 0, 0], "predicted_bin": 8}', None, "sum to zero"),
+    ('{"probabilities": [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.3], "predicted_bin": 1000}', None, "predicted bin"),
+    ('{"probabilities": ["a", 0, 0, 0, 0, 0, 0, 1], "predicted_bin": 8}', None, "not a number"),
+    ('{"reasoning": "no numbers"}', None, "no list of probabilities"),
+])
+def test_unusable_answers_are_refused_with_a_reason(args, content, reason):
+    with pytest.raises(AnswerError, match=reason):
+        parse_forecast(args, content)
+
+
+def test_the_prompt_holds_the_simulator_role_bins_checklist_and_hardware():
+    system, user = forecast_messages(request())
+    assert "GPU execution simulator" in system["content"]
+    assert "extreme speedup" in system["content"] and "coalescing" in system["content"].lower()
+    assert "tensor cores" in system["content"]
+    assert "## Reference kernel" in user["content"] and "## Candidate kernel" in user["content"]
+    assert "| SMs | 132 |" in user["content"]
+
+
+# ---- a scripted OpenAI-compatible client ----------------------------------------------------------
+
+def completion(content=None, tool_args=None, prompt_tokens=100, completion_tokens=20, finish="stop"):
+    message = {"role": "assistant", "content": content}
+    if tool_args is not None:
+        message["tool_calls"] = [{"id": "c1", "type": "function",
+                                  "function": {"name": "submit_forecast", "arguments": tool_args}}]
+    return ChatCompletion.model_validate({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    })
+
+
+def timeout_error():
+    return openai.APITimeoutError(request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+
+
+def bad_request():
+    response = httpx.Response(400, request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+    return openai.BadRequestError("tools are not supported", response=response, body=None)
+
+
+class ScriptedClient:
+    """Plays a list of responses (or exceptions) and records the requests."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.calls = []
+        self.chat = self
+        self.completions = self
+
+    def create(self, **kwargs):
+        self.calls.append(kwargs)
+        item = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def client(script, **kw):
+    sleeps = []
+    c = LLMClient(base_url=None, api_key=None, model="m", client=ScriptedClient(script), sleep=sleeps.append, **kw)
+    return c, sleeps
+
+
+GOOD_TOOL = json.dumps({"reasoning": "r", "probabilities": [0, 0, 0, 0, 0.1, 0.7, 0.2, 0], "predicted_bin": 6})
+
+
+def test_the_client_forces_the_tool_call_and_counts_tokens():
+    c, _ = client([completion(tool_args=GOOD_TOOL, prompt_tokens=321, completion_tokens=45)])
+    surrogate = LLMSurrogate(c)
+    forecast = surrogate.forecast(request())
+    sent = c.client.calls[0]
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "submit_forecast"}}
+    assert sent["tools"][0]["function"]["parameters"]["properties"]["probabilities"]["minItems"] == 8
+    assert forecast.bin == 6 and forecast.confidence == pytest.approx(0.7)
+    assert (forecast.tokens_in, forecast.tokens_out) == (321, 45)
+    assert not forecast.abstained and forecast.surrogate == "llm@m/p1"
+
+
+def test_timeouts_are_retried_with_growing_back_off_then_abstain():
+    c, sleeps = client([timeout_error()], max_retries=3, backoff_s=0.5)
+    forecast = LLMSurrogate(c).forecast(request())
+    assert forecast.abstained and "did not answer after 4 attempts" in forecast.abstain_reason
+    assert sleeps == [0.5, 1.0, 2.0]
+    c, sleeps = client([timeout_error(), completion(tool_args=GOOD_TOOL)], max_retries=3, backoff_s=0.5)
+    assert LLMSurrogate(c).forecast(request()).bin == 6 and sleeps == [0.5]
+
+
+def test_a_server_that_refuses_tools_is_asked_for_json_content_instead():
+    content = '{"reasoning": "r", "probabilities": [0, 0, 0, 1, 0, 0, 0, 0], "predicted_bin": 4}'
+    c, _ = client([bad_request(), completion(content=content)])
+    forecast = LLMSurrogate(c).forecast(request())
+    assert forecast.bin == 4
+    assert "tools" in c.client.calls[0] and "tools" not in c.client.calls[1]
+
+
+def test_garbled_and_cut_off_answers_become_abstentions_with_the_reason():
+    c, _ = client([completion(tool_args='{"reasoning": "...", "probabilities": [1, 2, 3', finish="length")])
+    forecast = LLMSurrogate(c).forecast(request())
+    assert forecast.abstained and "token limit" in forecast.abstain_reason
+    assert "probabilities" in forecast.reasoning  # the raw excerpt is kept
+
+
+def test_usable_answers_are_cached_and_abstentions_are_not(tmp_path):
+    c, _ = client([completion(tool_args=GOOD_TOOL)])
+    surrogate = LLMSurrogate(c, cache=JsonFileCache(tmp_path / "cache.json"))
+    first = surrogate.forecast(request())
+    second = surrogate.forecast(request())
+    assert len(c.client.calls) == 1 and second.cached and second.probs == first.probs
+    reopened = LLMSurrogate(c, cache=JsonFileCache(tmp_path / "cache.json"))
+    assert reopened.forecast(request()).cached and len(c.client.calls) == 1
+    other = request({"BLOCK": 128, "ITEMS": 2, "VEC": 4, "ALGO": "naive"})
+    assert not reopened.forecast(other).cached
+    bad, _ = client([completion(content="no idea")])
+    s = LLMSurrogate(bad, cache=MemoryCache())
+    s.forecast(request())
+    s.forecast(request())
+    assert len(bad.client.calls) == 2
+
+
+def test_the_sqlite_cache_keeps_forecasts(tmp_path):
+    cache = SqliteCache(tmp_path / "f.sqlite")
+    cache.put("k", {"probs": [1.0], "bin": 1})
+    assert SqliteCache(tmp_path / "f.sqlite").get("k") == {"probs": [1.0], "bin": 1}
+    assert cache.get("missing") is None
+
+
+def test_the_concurrency_limit_holds_under_forecast_many():
+    active, peak = [0], [0]
+
+    class Slow(ScriptedClient):
+        def create(self, **kwargs):
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+            time.sleep(0.02)
+            active[0] -= 1
+            return completion(tool_args=GOOD_TOOL)
+
+    c = LLMClient(base_url=None, api_key=None, model="m", client=Slow([None]), max_concurrency=2)
+    surrogate = LLMSurrogate(c, cache=MemoryCache())
+    requests = [request({"BLOCK": b, "ITEMS": i, "VEC": 1, "ALGO": "naive"}) for b in (128, 256, 512) for i in (1, 2)]
+    forecasts = surrogate.forecast_many(requests)
+    assert len(forecasts) == 6 and all(f.bin == 6 for f in forecasts)
+    assert peak[0] == 2
+
+
+def test_the_llm_generator_records_wrong_signatures_and_garbage_as_failed_proposals():
+    wrong_signature = "Rationale: fewer args\n```cuda\n__global__ void scale(float* y) { y[0] = 1; }\n```"
+    renamed = "```cuda\n__global__ void other(const float* x, float* y, int n) { }\n```"
+    good = ("Rationale: fine\n```cuda\n__global__ void scale(const float* __restrict__ x, float* y, int n) "
+            "{ int i = threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }\n```")
+    c, _ = client([completion(content=wrong_signature), completion(content="no code at all"),
+                   completion(content=renamed), completion(content=good)], max_concurrency=1)
+    import random
+    ctx = ProposalContext(node_id=0, parent=REFERENCE, reference=REFERENCE, rng=random.Random(0))
+    proposals = LLMGenerator(c, feedback="raw").propose(ctx, 4)
+    reasons = [p.failure for p in proposals]
+    assert "takes 1 parameters but the launch plan passes 3" in reasons[0]
+    assert "no CUDA code" in reasons[1]
+    assert "does not define" in reasons[2]
+    assert reasons[3] is None and proposals[3].candidate["launch"] == REFERENCE["launch"]
+    assert proposals[3].rationale == "fine"
+
+
+def test_generator_feedback_modes_show_notes_raw_metrics_or_nothing():
+    from search_engine.prompts import generator_messages
+    import random
+    ctx = ProposalContext(node_id=0, parent=REFERENCE, reference=REFERENCE, rng=random.Random(0),
+                          parent_measurement={"speedup": 1.0, "profiler": {"dram__throughput.pct": 41.0}},
+                          parent_expert_notes=[{"expert": "memory", "severity": "high",
+                                                "finding": "loads are not coalesced", "advice": "use float4"}],
+                          memory_text="- [improved, measured] VEC 1 -> 4 -> measured 1.8x")
+    notes = generator_messages(ctx, feedback="notes")[1]["content"]
+    raw = generator_messages(ctx, feedback="raw")[1]["content"]
+    none = generator_messages(ctx, feedback="none")[1]["content"]
+    assert "loads are not coalesced" in notes and "dram__throughput" not in notes
+    assert "dram__throughput" in raw and "coalesced" not in raw
+    assert "coalesced" not in none and "dram__throughput" not in none
+    assert all("VEC 1 -> 4" in text for text in (notes, raw, none))
+    with pytest.raises(ValueError):
+        LLMGenerator(None, feedback="everything")
+
+
+# ---- learned and roofline surrogates --------------------------------------------------------------
+
+def family_rows(seed=0):
+    rows = []
+    for knobs in space().all_valid():
+        s = true_speedup(knobs)
+        if isinstance(s, str):
+            continue
+        rows.append({"reference": REFERENCE, "candidate": render(knobs), "problem": PROBLEM, "speedup": s,
+                     "reference_ms": 0.5, "hardware": {"sm_count": 132}})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def trained():
+    rows = family_rows()
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(rows))
+    train = [rows[i] for i in idx[: len(rows) * 2 // 3]]
+    test = [rows[i] for i in idx[len(rows) * 2 // 3:]]
+    return LearnedSurrogate(seed=0).fit(train), train, test
+
+
+def test_the_learned_surrogate_beats_a_uniform_forecast_on_held_out_variants(trained):
+    model, _, test = trained
+    forecasts = model.forecast_many([ForecastRequest(reference=r["reference"], candidate=r["candidate"],
+                                                     problem=r["problem"], reference_ms=0.5) for r in test])
+    truth = [DEFAULT_BINS.bin_of(r["speedup"]) for r in test]
+    crps = np.mean([scoring.crps(f.probs, t) for f, t in zip(forecasts, truth)])
+    uniform = np.mean([scoring.crps([1 / 8] * 8, t) for t in truth])
+    within_one = np.mean([abs(f.bin - t) <= 1 for f, t in zip(forecasts, truth)])
+    assert crps < 0.6 * uniform
+    assert within_one >= 0.7
+    assert all(len(f.probs) == 8 and abs(sum(f.probs) - 1) < 1e-9 for f in forecasts)
+
+
+def test_the_learned_surrogate_forecasts_a_thousand_candidates_a_second(trained):
+    model, train, _ = trained
+    requests = [ForecastRequest(reference=REFERENCE, candidate=render(k), problem=PROBLEM, reference_ms=0.5)
+                for k in space().all_valid()]
+    requests = (requests * (2000 // len(requests) + 1))[:2000]
+    started = time.perf_counter()
+    forecasts = model.forecast_many(requests)
+    rate = len(forecasts) / (time.perf_counter() - started)
+    assert rate >= 1000, f"{rate:.0f} forecasts per second"
+
+
+def test_the_learned_surrogate_saves_loads_and_learns_online(trained, tmp_path):
+    model, train, test = trained
+    model.save(tmp_path / "m.joblib")
+    again = LearnedSurrogate.load(tmp_path / "m.joblib")
+    reqs = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
+                            reference_ms=0.5) for r in test]
+    assert np.allclose(again.predict_proba(reqs), model.predict_proba(reqs))
+    before = again.predict_proba(reqs)
+    again.learn([{"request": q, "speedup": 9.0} for q in reqs])  # the run says: all extreme speedups
+    after = again.predict_proba(reqs)
+    assert after[:, 7].mean() > before[:, 7].mean() + 0.2
+    assert again.trained_rows == len(train) + len(reqs)
+
+
+def test_an_untrained_learned_surrogate_abstains():
+    forecasts = LearnedSurrogate().forecast_many([request()])
+    assert forecasts[0].abstained and "not trained" in forecasts[0].abstain_reason
+
+
+def test_the_roofline_heuristic_centres_its_forecast_on_its_guess():
+    itself = ForecastRequest(reference=REFERENCE, candidate=REFERENCE, problem=PROBLEM)
+    surrogate = RooflineSurrogate()
+    assert surrogate.estimate_speedup(itself) == pytest.approx(1.0)
+    f = surrogate.forecast(itself)
+    assert len(f.probs) == 8 and f.bin in (4, 5) and f.confidence < 0.5
+    assert "roofline heuristic" in f.reasoning
+    # A reference 100x slower than the roofline leaves room for an extreme speedup.
+    slow = ForecastRequest(reference=REFERENCE, candidate=REFERENCE, problem=PROBLEM, reference_ms=100 * 0.028)
+    assert surrogate.forecast(slow).bin == 8
+
+
+def test_forecast_round_trips_through_a_dict():
+    f = Forecast.from_probs([0, 0, 0, 0, 0.25, 0.5, 0.25, 0], surrogate="s", tokens_in=5)
+    assert Forecast.from_dict(json.loads(json.dumps(f.to_dict()))) == f
+    assert f.expected_speedup() == pytest.approx(math.exp(0.25 * math.log(DEFAULT_BINS.representative(5))
+                                                          + 0.5 * math.log(DEFAULT_BINS.representative(6))
+                                                          + 0.25 * math.log(DEFAULT_BINS.representative(7))))
