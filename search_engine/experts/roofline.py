@@ -102,6 +102,10 @@ def classify(profile: KernelProfile) -> Bound:
         evidence["memory_unit"] = unit
     evidence["bound"] = kind
     note = _note(kind, unit, sm, memory, dram, duration, floor, profile, evidence)
+    first = ("bound", "memory_unit", "duration_s", SOL_SM, SOL_MEMORY, SOL_DRAM, "roofline_fraction", "flop_per_byte")
+    ordered = {k: note.evidence[k] for k in first if k in note.evidence}
+    ordered.update((k, v) for k, v in note.evidence.items() if k not in ordered)
+    note = ExpertNote(note.expert, note.severity, note.finding, ordered, note.advice)
     return Bound(kind, unit, sm, memory, dram, duration, floor, note)
 
 
