@@ -21,6 +21,9 @@ class MeasureSettings:
     host_memory_bytes: int = 16 << 30  # the worker is killed past this resident size
     flush_bytes: int = 0              # 0: max(256 MiB, 4 x L2)
     check_memoisation: bool = True
+    # > 0: reuse the reference's timing from this worker for this many seconds (same process, same
+    # GPU, same inputs and settings) and time only the candidate; 0 alternates every time.
+    reference_cache_s: float = 0.0
 
     def with_(self, **changes) -> "MeasureSettings":
         return replace(self, **changes)
@@ -29,5 +32,6 @@ class MeasureSettings:
 # The recorder measures thousands of variants: fewer sets and repetitions, same protocol.
 # min_reps=5 only binds for kernels over 8 ms (naive sgemm at 4096^3), where 5 alternated runs
 # of each side already spread little.
+# The reference is re-timed (alternating with the candidate) at least every 60 s.
 RECORD_SETTINGS = MeasureSettings(validation_sets=2, warmup=2, min_reps=5, max_reps=40,
-                                  target_timing_ms=40.0, escape_runs=3)
+                                  target_timing_ms=40.0, escape_runs=3, reference_cache_s=60.0)

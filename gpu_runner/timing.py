@@ -60,6 +60,14 @@ class Timer:
         side.run()
         self.device.record(end)
 
+    def run_untimed(self, side: Side, rep: int) -> None:
+        """Run `side` on the inputs of repetition `rep` again, without events, and wait."""
+        rep_seed = derive_seed(self.seed, "timing", rep)
+        self.inputs.fill(rep_seed)
+        prepare_side(side, rep, rep_seed)
+        side.run()
+        wait_for(self.device, self.timeout_s)
+
     def run(self, sides: Sequence[Side], reps: int, first_rep: int = 0) -> list[list[float]]:
         """`reps` timed runs of every side, the order rotating each repetition; ms per side."""
         slot = 0

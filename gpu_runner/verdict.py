@@ -76,9 +76,11 @@ def judge(problem: Problem, evidence: Evidence, settings: MeasureSettings, *, ba
                                     settings.roofline_margin)
     if reason:
         return _status(result, "rejected-guard", reason)
+    reused = evidence.phase_s.get("reference_age")
+    note = f"; reference timed {reused:.0f} s earlier in this worker" if reused is not None else ""
     result.reason = (f"Correct on {len({(c.case, c.set_index) for c in evidence.checks})} input set(s); "
                      f"speedup {result.speedup:.3f}x ({result.reference.median_ms:.4f} ms -> "
-                     f"{result.candidate.median_ms:.4f} ms, n={result.candidate.n}).")
+                     f"{result.candidate.median_ms:.4f} ms, n={result.candidate.n}{note}).")
     return result
 
 

@@ -166,3 +166,27 @@ def test_inputs_differ_between_sets_and_between_timing_runs():
     run(spy, cost_ms=0.5)
     distinct = {tuple(np.round(s, 6)) for s in seen}
     assert len(distinct) >= len(seen) // 2   # each run sees fresh inputs, only reference/candidate pairs repeat
+
+
+def test_recording_settings_reuse_the_reference_timing_within_one_worker():
+    kernels = {"saxpy": FakeKernel("saxpy", saxpy_body, 1.0), "cand": FakeKernel("cand", saxpy_body, 0.5),
+               "lazy": FakeKernel("lazy", StopsAfter(10), 0.5)}
+    device = FakeDevice(kernels)
+    state = WorkerState(device)
+    state.memory_limit = 1 << 30
+    problem = saxpy_problem(n=4096, odd=1001)
+    settings = SETTINGS.with_(reference_cache_s=60.0)
+
+    def job(kernel):
+        return {"kind": "measure", "problem": problem, "seed": 11, "settings": settings, "energy": False,
+                "cubin": None, "candidate": candidate(f'extern "C" __global__ void {kernel}()', kernel)}
+
+    first = judge(problem, run_job(state, job("cand")), settings, backend="fake", seed=11)
+    second_evidence = run_job(state, job("cand"))
+    second = judge(problem, second_evidence, settings, backend="fake", seed=11)
+    assert first.status == second.status == "ok" and second.speedup == pytest.approx(2.0)
+    assert "reference_age" in second_evidence.phase_s and "earlier in this worker" in second.reason
+    assert "reference_age" not in first.phase_s
+    # the lazy candidate still meets the post-timing check against a fresh reference run
+    lazy = judge(problem, run_job(state, job("lazy")), settings, backend="fake", seed=11)
+    assert lazy.status == "rejected-guard" and "after the timed runs" in lazy.reason.lower()
