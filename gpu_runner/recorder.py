@@ -36,7 +36,7 @@ def record_line(variant: str, knobs: dict | None, result: MeasurementResult) -> 
 
 def record_family(problem: Problem, out_path: str | Path, *, limit: int | None = None, profile_sample: int = 0,
                   vendor: bool = True, runner: Runner | None = None, seed: int = 0, timeout_s: float = 120.0,
-                  chunk: int = 64, log: Callable[[str], None] | None = print) -> dict:
+                  chunk: int = 256, log: Callable[[str], None] | None = print) -> dict:
     """Measure the reference, the vendor baseline and every (or `limit`) family variant not yet recorded."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
