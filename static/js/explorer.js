@@ -90,10 +90,18 @@
   function upsertNode(p) {
     let n = nodes.get(p.key);
     if (!n) {
-      n = { key: p.key, x: 0, y: 0, placed: false };
+      n = { key: p.key, x: 0, y: 0 };
       nodes.set(p.key, n);
       layoutDirty = true;
       notYetShown.push(p.key);
+      // Until the next layout, a new node stands just beyond its parent.
+      const parent = p.parent != null ? nodes.get(p.parent) : null;
+      if (parent && ordered.length) {
+        n.x = parent.x + (layoutMode === "tidy" ? DEPTH_GAP : 0.3 * DEPTH_GAP);
+        n.y = parent.y + (Math.random() - 0.5) * SIBLING_GAP;
+        ordered.push(n);
+        edges.push([parent, n]);
+      }
     } else if (n.parent !== p.parent) {
       layoutDirty = true;
     }
@@ -222,10 +230,24 @@
     requestAnimationFrame(frame);
   }
 
+  // A layout of a large tree costs tens of milliseconds, so while the tree grows it is redone at
+  // most every few layout-durations; new nodes are drawn beside their parents meanwhile.
+  let lastLayoutAt = -Infinity;
+  let layoutTimer = null;
+
   function frame(now) {
     frameRequested = false;
     let relaid = false;
-    if (layoutDirty) { computeLayout(); relaid = true; }
+    if (layoutDirty) {
+      const due = lastLayoutAt + Math.min(1000, 6 * stats.lastLayoutMs);
+      if (performance.now() >= due || !fittedOnce) {
+        computeLayout();
+        lastLayoutAt = performance.now();
+        relaid = true;
+      } else if (!layoutTimer) {
+        layoutTimer = setTimeout(() => { layoutTimer = null; drawDirty = true; requestFrame(); }, due - performance.now());
+      }
+    }
     if (statsDirty) { computeBest(); updateCounters(); statsDirty = false; }
     if (!fittedOnce && ordered.length) {
       fit();

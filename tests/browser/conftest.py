@@ -46,6 +46,7 @@ def chromium():
 def browser_as(chromium, server):
     """browser_as("approver") -> a logged-in page of a fresh browser context."""
     contexts = []
+    script_errors: list[str] = []
 
     def open_as(role: str):
         from tests.browser.world import PASSWORDS
@@ -53,6 +54,7 @@ def browser_as(chromium, server):
         context = chromium.new_context(viewport={"width": 1500, "height": 950})
         contexts.append(context)
         page = context.new_page()
+        page.on("pageerror", lambda error: script_errors.append(f"{page.url}: {error}"))
         page.set_default_timeout(15000)
         login(page, server, role, PASSWORDS[role])
         return page
@@ -60,6 +62,7 @@ def browser_as(chromium, server):
     yield open_as
     for context in contexts:
         context.close()
+    assert not script_errors, "uncaught script errors: " + "; ".join(script_errors)
 
 
 @pytest.fixture(scope="session")

@@ -251,3 +251,28 @@ def test_the_verification_queue_shows_jobs_and_their_progress_live(server, feed,
     expect(row.locator(".progress-bar > span")).to_have_attribute("style", "width: 40%;")
     feed("finish_verification", run=run, key="q1", speedup=1.3)
     expect(page.locator(f"#active tr[data-verification='{verification}']")).to_have_count(0, timeout=8000)
+
+
+def test_the_dashboard_draws_its_charts_from_measured_forecasts(server, feed, browser_as):
+    run = feed("create_run", name="dashboard run")
+    for i, (speedup, bin_) in enumerate([(1.2, 5), (1.6, 6), (0.6, 6), (2.4, 7)], start=1):
+        probabilities = [0.0] * 8
+        probabilities[bin_ - 1] = 0.7
+        probabilities[bin_ % 8] = 0.3
+        feed("add_node", run=run, key=f"m{i}", parent="n0", bin=bin_, confidence=0.7, probabilities=probabilities)
+        feed("request_verification", run=run, key=f"m{i}")
+        assert feed("finish_verification", run=run, key=f"m{i}", speedup=speedup) == "done"
+    page = browser_as("viewer")
+    page.goto(f"{server.url}/runs/{run}/dashboard/")
+    expect(page.locator("#dashboard-summary")).to_contain_text("4 GPU measurements used")
+    expect(page.locator("#dashboard-summary")).to_contain_text("bin accuracy 0.75")
+    for chart in ("progress", "considered", "confusion", "scatter", "reliability", "risk", "energy"):
+        expect(page.locator(f"#chart-{chart} .main-svg").first).to_be_visible()
+
+
+def test_an_empty_dashboard_explains_itself(server, feed, browser_as):
+    run = feed("create_run", name="empty dashboard")
+    page = browser_as("viewer")
+    page.goto(f"{server.url}/runs/{run}/dashboard/")
+    expect(page.locator("#chart-progress")).to_have_text("No GPU measurement has finished yet.")
+    expect(page.locator("#chart-reliability")).to_have_text("No node has both a forecast and a measurement yet.")
