@@ -39,6 +39,8 @@ def judge(problem: Problem, evidence: Evidence, settings: MeasureSettings, *, ba
     if evidence.error_kind == "timeout":
         return _status(result, "failed-timeout", f"The candidate timed out during {evidence.phase}: "
                                                  f"{evidence.error_message}.")
+    if evidence.error_kind == "vendor":
+        return _status(result, "unavailable", f"No vendor baseline here: {evidence.error_message}.")
     if evidence.error_kind == "reference":
         return _status(result, "unavailable", f"The reference failed: {evidence.error_message}")
     if evidence.error_kind:
