@@ -21,6 +21,34 @@ SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis",
             "SchedulerStats", "WarpStateStats")
 _DURATION = "gpu__time_duration.sum"
 
+# Metrics the sections above leave out (Nsight Compute 2025.3) that the experts read: sector use
+# per request (coalescing), shared-memory bank conflicts, access width, local traffic, DRAM bytes,
+# FFMA counts, divergent branches, global atomics. tests/search_engine/experts checks this list
+# covers search_engine.experts.ncu_metrics.EXTRA.
+METRICS = (
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct",
+    "smsp__sass_average_data_bytes_per_sector_mem_global_op_st.pct",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "smsp__sass_inst_executed_op_global_ld.sum",
+    "smsp__sass_inst_executed_op_global_st.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "smsp__sass_branch_targets.sum",
+    "smsp__sass_branch_targets_threads_divergent.sum",
+    "smsp__sass_inst_executed_op_global_red.sum",
+    "smsp__sass_inst_executed_op_global_atom.sum",
+)
+
 
 def parse_raw_csv(text: str) -> list[tuple[str, dict[str, float]]]:
     """Rows of `ncu --csv --page raw` as (kernel name, {metric: number}); non-numbers are dropped."""
@@ -63,8 +91,9 @@ def merge(kernels: list[tuple[str, dict[str, float]]]) -> dict[str, float]:
 
 
 class NcuObserver:
-    def __init__(self, sections=SECTIONS, timeout_s: float = 240.0):
+    def __init__(self, sections=SECTIONS, metrics=METRICS, timeout_s: float = 240.0):
         self.sections = tuple(sections)
+        self.metrics = tuple(metrics)
         self.timeout_s = timeout_s
 
     def command(self, kernels: list[str], launches: int, job_path: str) -> list[str]:
@@ -75,6 +104,8 @@ class NcuObserver:
         command = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--print-units", "base"]
         for section in self.sections:
             command += ["--section", section]
+        if self.metrics:
+            command += ["--metrics", ",".join(self.metrics)]
         pattern = "|".join(kernels)
         command += ["--kernel-name", f"regex:^({pattern})$", "--launch-count", str(launches),
                     sys.executable, "-m", "gpu_runner.observers.ncu_target", job_path]
