@@ -13,6 +13,14 @@ from kernellab.services.runs import BACKENDS, FEEDBACK, GENERATORS, OBJECTIVES, 
 SOURCE_SUFFIXES = (".cu", ".cuh")
 
 
+def _local_gpu() -> bool:
+    try:
+        from gpu_runner import gpu_present
+    except ImportError:
+        return False
+    return gpu_present()
+
+
 def _limit() -> int:
     return settings.KERNELLAB_UPLOAD_MAX_BYTES
 
@@ -95,7 +103,7 @@ class RunCreateForm(forms.Form):
     max_steps = forms.IntegerField(min_value=1, max_value=100000, initial=60)
     approval_mode = forms.ChoiceField(choices=ApprovalMode.choices, initial=ApprovalMode.AUTO)
     target_gpu = forms.CharField(max_length=40, initial="h200", label="Target GPU")
-    backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto", help_text="auto measures on a local GPU and replays recorded measurements where there is none.")
+    backend = forms.ChoiceField(choices=[(b, b) for b in BACKENDS], initial="auto", help_text="auto measures on the target GPU's workers; replay answers from recorded measurements of bundled problems.")
     objective = forms.ChoiceField(choices=[(o, o) for o in OBJECTIVES], initial="time")
     energy_cap_j = forms.FloatField(required=False, min_value=0.0, label="Energy cap (J per call)")
     feedback = forms.ChoiceField(choices=[(f, f) for f in FEEDBACK], initial="notes", help_text="What the generator sees after a measurement: expert notes, raw profiler numbers, or nothing.")
@@ -108,6 +116,9 @@ class RunCreateForm(forms.Form):
         if problem is not None and not self.is_bound:
             self.fields["generator"].initial = "template" if problem.family_source else "transform"
             self.fields["surrogate"].initial = "learned"
+            # Verifications of an "auto" run go to the target GPU's queue; without a GPU here only the
+            # local worker's replay queue is served, so replay is the default that finishes.
+            self.fields["backend"].initial = "auto" if _local_gpu() else "replay"
         self.fields["generator"].choices = [(g, self._label(g)) for g in GENERATORS]
         self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
 

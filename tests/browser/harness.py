@@ -90,6 +90,25 @@ class KernelLabServer:
                 time.sleep(0.2)
         raise RuntimeError(f"daphne did not answer on {self.url} within 60 s")
 
+    def start_worker(self, queues: list[str]) -> None:
+        """A Celery worker on the server's broker and database, as `manage.py serve` starts one."""
+        log = open(Path(self.data_dir) / "worker.log", "a")
+        self.worker = subprocess.Popen(
+            [PYTHON, "-m", "celery", "-A", "kernellab", "worker", "-Q", ",".join(queues), "--concurrency", "2",
+             "--loglevel", "INFO", "-n", f"browser-{os.getpid()}@%h"],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def stop_worker(self) -> None:
+        worker = getattr(self, "worker", None)
+        if worker and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+
     def stop(self) -> None:
         if self.web and self.web.poll() is None:
             os.killpg(self.web.pid, signal.SIGTERM)
@@ -107,6 +126,7 @@ class KernelLabServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop_worker()
         self.stop()
         if self.feeder:
             self.feeder.close()

@@ -288,3 +288,14 @@ def add_node_timed(*, run: int, key: str, parent: str, bin: int = 6, confidence:
                                    forecast_bin=bin, forecast_confidence=confidence)
         change = change_record(run=search_run, kind="node", payload=node_payload(node))
     return {"seq": change.seq, "committed": committed[0]}
+
+
+def load_bundled() -> list[dict]:
+    """The bundled problems, loaded as `kernellab_bootstrap` loads them."""
+    from kernellab.models import Workspace
+    from kernellab.services.problems import problem_load_bundled
+
+    problem_load_bundled(workspace=Workspace.objects.get(slug="team"))
+    from kernellab.models import Problem
+
+    return list(Problem.objects.filter(bundled=True).values("pk", "name"))

@@ -16,7 +16,9 @@ def no_broker(monkeypatch):
     return sent
 
 
-def test_the_form_offers_defaults_that_create_a_run(client, members, problem, django_capture_on_commit_callbacks):
+@pytest.mark.parametrize("gpu", ["0", "1"])
+def test_the_form_offers_defaults_that_create_a_run(client, members, problem, django_capture_on_commit_callbacks, monkeypatch, gpu):
+    monkeypatch.setenv("KERNELLAB_GPU", gpu)  # gpu_runner.gpu_present() honours it
     client.force_login(members["engineer"])
     page = client.get(reverse("run-new", args=[problem.pk]))
     form = page.context["form"]
@@ -28,7 +30,8 @@ def test_the_form_offers_defaults_that_create_a_run(client, members, problem, dj
         response = client.post(reverse("run-new", args=[problem.pk]), data)
     run = SearchRun.objects.get()
     assert response.status_code == 302 and response["Location"] == reverse("run-explorer", args=[run.pk])
-    assert run.status == "running" and run.generator == "transform" and run.backend == "auto"
+    # Without a GPU here, only replay has a worker (the local one) to answer verifications.
+    assert run.status == "running" and run.generator == "transform" and run.backend == ("auto" if gpu == "1" else "replay")
 
 
 def test_a_service_refusal_is_shown_as_a_sentence(client, members, problem):
