@@ -15,7 +15,7 @@ try:
     DATABASES = {"default": config.database_settings(DATA_DIR)}
     if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         # A file, not memory, so that worker processes started by tests see the test database.
-        DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-kernellab.sqlite3")}
+        DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-kernellab-{__import__('os').getpid()}.sqlite3")}
     KERNELLAB_REDIS_URL = config.redis_url()
     KERNELLAB_LLM = config.llm_endpoint()
     KERNELLAB_GPU_BUDGET_DEFAULT = config.env_int("KERNELLAB_GPU_BUDGET_DEFAULT", 40, minimum=1)
@@ -23,6 +23,7 @@ try:
     KERNELLAB_SEARCH_TIME_LIMIT_S = config.env_int("KERNELLAB_SEARCH_TIME_LIMIT_S", 900, minimum=10)
     KERNELLAB_STALE_RUNNING_S = config.env_int("KERNELLAB_STALE_RUNNING_S", 900, minimum=5)
     KERNELLAB_POLL_INTERVAL_S = config.env_float("KERNELLAB_POLL_INTERVAL_S", 0.3, minimum=0.05)
+    KERNELLAB_PROBLEMS_DIR = __import__("os").environ.get("KERNELLAB_PROBLEMS_DIR", str(BASE_DIR / "kernellab" / "problems"))
     KERNELLAB_SERVE_STATIC = config.env_bool("KERNELLAB_SERVE_STATIC", True)
     KERNELLAB_RUNNER_BACKEND = __import__("os").environ.get("KERNELLAB_RUNNER_BACKEND", "auto")
 except config.StartupError as exc:

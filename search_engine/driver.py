@@ -405,6 +405,37 @@ class SearchDriver:
             return
         self._set_state(node, "rejected", reason)
 
+    def add_candidate(self, parent_id: int, candidate: Candidate, rationale: str, **origin) -> int | None:
+        """A candidate from outside the generator (a person's hand-written kernel): it is compiled,
+        forecast and measured like any other. Returns its node id, or None for a duplicate."""
+        child = self.tree.add_child(parent_id, candidate, rationale, step=self.step_count)
+        if child is None:
+            self.counters["duplicates"] += 1
+            return None
+        self._publish({"type": "node-created", "node_id": child.id, "parent_id": parent_id, "depth": child.depth,
+                       "rationale": child.rationale, "candidate": child.candidate,
+                       "candidate_hash": child.candidate_hash, "state": child.state, **origin})
+        compiled = self._compile([child.id])
+        self._forecast(compiled)
+        if compiled:
+            # A person asked for this kernel: it is measured whatever the forecast or the budget says.
+            self.counters["measurements_requested"] += 1
+            reason = "hand-written candidate: always verified on the GPU"
+            if self.settings.policy.approval == "manual":
+                self._set_state(child, "awaiting-approval", reason)
+            else:
+                self._enqueue(child, reason)
+        return child.id
+
+    def measure_outside(self, node_id: int, reason: str) -> None:
+        """A person asked for a GPU measurement of a node the policy did not send; the result comes
+        through on_measurement like any other. It counts against the budget."""
+        node = self.tree.nodes[node_id]
+        if node.state in PENDING_STATES or node.state == "measured":
+            return
+        self.counters["measurements_requested"] += 1
+        self._set_state(node, "queued", reason)
+
     def on_measuring(self, node_id: int) -> None:
         node = self.tree.nodes[node_id]
         if node.state == "queued":

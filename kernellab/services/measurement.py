@@ -7,7 +7,7 @@ import random
 from django.conf import settings
 
 from kernellab.models import Verification
-from kernellab.services.problems import BUNDLED_DIR, problem_spec
+from kernellab.services.problems import bundled_dir, problem_spec
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ def runner_backend(run) -> str:
 
 
 def records_root_for(problem) -> str | None:
-    return str(BUNDLED_DIR) if problem.bundled else None
+    return str(bundled_dir()) if problem.bundled else None
 
 
 def measure_for_verification(verification: Verification) -> tuple[dict, list[dict]]:

@@ -13,7 +13,11 @@ from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
 from kernellab.services.kernels import kernel_get_or_create
 
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "problems"
+
+
+def bundled_dir() -> Path:
+    """Where the bundled problems (and their recorded measurements) live."""
+    return Path(settings.KERNELLAB_PROBLEMS_DIR)
 
 
 class ProblemRejected(ServiceError):
@@ -105,7 +109,7 @@ def problem_load_bundled(*, workspace: Workspace, compile: bool = False) -> list
     """Add every bundled problem the workspace lacks. Bundled specs are checked by the test suite,
     so loading skips the compile step to keep start-up fast on machines without nvcc."""
     loaded = []
-    for folder in sorted(p for p in BUNDLED_DIR.iterdir() if (p / "problem.toml").exists()):
+    for folder in sorted(p for p in bundled_dir().iterdir() if (p / "problem.toml").exists()):
         spec_toml = (folder / "problem.toml").read_text()
         from gpu_runner.spec import load_problem
 

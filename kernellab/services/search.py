@@ -32,7 +32,7 @@ from kernellab.services.access import access_require
 from kernellab.services.changes import change_record, node_changed
 from kernellab.services.errors import ServiceError
 from kernellab.services.kernels import kernel_get_or_create
-from kernellab.services.problems import BUNDLED_DIR, problem_spec
+from kernellab.services.problems import bundled_dir, problem_spec
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class RunContext:
             return {}
         from gpu_runner.backends.replay import read_records
 
-        folder = BUNDLED_DIR / self.problem.name / "records"
+        folder = bundled_dir() / self.problem.name / "records"
         path = folder / f"{self.run.target_gpu}.jsonl.gz"
         table: dict[str, dict] = {}
         if path.exists():

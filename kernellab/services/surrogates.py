@@ -41,21 +41,34 @@ def surrogate_for_run(run):
 def learned_surrogate(*, exclude_problem: str, gpu: str):
     from search_engine.surrogates.learned import LearnedSurrogate
 
-    from kernellab.services.problems import BUNDLED_DIR
+    from kernellab.services.problems import bundled_dir
 
     key = (exclude_problem, gpu)
     with _lock:
         if key not in _learned:
-            cache = settings.DATA_DIR / f"learned-surrogate-{gpu}-without-{exclude_problem}.pkl"
+            cache = settings.DATA_DIR / f"learned-surrogate-{gpu}-without-{exclude_problem}-{_records_stamp()}.pkl"
             if cache.exists():
                 model = LearnedSurrogate.load(cache)
             else:
-                from search_engine.datasets import training_rows_from_records
+                from kernellab.datasets import all_recorded_rows
 
-                rows = training_rows_from_records(BUNDLED_DIR, gpu=gpu, exclude=[exclude_problem])
+                rows = all_recorded_rows(gpu=gpu, exclude=(exclude_problem,), root=bundled_dir())
                 model = LearnedSurrogate()
                 if rows:
-                    model.fit(rows)
+                    model.fit(rows, groups=[row["problem_name"] for row in rows])
                     model.save(cache)
             _learned[key] = model
         return _learned[key]
+
+
+def _records_stamp() -> str:
+    """Changes whenever a recorded dataset changes, so a cached model is never stale."""
+    import hashlib
+
+    from kernellab.services.problems import bundled_dir
+
+    digest = hashlib.sha256()
+    for path in sorted(bundled_dir().glob("*/records/*.jsonl.gz")):
+        stat = path.stat()
+        digest.update(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())
+    return digest.hexdigest()[:12]

@@ -1,0 +1,75 @@
+"""Recorded measurements as training and evaluation rows (plain Python: no Django needed).
+
+A recorded line holds a variant's knobs and source hash, not its source; the source is rendered
+again from the bundled problem's template, and its hash is checked against the record."""
+from __future__ import annotations
+
+from pathlib import Path
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "problems"
+
+
+def bundled_problem_dirs(root: Path = BUNDLED_DIR) -> list[Path]:
+    return sorted(p for p in root.iterdir() if (p / "problem.toml").exists())
+
+
+def problem_numbers(spec) -> dict:
+    case = dict(spec.default_case.sizes)
+    roofline = spec.roofline
+    return {
+        "name": spec.name,
+        "title": spec.title,
+        "description": spec.description,
+        "sizes": case,
+        "flops": float(roofline.flops.evaluate(case)) if roofline.flops is not None else None,
+        "bytes": float(roofline.bytes.evaluate(case)) if roofline.bytes is not None else None,
+    }
+
+
+def recorded_rows(problem_dir: Path, *, gpu: str = "h200", only_ok: bool = True) -> list[dict]:
+    """One row per recorded variant: the fields of search_engine's ForecastRequest plus the
+    measured speedup, knobs, status and the whole record."""
+    from gpu_runner import load_problem, reference_candidate, render_variant
+    from gpu_runner.backends.replay import read_records
+
+    path = Path(problem_dir) / "records" / f"{gpu}.jsonl.gz"
+    if not path.exists():
+        return []
+    spec = load_problem(problem_dir)
+    reference = reference_candidate(spec).to_dict()
+    problem = problem_numbers(spec)
+    records = list(read_records(path))
+    reference_record = next((r for r in records if r.get("variant") == "reference"), None)
+    reference_facts = (reference_record or {}).get("compiler")
+    rows = []
+    for record in records:
+        if not record.get("knobs") or (only_ok and record.get("status") != "ok"):
+            continue
+        candidate = render_variant(spec, record["knobs"])
+        if candidate.source_hash != record.get("source_hash"):
+            continue  # the template changed since this was recorded
+        rows.append(
+            {
+                "problem_name": spec.name,
+                "reference": reference,
+                "candidate": candidate.to_dict(),
+                "hardware": record.get("hardware") or {},
+                "problem": problem,
+                "compiler_facts": record.get("compiler"),
+                "reference_compiler_facts": reference_facts,
+                "reference_ms": (record.get("reference") or {}).get("median_ms"),
+                "speedup": record.get("speedup"),
+                "status": record.get("status"),
+                "knobs": record["knobs"],
+                "record": record,
+            }
+        )
+    return rows
+
+
+def all_recorded_rows(*, gpu: str = "h200", exclude: tuple[str, ...] = (), root: Path = BUNDLED_DIR) -> list[dict]:
+    rows: list[dict] = []
+    for folder in bundled_problem_dirs(root):
+        if folder.name not in exclude:
+            rows.extend(recorded_rows(folder, gpu=gpu))
+    return rows
