@@ -47,6 +47,7 @@ class LLMClient:
     max_tokens: int = 1024
     seed: int | None = None
     extra_body: dict | None = None
+    fold_system: bool = False  # for chat templates without a system role (Gemma): prepend it to the user turn
     sleep: Callable[[float], None] = time.sleep
     client: object | None = None
     _semaphore: threading.BoundedSemaphore = field(init=False, repr=False)
@@ -62,6 +63,8 @@ class LLMClient:
              temperature: float | None = None, seed: int | None = None) -> ChatAnswer:
         """One chat completion; with a tool, the call is forced (tool_choice names the function)."""
         answer = ChatAnswer()
+        if self.fold_system:
+            messages = fold_system_message(messages)
         use_tools = tool is not None
         started = time.monotonic()
         attempt = 0
@@ -130,6 +133,19 @@ class LLMClient:
         elif getattr(message, "function_call", None) is not None:
             answer.tool_name = message.function_call.name
             answer.tool_arguments = message.function_call.arguments
+
+
+def fold_system_message(messages: list[dict]) -> list[dict]:
+    """The system text moved to the start of the first user message."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    for m in rest:
+        if m["role"] == "user":
+            m["content"] = system + "\n\n" + m["content"]
+            return rest
+    return [{"role": "user", "content": system}] + rest
 
 
 def _short(exc: Exception, limit: int = 300) -> str:

@@ -1,0 +1,581 @@
+"""Datasets of measured comparisons, in the column layout of the GPU Forecasters public sets.
+
+Two kinds of row:
+- a *comparison* (the eval-set layout): anchor (reference) code, candidate code, hardware, the
+  measured speedup S = T_anchor / T_candidate and its true bin, the problem ("pack");
+- a *pair* (the discovery-pairs layout): parent code, child code, hardware, the child's speedup over
+  its parent ("g_speedup") and its true bin, the problem ("problem_id").
+
+Every row also says where it came from ("source": kernellab-db, recorded-h200, imported:<file>, ...).
+Optional KernelLab columns carry what the feature-based surrogates read (launch plans, compiler
+facts, the hardware as a dict, problem sizes and roofline formulas, the reference's time); a row
+from elsewhere without them still works for every surrogate, with less to go on.
+
+Files are JSON Lines (optionally gzip-compressed) or CSV (JSON-valued columns as JSON text).
+Reading is all-or-nothing: every row is checked and a file with any bad row raises DatasetError
+listing each problem as "row N, field F: what is wrong"; nothing is returned half-read.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import os
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from search_engine.bins import DEFAULT_BINS, BinTable
+from search_engine.surrogates.base import ForecastRequest
+
+COMPARISON = "comparison"
+PAIR = "pair"
+
+# Columns of the public sets, in their order; "source" is KernelLab's provenance column.
+COMPARISON_FIELDS = ("comparison_id", "pack", "anchor_code", "candidate_code", "hardware",
+                     "aggregated_speedup", "true_bin", "source", "source_id")
+PAIR_FIELDS = ("pair_id", "problem_id", "parent_code", "child_code", "hardware", "g_speedup", "true_bin",
+               "parent_node_id", "child_node_id", "source", "source_id")
+
+# Other names accepted on import for the same columns (CSV files from elsewhere).
+ALIASES = {
+    COMPARISON: {"id": "comparison_id", "problem": "pack", "reference_code": "anchor_code",
+                 "speedup": "aggregated_speedup", "gpu": "hardware"},
+    PAIR: {"id": "pair_id", "problem": "problem_id", "pack": "problem_id", "speedup": "g_speedup",
+           "ratio": "g_speedup", "gpu": "hardware"},
+}
+
+# Optional KernelLab columns: name -> expected JSON type.
+_LIST, _DICT, _NUMBER, _TEXT = "a JSON list", "a JSON object", "a number", "text"
+OPTIONAL_FIELDS = {
+    COMPARISON: {
+        "anchor_launch": _LIST, "candidate_launch": _LIST, "candidate_temps": _LIST,
+        "anchor_compile_options": _LIST, "candidate_compile_options": _LIST, "knobs": _DICT,
+        "hardware_spec": _DICT, "compiler_facts": _DICT, "anchor_compiler_facts": _DICT,
+        "reference_ms": _NUMBER, "problem_sizes": _DICT, "problem_roofline": _DICT,
+        "problem_description": _TEXT, "source_search": _TEXT, "internal_experiment": _TEXT,
+    },
+    PAIR: {
+        "anchor_code": _TEXT, "anchor_launch": _LIST, "parent_launch": _LIST, "child_launch": _LIST,
+        "parent_compile_options": _LIST, "child_compile_options": _LIST,
+        "parent_speedup": _NUMBER, "child_speedup": _NUMBER, "hardware_spec": _DICT,
+        "parent_compiler_facts": _DICT, "child_compiler_facts": _DICT, "reference_ms": _NUMBER,
+        "problem_sizes": _DICT, "problem_roofline": _DICT, "problem_description": _TEXT,
+        "benchmark_family": _TEXT, "source_search": _TEXT, "internal_experiment": _TEXT,
+    },
+}
+_REQUIRED = {
+    COMPARISON: ("comparison_id", "pack", "anchor_code", "candidate_code", "hardware", "aggregated_speedup"),
+    PAIR: ("pair_id", "problem_id", "parent_code", "child_code", "hardware", "g_speedup"),
+}
+_SPEEDUP = {COMPARISON: "aggregated_speedup", PAIR: "g_speedup"}
+_ID = {COMPARISON: "comparison_id", PAIR: "pair_id"}
+_PROBLEM = {COMPARISON: "pack", PAIR: "problem_id"}
+
+
+@dataclass(frozen=True)
+class RowError:
+    row: int      # 1-based data row (for CSV, the header is row 0)
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"row {self.row}, field '{self.field}': {self.message}" if self.field else \
+            f"row {self.row}: {self.message}"
+
+
+class DatasetError(ValueError):
+    """A file that cannot be read as a dataset; `errors` lists every bad row and field."""
+
+    def __init__(self, path: str, errors: list[RowError], summary: str = ""):
+        self.path = path
+        self.errors = errors
+        shown = "\n".join(f"  {e}" for e in errors[:25])
+        more = f"\n  ... and {len(errors) - 25} more" if len(errors) > 25 else ""
+        head = summary or f"{path}: {len(errors)} problem{'s' if len(errors) != 1 else ''}; nothing was imported."
+        super().__init__(f"{head}\n{shown}{more}" if errors else head)
+
+
+@dataclass
+class Dataset:
+    kind: str           # COMPARISON or PAIR
+    rows: list[dict]
+    ignored_fields: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def problems(self) -> list[str]:
+        return sorted({row_problem(r) for r in self.rows})
+
+
+# ---- row helpers -------------------------------------------------------------------------------
+
+def row_kind(row: dict) -> str:
+    return PAIR if any(k in row for k in ("pair_id", "parent_code", "child_code", "g_speedup")) else COMPARISON
+
+
+def row_speedup(row: dict) -> float:
+    return float(row[_SPEEDUP[row_kind(row)]])
+
+
+def row_problem(row: dict) -> str:
+    return str(row[_PROBLEM[row_kind(row)]])
+
+
+def row_id(row: dict) -> str:
+    return str(row[_ID[row_kind(row)]])
+
+
+def comparison_row(*, comparison_id: str, pack: str, anchor: dict, candidate: dict, hardware: dict | str,
+                   speedup: float, source: str, source_id: str = "", bins: BinTable = DEFAULT_BINS,
+                   compiler_facts: dict | None = None, anchor_compiler_facts: dict | None = None,
+                   reference_ms: float | None = None, problem: dict | None = None) -> dict:
+    """One comparison row from Candidate dicts (docs/contracts.md) and a measured speedup."""
+    hw = hardware if isinstance(hardware, dict) else {"name": str(hardware)}
+    problem = problem or {}
+    row = {
+        "comparison_id": comparison_id, "pack": pack, "anchor_code": anchor["source"],
+        "candidate_code": candidate["source"], "hardware": str(hw.get("name") or "unknown GPU"),
+        "aggregated_speedup": float(speedup), "true_bin": bins.bin_of(speedup), "source": source,
+        "source_id": source_id,
+        "anchor_launch": list(anchor.get("launch") or []), "candidate_launch": list(candidate.get("launch") or []),
+        "candidate_temps": list(candidate.get("temps") or []),
+        "anchor_compile_options": list(anchor.get("compile_options") or []),
+        "candidate_compile_options": list(candidate.get("compile_options") or []),
+        "knobs": candidate.get("knobs"), "hardware_spec": dict(hw),
+        "compiler_facts": compiler_facts or {}, "anchor_compiler_facts": anchor_compiler_facts or {},
+        "reference_ms": reference_ms, "problem_sizes": dict(problem.get("sizes") or {}),
+        "problem_roofline": dict(problem.get("roofline") or {}),
+        "problem_description": problem.get("description") or "",
+    }
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def pair_row(*, pair_id: str, problem_id: str, parent: dict, child: dict, hardware: dict | str,
+             parent_speedup: float, child_speedup: float, source: str, source_id: str = "",
+             parent_node_id: str = "", child_node_id: str = "", anchor: dict | None = None,
+             bins: BinTable = DEFAULT_BINS, parent_compiler_facts: dict | None = None,
+             child_compiler_facts: dict | None = None, reference_ms: float | None = None,
+             problem: dict | None = None) -> dict:
+    """One parent -> child row; g_speedup = child's speedup over its parent (both against the anchor)."""
+    hw = hardware if isinstance(hardware, dict) else {"name": str(hardware)}
+    ratio = float(child_speedup) / float(parent_speedup)
+    problem = problem or {}
+    row = {
+        "pair_id": pair_id, "problem_id": problem_id, "parent_code": parent["source"], "child_code": child["source"],
+        "hardware": str(hw.get("name") or "unknown GPU"), "g_speedup": ratio, "true_bin": bins.bin_of(ratio),
+        "parent_node_id": parent_node_id, "child_node_id": child_node_id, "source": source, "source_id": source_id,
+        "anchor_code": anchor["source"] if anchor else None,
+        "anchor_launch": list(anchor.get("launch") or []) if anchor else None,
+        "parent_launch": list(parent.get("launch") or []), "child_launch": list(child.get("launch") or []),
+        "parent_compile_options": list(parent.get("compile_options") or []),
+        "child_compile_options": list(child.get("compile_options") or []),
+        "parent_speedup": float(parent_speedup), "child_speedup": float(child_speedup), "hardware_spec": dict(hw),
+        "parent_compiler_facts": parent_compiler_facts or {}, "child_compiler_facts": child_compiler_facts or {},
+        "reference_ms": reference_ms, "problem_sizes": dict(problem.get("sizes") or {}),
+        "problem_roofline": dict(problem.get("roofline") or {}),
+        "problem_description": problem.get("description") or "",
+    }
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def _candidate(code: str, launch, compile_options=None, temps=None, knobs=None, name: str = "") -> dict:
+    return {"source": code, "launch": list(launch or []), "temps": list(temps or []),
+            "compile_options": list(compile_options or []), "knobs": knobs, "name": name}
+
+
+def _problem_context(row: dict, name: str) -> dict:
+    problem = {"name": name}
+    if row.get("problem_description"):
+        problem["description"] = row["problem_description"]
+    if row.get("problem_sizes"):
+        problem["sizes"] = dict(row["problem_sizes"])
+    if row.get("problem_roofline"):
+        problem["roofline"] = dict(row["problem_roofline"])
+    return problem
+
+
+def _hardware(row: dict) -> dict:
+    spec = dict(row.get("hardware_spec") or {})
+    spec.setdefault("name", row.get("hardware"))
+    return spec
+
+
+def row_request(row: dict) -> ForecastRequest:
+    """The ForecastRequest a surrogate sees for a comparison row: anchor vs candidate."""
+    if row_kind(row) == PAIR:
+        return pair_request(row)
+    return ForecastRequest(
+        reference=_candidate(row["anchor_code"], row.get("anchor_launch"), row.get("anchor_compile_options"),
+                             name="reference"),
+        candidate=_candidate(row["candidate_code"], row.get("candidate_launch"),
+                             row.get("candidate_compile_options"), row.get("candidate_temps"), row.get("knobs"),
+                             name=row_id(row)),
+        hardware=_hardware(row), problem=_problem_context(row, row["pack"]),
+        compiler_facts=row.get("compiler_facts") or None,
+        reference_compiler_facts=row.get("anchor_compiler_facts") or None,
+        reference_ms=row.get("reference_ms"),
+    )
+
+
+def pair_request(row: dict) -> ForecastRequest:
+    """The child forecast against its parent: the parent is the anchor, so the bin is of g_speedup.
+
+    parent / parent_speedup carry the context a surrogate may use (the parent's speed against the
+    original reference); reference_ms is the parent's time when both are known.
+    """
+    parent = _candidate(row["parent_code"], row.get("parent_launch"), row.get("parent_compile_options"),
+                        name=str(row.get("parent_node_id") or "parent"))
+    child = _candidate(row["child_code"], row.get("child_launch"), row.get("child_compile_options"),
+                       name=str(row.get("child_node_id") or "child"))
+    reference_ms = row.get("reference_ms")
+    parent_speedup = row.get("parent_speedup")
+    parent_ms = reference_ms / parent_speedup if reference_ms and parent_speedup else None
+    return ForecastRequest(
+        reference=parent, candidate=child, hardware=_hardware(row), problem=_problem_context(row, row["problem_id"]),
+        parent=parent, parent_speedup=parent_speedup,
+        compiler_facts=row.get("child_compiler_facts") or None,
+        reference_compiler_facts=row.get("parent_compiler_facts") or None, reference_ms=parent_ms,
+    )
+
+
+def training_rows(rows: Iterable[dict]) -> list[dict]:
+    """Rows in the form LearnedSurrogate.fit takes: {"request": ForecastRequest, "speedup": s}."""
+    return [{"request": row_request(r), "speedup": row_speedup(r)} for r in rows]
+
+
+# ---- validation --------------------------------------------------------------------------------
+
+def validate_row(raw: Any, number: int, *, kind: str | None = None, bins: BinTable = DEFAULT_BINS,
+                 default_source: str = "", from_csv: bool = False) -> tuple[dict | None, list[RowError], set[str]]:
+    """Check one row; returns (clean row or None, errors, ignored field names)."""
+    if not isinstance(raw, dict):
+        return None, [RowError(number, "", "is not a JSON object")], set()
+    kind = kind or row_kind(raw)
+    aliases = ALIASES[kind]
+    known = set(COMPARISON_FIELDS if kind == COMPARISON else PAIR_FIELDS) | set(OPTIONAL_FIELDS[kind])
+    row: dict = {}
+    errors: list[RowError] = []
+    ignored: set[str] = set()
+    for key, value in raw.items():
+        name = aliases.get(key, key)
+        if name not in known:
+            ignored.add(key)
+            continue
+        if from_csv and value == "":
+            continue
+        if value is None:
+            continue
+        if name in row:
+            errors.append(RowError(number, name, f"is given twice (as '{name}' and an alias)"))
+            continue
+        row[name] = value
+
+    def err(field: str, message: str) -> None:
+        errors.append(RowError(number, field, message))
+
+    for name in _REQUIRED[kind]:
+        if name not in row:
+            err(name, "is missing")
+    for name in ("anchor_code", "candidate_code", "parent_code", "child_code"):
+        if name in row and (not isinstance(row[name], str) or not row[name].strip()):
+            err(name, "must be non-empty source code")
+    for name in (_ID[kind], _PROBLEM[kind], "hardware", "source", "source_id", "parent_node_id", "child_node_id"):
+        if name in row:
+            value = row[name]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[name] = value = str(value)
+            if not isinstance(value, str) or (name in _REQUIRED[kind] and not value.strip()):
+                err(name, "must be non-empty text")
+    speedup_field = _SPEEDUP[kind]
+    speedup = None
+    if speedup_field in row:
+        speedup = _number(row[speedup_field])
+        if speedup is None or not math.isfinite(speedup) or speedup <= 0:
+            err(speedup_field, f"must be a positive finite number, got {row[speedup_field]!r}")
+            speedup = None
+        else:
+            row[speedup_field] = speedup
+    if "true_bin" in row:
+        value = _number(row["true_bin"])
+        if value is None or value != int(value) or not 1 <= int(value) <= bins.n_bins:
+            err("true_bin", f"must be an integer within 1..{bins.n_bins}, got {row['true_bin']!r}")
+        else:
+            row["true_bin"] = int(value)
+            if speedup is not None and bins.bin_of(speedup) != row["true_bin"]:
+                err("true_bin", f"is {row['true_bin']} but the speedup {speedup:g} falls in bin "
+                                f"{bins.bin_of(speedup)} ({bins.range_text(bins.bin_of(speedup))})")
+    elif speedup is not None:
+        row["true_bin"] = bins.bin_of(speedup)
+    for name, expected in OPTIONAL_FIELDS[kind].items():
+        if name not in row:
+            continue
+        value = row[name]
+        if from_csv and expected in (_LIST, _DICT) and isinstance(value, str):
+            try:
+                value = row[name] = json.loads(value)
+            except json.JSONDecodeError as exc:
+                err(name, f"must be {expected} (JSON text in a CSV cell): {exc.msg} at character {exc.pos}")
+                continue
+        if expected == _LIST and not isinstance(value, list):
+            err(name, f"must be {expected}")
+        elif expected == _DICT and not isinstance(value, dict):
+            err(name, f"must be {expected}")
+        elif expected == _NUMBER:
+            number_value = _number(value)
+            if number_value is None or not math.isfinite(number_value) or number_value <= 0:
+                err(name, f"must be a positive number, got {value!r}")
+            else:
+                row[name] = number_value
+        elif expected == _TEXT and not isinstance(value, str):
+            err(name, "must be text")
+    if kind == PAIR and not errors and "parent_speedup" in row and "child_speedup" in row:
+        implied = row["child_speedup"] / row["parent_speedup"]
+        if abs(implied - row["g_speedup"]) > 1e-6 * max(1.0, implied):
+            err("g_speedup", f"is {row['g_speedup']:g} but child_speedup / parent_speedup is {implied:g}")
+    if "source" not in row and default_source:
+        row["source"] = default_source
+    if "source" not in row:
+        err("source", "is missing (say where the row came from, or give a default source on import)")
+    return (None if errors else row), errors, ignored
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+# ---- files -------------------------------------------------------------------------------------
+
+def _open_text(path: Path):
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def file_format(path: str | os.PathLike) -> str:
+    name = Path(path).name.lower().removesuffix(".gz")
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    raise DatasetError(str(path), [], f"{path}: unknown file type; use .jsonl, .jsonl.gz or .csv.")
+
+
+def read_dataset(path: str | os.PathLike, *, bins: BinTable = DEFAULT_BINS, default_source: str = "",
+                 kind: str | None = None) -> Dataset:
+    """Read and check every row; raise DatasetError (with every bad row) or return the whole set."""
+    path = Path(path)
+    fmt = file_format(path)
+    if not path.exists():
+        raise DatasetError(str(path), [], f"{path}: no such file.")
+    raws: list[tuple[int, Any]] = []
+    errors: list[RowError] = []
+    try:
+        with _open_text(path) as handle:
+            if fmt == "csv":
+                reader = csv.DictReader(handle)
+                if not reader.fieldnames:
+                    raise DatasetError(str(path), [], f"{path}: the CSV file has no header row.")
+                for number, record in enumerate(reader, start=1):
+                    if None in record:
+                        errors.append(RowError(number, "", f"has {len(record[None])} more cell(s) than the header"))
+                        continue
+                    raws.append((number, record))
+            else:
+                number = 0
+                for line in handle:
+                    if not line.strip():
+                        continue
+                    number += 1
+                    try:
+                        raws.append((number, json.loads(line)))
+                    except json.JSONDecodeError as exc:
+                        errors.append(RowError(number, "", f"is not valid JSON ({exc.msg} at character {exc.pos})"))
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise DatasetError(str(path), [], f"{path}: cannot be read ({exc}).") from None
+    rows: list[dict] = []
+    ignored: set[str] = set()
+    seen: dict[str, int] = {}
+    for number, raw in raws:
+        row, row_errors, row_ignored = validate_row(raw, number, kind=kind, bins=bins, default_source=default_source,
+                                                   from_csv=fmt == "csv")
+        ignored |= row_ignored
+        errors.extend(row_errors)
+        if row is None:
+            continue
+        this_kind = row_kind(row)
+        if kind is None:
+            kind = this_kind
+        elif this_kind != kind:
+            errors.append(RowError(number, "", f"is a {this_kind} row in a file of {kind} rows"))
+            continue
+        key = row_id(row)
+        if key in seen:
+            errors.append(RowError(number, _ID[kind], f"{key!r} was already used by row {seen[key]}"))
+            continue
+        seen[key] = number
+        rows.append(row)
+    if errors:
+        raise DatasetError(str(path), errors)
+    if not rows:
+        raise DatasetError(str(path), [], f"{path}: holds no rows.")
+    return Dataset(kind=kind or COMPARISON, rows=rows, ignored_fields=tuple(sorted(ignored)))
+
+
+def write_dataset(path: str | os.PathLike, rows: Iterable[dict]) -> int:
+    """Write rows as JSON Lines (gzip when the name ends in .gz), replacing the file atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    count = 0
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            stream = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.name.endswith(".gz") else raw
+            with io.TextIOWrapper(stream, encoding="utf-8") as text:
+                for row in rows:
+                    text.write(json.dumps(row, sort_keys=False) + "\n")
+                    count += 1
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return count
+
+
+# ---- building rows from recorded measurements ---------------------------------------------------
+
+def rows_from_records(records: Iterable[dict], *, problem: str, reference: dict, render, source: str,
+                      problem_context: dict | None = None, bins: BinTable = DEFAULT_BINS) -> tuple[list[dict], list[str]]:
+    """Comparison rows from one problem's recorded measurements (docs/contracts.md, Recorded datasets).
+
+    render(knobs) -> Candidate dict for a family variant (the caller owns the problem spec); a record
+    without knobs is the reference itself. Records that failed, vendor baselines (no CUDA source) and
+    records whose rendered source no longer hashes to the recorded hash are skipped, each with a reason.
+    Returns (rows, skipped reasons).
+    """
+    import hashlib
+
+    rows, skipped = [], []
+    records = list(records)
+    reference_facts = next((r.get("compiler") for r in records
+                            if r.get("knobs") is None and r.get("variant") == "reference" and r.get("compiler")), None)
+    for record in records:
+        label = record.get("variant") or record.get("candidate_name") or record.get("source_hash", "?")[:12]
+        if record.get("status") != "ok":
+            skipped.append(f"{label}: status {record.get('status')}")
+            continue
+        speedup = record.get("speedup")
+        if not isinstance(speedup, (int, float)) or not math.isfinite(speedup) or speedup <= 0:
+            skipped.append(f"{label}: no valid speedup")
+            continue
+        knobs = record.get("knobs")
+        if knobs is None:
+            if str(label).startswith("vendor:") or record.get("candidate_name", "").startswith("vendor:"):
+                skipped.append(f"{label}: a vendor library baseline has no CUDA source")
+                continue
+            candidate = dict(reference)
+        else:
+            candidate = render(knobs)
+        digest = hashlib.sha256(candidate["source"].encode()).hexdigest()
+        if record.get("source_hash") and digest != record["source_hash"]:
+            skipped.append(f"{label}: the rendered source does not match the recorded hash (spec changed?)")
+            continue
+        hardware = record.get("hardware") or {}
+        rows.append(comparison_row(
+            comparison_id=f"{problem}:{hardware.get('name', 'gpu')}:{record.get('source_hash', label)[:16]}:"
+                          f"{record.get('seed', 0)}",
+            pack=problem, anchor=reference, candidate=candidate, hardware=hardware, speedup=float(speedup),
+            source=source, source_id=str(label), bins=bins, compiler_facts=record.get("compiler") or {},
+            anchor_compiler_facts=reference_facts or {},
+            reference_ms=(record.get("reference") or {}).get("median_ms"), problem=problem_context,
+        ))
+    return rows, skipped
+
+
+def neighbour_pairs(rows: list[dict], *, knob_values: dict[str, list] | None = None, source: str | None = None,
+                    bins: BinTable = DEFAULT_BINS) -> list[dict]:
+    """Parent -> child pairs among recorded variants of one problem that differ in exactly one knob.
+
+    These are the moves the template generator makes (one knob to a neighbouring or another value);
+    with knob_values a numeric knob only steps to an adjacent allowed value, as the generator does.
+    Each unordered neighbour pair gives both directions: each variant is a parent of the other.
+    """
+    by_problem: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("knobs"):
+            by_problem.setdefault(row["pack"], []).append(row)
+    out = []
+    for problem, variants in by_problem.items():
+        for a in variants:
+            for b in variants:
+                if a is b or a["hardware"] != b["hardware"] or set(a["knobs"]) != set(b["knobs"]):
+                    continue
+                changed = [k for k in a["knobs"] if a["knobs"][k] != b["knobs"][k]]
+                if len(changed) != 1 or not _adjacent(changed[0], a["knobs"], b["knobs"], knob_values):
+                    continue
+                parent = _candidate(a["candidate_code"], a.get("candidate_launch"), a.get("candidate_compile_options"))
+                child = _candidate(b["candidate_code"], b.get("candidate_launch"), b.get("candidate_compile_options"))
+                anchor = _candidate(a["anchor_code"], a.get("anchor_launch"), a.get("anchor_compile_options"))
+                out.append(pair_row(
+                    pair_id=f"{a['comparison_id']}->{b['comparison_id']}", problem_id=problem, parent=parent,
+                    child=child, hardware=a.get("hardware_spec") or a["hardware"],
+                    parent_speedup=a["aggregated_speedup"], child_speedup=b["aggregated_speedup"],
+                    source=source or a["source"], source_id=f"{a['source_id']} -> {b['source_id']}",
+                    parent_node_id=a["source_id"], child_node_id=b["source_id"], anchor=anchor, bins=bins,
+                    parent_compiler_facts=a.get("compiler_facts"), child_compiler_facts=b.get("compiler_facts"),
+                    reference_ms=a.get("reference_ms"),
+                    problem={"sizes": a.get("problem_sizes"), "roofline": a.get("problem_roofline"),
+                             "description": a.get("problem_description")},
+                ))
+    return out
+
+
+def _adjacent(knob: str, a: dict, b: dict, knob_values: dict[str, list] | None) -> bool:
+    values = (knob_values or {}).get(knob)
+    if not values:
+        return True
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if not numeric or a[knob] not in values or b[knob] not in values:
+        return True
+    ordered = sorted(values)
+    return abs(ordered.index(a[knob]) - ordered.index(b[knob])) == 1
+
+
+# ---- splits ------------------------------------------------------------------------------------
+
+def split_rows(rows: list[dict], fraction: float, *, seed: int = 0, by_problem: bool = False
+               ) -> tuple[list[dict], list[dict]]:
+    """(rest, calibration): a seeded random fraction of rows (or of problems) held out for calibration."""
+    if not 0 < fraction < 1:
+        raise ValueError("The calibration fraction must be within (0, 1).")
+    rng = random.Random(seed)
+    if by_problem:
+        problems = sorted({row_problem(r) for r in rows})
+        if len(problems) < 2:
+            raise ValueError("A split by problem needs at least two problems.")
+        rng.shuffle(problems)
+        count = min(len(problems) - 1, max(1, round(fraction * len(problems))))
+        held = set(problems[:count])
+        return [r for r in rows if row_problem(r) not in held], [r for r in rows if row_problem(r) in held]
+    order = list(range(len(rows)))
+    rng.shuffle(order)
+    count = min(len(rows) - 1, max(1, round(fraction * len(rows))))
+    held = set(order[:count])
+    return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
