@@ -337,7 +337,10 @@ def _apply_edits(source: str, edits: list[tuple[int, int, str]]) -> str:
 
 
 def fast_math_allowed(problem: dict) -> bool:
-    """Only when every floating tolerance is loose enough for fast-math's reduced precision."""
+    """Only when every floating tolerance is loose enough for fast-math's reduced precision
+    (or when the caller, who knows the tolerances, says so through tolerance_allows_fast_math)."""
+    if "tolerance_allows_fast_math" in problem:
+        return bool(problem["tolerance_allows_fast_math"])
     tolerance = problem.get("tolerance") or {}
     if not tolerance or "float64" in tolerance:
         return False

@@ -312,8 +312,9 @@ def problem_features(problem: dict, hardware: dict, reference_ms: float | None) 
     hw = _hardware(hardware)
     sizes = problem.get("sizes") or {}
     roofline = problem.get("roofline") or {}
-    flops = _maybe_eval(roofline.get("flops"), sizes)
-    bytes_ = _maybe_eval(roofline.get("bytes"), sizes)
+    # Either expressions of the sizes under "roofline", or numbers already evaluated under flops/bytes.
+    flops = _maybe_eval(roofline.get("flops", problem.get("flops")), sizes)
+    bytes_ = _maybe_eval(roofline.get("bytes", problem.get("bytes")), sizes)
     bandwidth = float(hw.get("memory_bandwidth_gbs") or math.nan)
     peak = float(hw.get("fp32_tflops") or math.nan)
     roof_ms = math.nan

@@ -193,3 +193,31 @@ def test_a_state_from_another_version_is_refused():
     state["version"] = 99
     with pytest.raises(ValueError, match="version"):
         SearchDriver.from_state(state, port=FakePort(), generator=None, surrogate=None)
+
+
+def test_a_hand_written_child_is_compiled_forecast_and_always_measured():
+    from tests.search_engine.fakes import render
+
+    port = FakePort()
+    driver = make_driver(port=port, gpu_budget=0)
+    candidate = render({"BLOCK": 512, "ITEMS": 4, "VEC": 4, "ALGO": "naive"})
+    child = driver.add_candidate(0, candidate, "hand-written", origin="human", author_id=7)
+    node = driver.tree.nodes[child]
+    assert node.forecast is not None and node.state == "measured" and node.speedup == pytest.approx(3.3)
+    created = [e for e in port.events if e["type"] == "node-created" and e["node_id"] == child][0]
+    assert created["origin"] == "human" and created["author_id"] == 7
+    assert driver.add_candidate(0, candidate, "again") is None
+    assert driver.best().id == child
+
+
+def test_a_measurement_a_person_asked_for_arrives_like_any_other():
+    driver = make_driver(threshold=0.3)  # everything confident: nothing goes to the GPU by itself
+    driver.step()
+    accepted = [n.id for n in driver.tree.nodes.values() if n.state == "accepted-by-forecast" and not n.pruned]
+    assert accepted
+    before = driver.counters["measurements_requested"]
+    driver.measure_outside(accepted[0], "a person asked for GPU verification")
+    assert driver.tree.nodes[accepted[0]].state == "queued"
+    assert driver.counters["measurements_requested"] == before + 1
+    driver.on_measurement(accepted[0], {"status": "ok", "speedup": 2.5})
+    assert driver.tree.nodes[accepted[0]].speedup == 2.5
