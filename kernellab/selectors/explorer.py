@@ -64,7 +64,17 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
     with transaction.atomic():
         seq = SearchRun.objects.filter(pk=run.pk).values_list("change_seq", flat=True).get()
         nodes = run_tree_payloads(run=run)
-    return {"run": run.pk, "seq": seq, "nodes": nodes}
+        counters = SearchRun.objects.filter(pk=run.pk).values("status", "best_node__key", "best_speedup", "gpu_used", "gpu_budget", "forecasts_count").get()
+    return {
+        "run": run.pk,
+        "seq": seq,
+        "nodes": nodes,
+        "status": counters["status"],
+        # The search's own best (it knows the objective); a later "best" change replaces it.
+        "best": {"node": counters["best_node__key"], "speedup": counters["best_speedup"]} if counters["best_node__key"] else None,
+        "counters": {"measurements_requested": counters["gpu_used"], "forecasts": counters["forecasts_count"]},
+        "gpu_budget": counters["gpu_budget"],
+    }
 
 
 def node_forecast(*, node: Node) -> Forecast | None:

@@ -36,6 +36,8 @@
   let hoverKey = null;
   let layoutMode = "tidy";
   let bestKey = null;
+  let searchBest = null;         // the search's own best ({node, speedup}); it knows the objective
+  let gpuBudget = null;
   let bestPath = new Set();
   let fittedOnce = false;
   let following = true;          // refit as the tree grows until the person moves the view
@@ -122,9 +124,15 @@
       lastSeq = change.seq;
       stats.changesApplied++;
       const p = change.payload || {};
-      if (change.kind === "node" || change.kind === "discovery") {
+      if (change.kind === "node" || change.kind === "discovery" || change.kind === "forecast") {
         upsertNode(p);
         if (p.key === selectedKey) refreshPanel("live");
+      } else if (change.kind === "best") {
+        searchBest = p.node ? p : null;
+        statsDirty = true;
+        drawDirty = true;
+      } else if (change.kind === "step") {
+        if (p.counters) setGpuCounter(p.counters.measurements_requested);
       } else if (change.kind === "verification") {
         verifications.set(p.node, p);
         if (p.node === selectedKey) refreshPanel("live");
@@ -179,9 +187,12 @@
   }
 
   function computeBest() {
-    let best = null;
-    for (const n of nodes.values()) {
-      if (n.state === "measured" && n.speedup > 0 && (!best || n.speedup > best.speedup)) best = n;
+    // The search's best when it has named one; until then the fastest measured node.
+    let best = searchBest && nodes.has(searchBest.node) ? nodes.get(searchBest.node) : null;
+    if (!best) {
+      for (const n of nodes.values()) {
+        if (n.state === "measured" && n.speedup > 0 && (!best || n.speedup > best.speedup)) best = n;
+      }
     }
     bestKey = best ? best.key : null;
     bestPath = new Set();
@@ -207,8 +218,13 @@
     set("nodes", nodes.size); set("measured", measured); set("forecast", forecast); set("pending", pending);
     set("gpu", gpu); set("failed", failed);
     const best = bestKey ? nodes.get(bestKey) : null;
-    set("best", best ? best.speedup.toFixed(2) + "× (" + (best.name || best.key) + ")" : "—");
+    set("best", best && best.speedup ? best.speedup.toFixed(2) + "× (" + (best.name || best.key) + ")" : "—");
     document.getElementById("tree-empty").hidden = nodes.size > 0;
+  }
+
+  function setGpuCounter(used) {
+    const el = document.querySelector('[data-count="gpu-used"]');
+    if (el && used != null) el.textContent = used + (gpuBudget ? " / " + gpuBudget : "");
   }
 
   // ---- drawing ------------------------------------------------------------------------------
@@ -636,6 +652,9 @@
     if (!response.ok) { setLive("closed", "could not load the tree (" + response.status + ")"); return; }
     const snapshot = await response.json();
     for (const p of snapshot.nodes) upsertNode(p);
+    searchBest = snapshot.best || null;
+    gpuBudget = snapshot.gpu_budget;
+    if (snapshot.counters) setGpuCounter(snapshot.counters.measurements_requested);
     lastSeq = snapshot.seq;
     snapshotApplied = true;
     drawDirty = true;
@@ -652,6 +671,7 @@
     get transform() { return Object.assign({}, transform); },
     get connected() { return !!socket && socket.readyState === WebSocket.OPEN; },
     node: key => (nodes.has(key) ? Object.assign({}, nodes.get(key)) : null),
+    keys: () => Array.from(nodes.keys()),
     bestPath: () => Array.from(bestPath),
     firstShown: key => firstShown.get(key) || null,
     firstShownAll: () => Object.fromEntries(firstShown),

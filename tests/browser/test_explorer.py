@@ -276,3 +276,17 @@ def test_an_empty_dashboard_explains_itself(server, feed, browser_as):
     page.goto(f"{server.url}/runs/{run}/dashboard/")
     expect(page.locator("#chart-progress")).to_have_text("No GPU measurement has finished yet.")
     expect(page.locator("#chart-reliability")).to_have_text("No node has both a forecast and a measurement yet.")
+
+
+def test_what_others_do_shows_up_without_a_reload(server, feed, browser_as):
+    run = feed("create_run", name="together run")
+    feed("add_node", run=run, key="t1", parent="n0", bin=6, confidence=0.6, probabilities=ONEHOT_6)
+    page = browser_as("viewer")
+    open_explorer(page, server, run, node="t1")
+    page.wait_for_selector("#node-panel .panel[data-node='t1']")
+    expect(page.locator("#run-status")).to_have_text("Created")
+    feed("run_transition", run=run, action="start")
+    expect(page.locator("#run-status")).to_have_text("Running")
+    feed("comment", run=run, key="t1", body="Looks memory bound to me.")
+    expect(page.locator("#panel-comments")).to_contain_text("Looks memory bound to me.")
+    expect(page.locator("#panel-comments")).to_contain_text("approver")

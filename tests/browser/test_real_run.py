@@ -4,51 +4,61 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from kernellab.services.problems import BUNDLED_DIR
-from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, KernelLabServer, login
+from pathlib import Path
+
+from tests.browser.harness import KernelLabServer, login
 from tests.browser.world import PASSWORDS
 
-RECORDS = sorted(BUNDLED_DIR.glob("*/records/*.jsonl.gz"))
+# Real H200 measurements of a small templated family (recorded by gpu_runner's recorder).
+RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems"
+RECORDS = sorted(RECORDED.glob("*/records/*.jsonl.gz"))
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not RECORDS, reason="no recorded measurements are bundled yet (kernellab/problems/<name>/records/<gpu>.jsonl.gz), "
-                                           "so a replay run has nothing to replay"),
+    pytest.mark.skipif(not RECORDS, reason=f"no recorded measurements under {RECORDED}, so a replay run has nothing to replay"),
 ]
 
 
 @pytest.fixture(scope="module")
 def searching_server():
-    with KernelLabServer() as server:
+    with KernelLabServer(env_extra={"KERNELLAB_PROBLEMS_DIR": str(RECORDED)}) as server:
         server.feeder("setup")
         server.problems = {p["name"]: p["pk"] for p in server.feeder("load_bundled")}
         server.start_worker(["search", "replay"])
         yield server
 
 
-def test_a_replay_run_started_from_the_page_grows_live(searching_server):
-    from playwright.sync_api import sync_playwright
-
+def test_a_replay_run_started_from_the_page_grows_live(searching_server, chromium):
     server = searching_server
     record = RECORDS[0]
     problem, gpu = record.parent.parent.name, record.name.split(".")[0]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 950})
-        errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        login(page, server, "engineer", PASSWORDS["engineer"])
-        page.goto(f"{server.url}/problems/{server.problems[problem]}/runs/new")
-        expect(page.locator("select[name=backend]")).to_have_value("replay")
-        page.fill("input[name=name]", "replay run")
-        page.fill("input[name=target_gpu]", gpu)
-        page.fill("input[name=gpu_budget]", "6")
-        page.fill("input[name=max_steps]", "6")
-        page.click("button:has-text('Create run')")
-        expect(page.locator("h1")).to_contain_text("replay run")
-        page.wait_for_function("window.klExplorer && window.klExplorer.size > 4", timeout=180000)
-        page.wait_for_function("Number(document.querySelector('[data-count=measured]').textContent) >= 2", timeout=300000)
-        best = page.evaluate("window.klExplorer.bestPath()")
-        assert len(best) >= 1
-        browser.close()
-        assert not errors
+    context = chromium.new_context(viewport={"width": 1500, "height": 950})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    login(page, server, "engineer", PASSWORDS["engineer"])
+    page.goto(f"{server.url}/problems/{server.problems[problem]}/runs/new")
+    expect(page.locator("select[name=backend]")).to_have_value("replay")
+    page.fill("input[name=name]", "replay run")
+    page.fill("input[name=target_gpu]", gpu)
+    page.select_option("select[name=surrogate]", "roofline")
+    page.fill("input[name=gpu_budget]", "6")
+    page.fill("input[name=max_steps]", "6")
+    page.click("button:has-text('Create run')")
+    expect(page.locator("h1")).to_contain_text("replay run")
+    page.wait_for_function("window.klExplorer && window.klExplorer.size > 4", timeout=180000)
+    page.wait_for_function("Number(document.querySelector('[data-count=measured]').textContent) >= 2", timeout=300000)
+    measured = page.evaluate("window.klExplorer.keys().map(k => window.klExplorer.node(k))"
+                             ".filter(n => n.state === 'measured' && n.origin !== 'root').map(n => n.key)")
+    assert measured
+    page.evaluate(f"window.klExplorer.select({measured[0]!r})")
+    page.wait_for_selector(f"#node-panel .panel[data-node='{measured[0]}']")
+    expect(page.locator("#panel-measurements")).to_contain_text("replay")
+    expect(page.locator("#panel-forecast")).to_contain_text("roofline")
+    expect(page.locator("#panel-diff .hl")).to_be_visible()
+    expect(page.locator('[data-count="gpu-used"]')).not_to_have_text("0 / 6")
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "explorer-replay-run.png"))
+    context.close()
+    assert not errors

@@ -299,3 +299,24 @@ def load_bundled() -> list[dict]:
     from kernellab.models import Problem
 
     return list(Problem.objects.filter(bundled=True).values("pk", "name"))
+
+
+def run_transition(*, run: int, action: str, username: str = "engineer") -> str:
+    from django.contrib.auth import get_user_model
+
+    from kernellab.models import SearchRun
+    from kernellab.services.runs import run_transition as transition
+
+    user = get_user_model().objects.get(username=username)
+    return transition(run=SearchRun.objects.get(pk=run), user=user, action=action).status
+
+
+def comment(*, run: int, key: str, body: str, username: str = "approver") -> int:
+    from django.contrib.auth import get_user_model
+
+    from kernellab.models import Node
+    from kernellab.services.comments import comment_create
+
+    user = get_user_model().objects.get(username=username)
+    node = Node.objects.select_related("run__problem__workspace").get(run_id=run, key=key)
+    return comment_create(node=node, author=user, body=body).pk
