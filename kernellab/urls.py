@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from kernellab.views import explorer, pages, problems, runs
+from kernellab.views import explorer, lab, pages, problems, runs
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -31,4 +31,10 @@ urlpatterns = [
     path("runs/<int:run_id>/nodes/<str:key>/verify", explorer.node_verification_request, name="node-verify"),
     path("runs/<int:run_id>/nodes/<str:key>/decide", explorer.node_verification_decide, name="node-decide"),
     path("runs/<int:run_id>/nodes/<str:key>/child", explorer.node_child_create, name="node-child"),
+    # Surrogate lab (issue 8)
+    path("lab/", lab.lab_index, name="lab"),
+    path("lab/datasets/upload", lab.dataset_upload, name="lab-dataset-upload"),
+    path("lab/reports/", lab.report_list, name="lab-reports"),
+    path("lab/reports/<str:report_id>/", lab.report_detail, name="lab-report"),
+    path("lab/compare", lab.report_compare, name="lab-compare"),
 ]

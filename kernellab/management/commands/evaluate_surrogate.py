@@ -1,0 +1,265 @@
+"""Evaluate a surrogate (learned, roofline, or an LLM endpoint) on a dataset; print, save and show the report.
+
+Protocols:
+- plain: forecast every row (a learned surrogate comes from --model, or is trained on --train first);
+- --loo: leave one problem out (learned only): each problem forecast by a model trained on the others;
+- --recalibrate temperature,isotonic: fitted on a calibration split (--calibration-fraction of the rows,
+  or of the problems with --split-by problem) and reported on the rest, before and after; under --loo
+  the calibration is nested leave-one-problem-out instead;
+- --pairs FILE: discovery detection on parent -> child pairs.
+The report is saved under DATA_DIR/reports/ and shown at /lab/reports/<id>/.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from kernellab.management.commands.import_dataset import load_dataset, reports_dir
+from search_engine.lab import recalibration
+from search_engine.lab.datasets import PAIR, split_rows, training_rows
+from search_engine.lab.evaluation import cost_summary, evaluate, format_table
+from search_engine.lab.experiment import (dataset_summary, discovery_block, forecast_rows, loo_forecasts,
+                                          loo_recalibrated, new_report, recalibration_block)
+from search_engine.lab.reports import save_report
+
+
+def add_surrogate_arguments(parser) -> None:
+    parser.add_argument("--surrogate", choices=["learned", "roofline", "llm"], default="learned")
+    parser.add_argument("--model", help="learned: a saved model (.pkl) from train_surrogate")
+    parser.add_argument("--llm-model", default=os.environ.get("KERNELLAB_SURROGATE_MODEL"),
+                        help="llm: the model name (default $KERNELLAB_SURROGATE_MODEL)")
+    parser.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"),
+                        help="llm: the OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    parser.add_argument("--concurrency", type=int, default=4, help="llm: requests in flight at once")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="llm: answer token limit")
+    parser.add_argument("--timeout", type=float, default=120.0, help="llm: seconds per request")
+    parser.add_argument("--cache", help="llm: forecast cache (SQLite file; default DATA_DIR/forecast-cache.sqlite3)")
+    parser.add_argument("--no-cache", action="store_true", help="llm: ask the endpoint for every row")
+    parser.add_argument("--no-tools", action="store_true", help="llm: ask for a JSON answer, not a tool call")
+    parser.add_argument("--price-in", type=float, help="llm: dollars per million input tokens")
+    parser.add_argument("--price-out", type=float, help="llm: dollars per million output tokens")
+
+
+def build_surrogate(options) -> tuple[object, dict]:
+    """(surrogate, description) from the command's options; a learned one may still need fit()."""
+    from django.conf import settings
+
+    kind = options["surrogate"]
+    if kind == "roofline":
+        from search_engine.surrogates.roofline import RooflineSurrogate
+
+        surrogate = RooflineSurrogate()
+        return surrogate, {"id": surrogate.id, "kind": kind, "settings": {"sigma": surrogate.sigma}}
+    if kind == "llm":
+        from search_engine.llm_client import LLMClient
+        from search_engine.surrogates.cache import MemoryCache, SqliteCache
+        from search_engine.surrogates.llm import LLMSurrogate
+
+        if not options.get("base_url") or not options.get("llm_model"):
+            raise CommandError("The LLM surrogate needs an endpoint and a model: --base-url (or OPENAI_BASE_URL) "
+                               "and --llm-model (or KERNELLAB_SURROGATE_MODEL).")
+        client = LLMClient(base_url=options["base_url"], api_key=os.environ.get("OPENAI_API_KEY") or "none",
+                           model=options["llm_model"], max_concurrency=max(1, options["concurrency"]),
+                           max_tokens=options["max_tokens"], timeout_s=options["timeout"])
+        if options.get("no_cache"):
+            cache = MemoryCache()
+        else:
+            cache = SqliteCache(options.get("cache") or (settings.DATA_DIR / "forecast-cache.sqlite3"))
+        surrogate = LLMSurrogate(client, cache=cache, use_tools=not options.get("no_tools"),
+                                 max_tokens=options["max_tokens"])
+        return surrogate, {"id": surrogate.id, "kind": kind, "settings": {
+            "base_url": options["base_url"], "model": options["llm_model"], "concurrency": options["concurrency"],
+            "max_tokens": options["max_tokens"], "tools": not options.get("no_tools"),
+            "cache": "none" if options.get("no_cache") else str(options.get("cache") or "DATA_DIR/forecast-cache.sqlite3")}}
+    from search_engine.surrogates.learned import LearnedSurrogate
+
+    if options.get("model"):
+        try:
+            surrogate = LearnedSurrogate.load(options["model"])
+        except (OSError, ValueError, EOFError) as exc:
+            raise CommandError(f"Cannot load the learned surrogate {options['model']}: {exc}") from None
+        return surrogate, {"id": surrogate.id, "kind": kind, "settings": {
+            "model": str(options["model"]), "trained_rows": surrogate.trained_rows, "temperature": surrogate.temperature}}
+    surrogate = LearnedSurrogate(seed=options.get("seed") or 0)
+    return surrogate, {"id": surrogate.id, "kind": kind, "settings": {"seed": surrogate.seed}}
+
+
+class Command(BaseCommand):
+    help = "Evaluate a surrogate on a dataset: accuracy, Brier, CRPS, NLL, ECE, AURC, risk and recovered speedup."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dataset", required=True, help="a .jsonl/.csv file or an imported dataset's name")
+        add_surrogate_arguments(parser)
+        parser.add_argument("--train", help="learned: train on this dataset first")
+        parser.add_argument("--loo", action="store_true", help="learned: leave one problem out")
+        parser.add_argument("--recalibrate", default="", help="comma-separated: temperature, isotonic")
+        parser.add_argument("--recalibration", help="apply a recalibration saved by train_surrogate (JSON)")
+        parser.add_argument("--calibration-fraction", type=float, default=0.3)
+        parser.add_argument("--split-by", choices=["row", "problem"], default="row")
+        parser.add_argument("--pairs", help="parent -> child pairs for discovery detection (file or name)")
+        parser.add_argument("--limit", type=int, help="only the first N rows (and pairs)")
+        parser.add_argument("--batch-size", type=int, default=32)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--title", default="")
+        parser.add_argument("--no-save", action="store_true", help="print only")
+        parser.add_argument("--threads", type=int, default=1,
+                            help="learned: CPU threads for the trees (more threads on a busy machine are slower)")
+
+    def handle(self, *args, **options):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=max(1, options["threads"])):
+            self._handle(options)
+
+    def _progress(self, p) -> None:
+        end = "\n" if p.done == p.total or not self.stderr.isatty() else "\r"
+        self.stderr.write(p.line(), ending=end)
+        self.stderr.flush()
+
+    def _log(self, line: str) -> None:
+        self.stderr.write(line)
+
+    def _handle(self, options):
+        methods = tuple(m.strip() for m in options["recalibrate"].split(",") if m.strip())
+        for m in methods:
+            if m not in recalibration.METHODS:
+                raise CommandError(f"--recalibrate: unknown method {m!r}; use temperature and/or isotonic.")
+        if options["loo"] and options["surrogate"] != "learned":
+            raise CommandError("--loo trains a surrogate per held-out problem: it needs --surrogate learned.")
+        if options["loo"] and (options["model"] or options["train"]):
+            raise CommandError("--loo trains its own models; leave out --model and --train.")
+        path, dataset = load_dataset(options["dataset"])
+        rows = dataset.rows[: options["limit"]] if options["limit"] else dataset.rows
+        surrogate, description = build_surrogate(options)
+        if options["surrogate"] == "learned" and not options["model"] and not options["loo"]:
+            if not options["train"]:
+                raise CommandError("A learned surrogate needs --model (from train_surrogate), --train DATASET, or --loo.")
+            train_path, train_set = load_dataset(options["train"])
+            started = time.monotonic()
+            surrogate.fit(training_rows(train_set.rows), groups=[r.get("pack") for r in train_set.rows])
+            description["settings"].update({"trained_on": str(train_path), "trained_rows": surrogate.trained_rows,
+                                            "temperature": surrogate.temperature})
+            self._log(f"trained on {surrogate.trained_rows} rows of {train_path} in {time.monotonic() - started:.1f} s")
+        started = time.monotonic()
+        recal = None
+        if options["loo"]:
+            make = lambda: type(surrogate)(seed=options["seed"])  # noqa: E731
+            forecasts = loo_forecasts(rows, make, progress=self._log)
+            test_rows, test_forecasts = rows, forecasts
+            protocol = f"leave one problem out ({len(dataset.problems)} problems)"
+            if methods:
+                recal = loo_recalibrated(rows, make, forecasts, methods, progress=self._log)
+        else:
+            forecasts = forecast_rows(surrogate, rows, batch_size=options["batch_size"], progress=self._progress)
+            protocol = "every row"
+            test_rows, test_forecasts = rows, forecasts
+            if options["recalibration"]:
+                import json
+
+                try:
+                    saved = recalibration.from_dict(json.loads(open(options["recalibration"]).read()))
+                except (OSError, ValueError, KeyError) as exc:
+                    raise CommandError(f"Cannot read the recalibration {options['recalibration']}: {exc}") from None
+                test_forecasts = recalibration.apply_to_forecasts(saved, forecasts)
+                protocol += f", recalibrated with {options['recalibration']} ({saved.name})"
+                description["settings"]["recalibration"] = saved.to_dict() if saved.name == "temperature" else "isotonic"
+            if methods:
+                index = {id(r): i for i, r in enumerate(rows)}
+                try:
+                    rest, calibration = split_rows(rows, options["calibration_fraction"], seed=options["seed"],
+                                                   by_problem=options["split_by"] == "problem")
+                except ValueError as exc:
+                    raise CommandError(str(exc)) from None
+                cal_forecasts = [forecasts[index[id(r)]] for r in calibration]
+                test_rows = rest
+                test_forecasts = [test_forecasts[index[id(r)]] for r in rest]
+                try:
+                    recal = recalibration_block(cal_forecasts, calibration, test_forecasts, test_rows, methods)
+                except ValueError as exc:
+                    raise CommandError(str(exc)) from None
+                recal["calibration"] = (f"{options['calibration_fraction']:.0%} of the "
+                                        f"{'problems' if options['split_by'] == 'problem' else 'rows'} "
+                                        f"(seed {options['seed']}), reported on the other {len(rest)} rows")
+                protocol += f"; recalibration fitted on {len(calibration)} rows, all figures on the other {len(rest)}"
+        wall = time.monotonic() - started
+        evaluation = evaluate(test_forecasts, test_rows)
+        cost = cost_summary(forecasts, wall_s=wall, price_in_per_mtok=options["price_in"],
+                            price_out_per_mtok=options["price_out"])
+        discovery = None
+        if options["pairs"]:
+            if options["loo"]:
+                self._log("discovery detection under --loo: each problem's pairs forecast by its held-out model")
+                pairs_path, pair_set = load_dataset(options["pairs"], kind=PAIR)
+                pairs = pair_set.rows[: options["limit"]] if options["limit"] else pair_set.rows
+                make = lambda: type(surrogate)(seed=options["seed"])  # noqa: E731
+                pair_forecasts = _loo_pair_forecasts(rows, pairs, make)
+                discovery, _ = discovery_block(None, pairs, forecasts=pair_forecasts)
+            else:
+                pairs_path, pair_set = load_dataset(options["pairs"], kind=PAIR)
+                pairs = pair_set.rows[: options["limit"]] if options["limit"] else pair_set.rows
+                discovery, pair_forecasts = discovery_block(surrogate, pairs, batch_size=options["batch_size"],
+                                                            progress=self._progress)
+                pair_cost = cost_summary(pair_forecasts)
+                for key in ("tokens_in", "tokens_out", "cached", "forecasts"):
+                    cost[key] += pair_cost[key]
+            discovery["dataset"] = dataset_summary(pairs_path.stem, pairs, str(pairs_path))
+        title = options["title"] or f"{description['id']} on {path.stem}" + (" (leave one problem out)" if options["loo"] else "")
+        report = new_report(title=title, surrogate=description, dataset=dataset_summary(path.stem, rows, str(path)),
+                            protocol=protocol, evaluation=evaluation, cost=cost, recalibration_result=recal,
+                            discovery=discovery, command="manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]))
+        self.stdout.write(self._text(report))
+        if not options["no_save"]:
+            report_id = save_report(reports_dir(), report)
+            self.stdout.write(f"\nSaved report {report_id} ({reports_dir() / (report_id + '.json')}); "
+                              f"in the browser: /lab/reports/{report_id}/")
+
+    def _text(self, report: dict) -> str:
+        ev = report["evaluation"]
+        columns = [("as forecast", ev)]
+        if report["recalibration"]:
+            columns += [(f"+{m}", block["evaluation"]) for m, block in report["recalibration"]["methods"].items()]
+        lines = [report["title"], f"protocol: {report['protocol']}",
+                 f"rows {ev['rows']}, answered {ev['answered']}, abstained {ev['abstained']}", "",
+                 format_table(columns)]
+        if ev["abstain_reasons"]:
+            lines.append("abstentions: " + "; ".join(f"{n}x {why}" for why, n in ev["abstain_reasons"].items()))
+        ref = ev["reference_scores"]
+        lines.append(f"reference: uniform forecast Brier {ref['uniform']['brier']:.3f}, CRPS {ref['uniform']['crps']:.3f}, "
+                     f"NLL {ref['uniform']['nll']:.3f}; always bin {ref['majority_bin']}: accuracy {ref['majority_accuracy']:.3f}")
+        cost = report["cost"]
+        if cost["tokens_in"] or cost["tokens_out"] or cost["cached"]:
+            usd = f", ${cost['usd']:.4f}" if cost.get("usd") is not None else ""
+            lines.append(f"cost: {cost['tokens_in']} tokens in, {cost['tokens_out']} out{usd}; {cost['cached']} cached; "
+                         f"mean latency {cost['latency_mean_s']:.2f} s (p95 {cost['latency_p95_s']:.2f} s)")
+        lines.append(f"wall time {cost['wall_s']:.1f} s")
+        disc = report.get("discovery")
+        if disc:
+            lines += ["", f"discovery detection: {disc['pairs']} pairs, {disc['discoveries']} discoveries "
+                          f"(child >= {disc['ratio']:.3f}x parent; base rate {disc['base_rate']:.3f})",
+                      f"{'flag when':<28}{'level':>7}{'flagged':>9}{'precision':>11}{'recall':>8}{'chance P':>10}{'lift':>7}"]
+            for label, key in (("P(discovery) >= level", "by_probability"), ("bin >= 6, confidence >= level", "by_confident_bin")):
+                for row in disc[key]:
+                    fmt = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
+                    lines.append(f"{label:<28}{row['level']:>7.2f}{row['flagged']:>9}{fmt(row['precision']):>11}"
+                                 f"{fmt(row['recall']):>8}{row['chance_precision']:>10.3f}"
+                                 f"{('—' if row['lift'] is None else format(row['lift'], '.2f')):>7}")
+        return "\n".join(lines)
+
+
+def _loo_pair_forecasts(rows: list[dict], pairs: list[dict], make) -> list:
+    """Pairs of each problem forecast by a learned surrogate trained on the other problems' rows."""
+    from search_engine.lab.datasets import row_problem, row_request
+
+    out = [None] * len(pairs)
+    for name in sorted({p["problem_id"] for p in pairs}):
+        train = [r for r in rows if row_problem(r) != name]
+        surrogate = make()
+        surrogate.fit(training_rows(train), groups=[row_problem(r) for r in train])
+        idx = [i for i, p in enumerate(pairs) if p["problem_id"] == name]
+        for i, f in zip(idx, surrogate.forecast_many([row_request(pairs[i]) for i in idx])):
+            out[i] = f
+    return out

@@ -1,0 +1,207 @@
+"""Export measured comparisons (and parent -> child pairs) as JSON Lines in the GPU Forecasters layout.
+
+Sources:
+- the database: every Measurement with status ok, joined to its Kernel and its Problem's reference
+  (source "kernellab-db"); measurements made by the replay backend are copies of recorded rows and
+  are left out unless --include-replays;
+- the recorded datasets <problems>/<name>/records/<gpu>.jsonl.gz (source "recorded-<gpu>"): each
+  record's variant source is rendered from its knobs with gpu_runner.render_variant on the problem's
+  spec and checked against the recorded source hash.
+
+Pairs (--pairs): measured parent -> child nodes of the database's search trees, and, from the
+records, variants one knob apart (the template generator's moves), both directions.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from search_engine.lab.datasets import comparison_row, neighbour_pairs, pair_row, rows_from_records, write_dataset
+
+
+# ---- recorded datasets (gpu_runner renders; search_engine.lab stays pure) -------------------------
+
+def problem_context(spec) -> dict:
+    roofline = {}
+    if getattr(spec, "roofline", None) is not None:
+        if spec.roofline.flops is not None:
+            roofline["flops"] = spec.roofline.flops.text
+        if spec.roofline.bytes is not None:
+            roofline["bytes"] = spec.roofline.bytes.text
+    return {"sizes": dict(spec.default_case.sizes), "roofline": roofline, "description": spec.description or ""}
+
+
+def knob_values(spec) -> dict[str, list]:
+    return {name: list(values) for name, values in spec.family.knobs.items()} if spec.family else {}
+
+
+def recorded_rows(problem_dir: Path, records_path: Path, source: str) -> tuple[list[dict], list[str], dict]:
+    """(rows, skipped reasons, knob values) for one problem's recorded file."""
+    from gpu_runner import load_problem, reference_candidate, render_variant
+    from gpu_runner.backends.replay import read_records
+
+    spec = load_problem(problem_dir)
+    reference = reference_candidate(spec).to_dict()
+    rows, skipped = rows_from_records(
+        read_records(records_path), problem=spec.name, reference=reference,
+        render=lambda knobs: render_variant(spec, knobs).to_dict(), source=source,
+        problem_context=problem_context(spec),
+    )
+    return rows, skipped, knob_values(spec)
+
+
+def recorded_files(problems_dir: Path, gpu: str | None) -> list[tuple[Path, Path]]:
+    """(problem folder, records file) for every problem with records for the GPU (or any GPU)."""
+    out = []
+    for folder in sorted(p for p in problems_dir.iterdir() if (p / "problem.toml").exists()):
+        for path in sorted((folder / "records").glob("*.jsonl.gz")):
+            if gpu is None or path.name == f"{gpu}.jsonl.gz":
+                out.append((folder, path))
+    return out
+
+
+def records_dataset(*, problems_dir: Path, gpu: str | None, extra_files: list[tuple[str, Path]],
+                    problems: set[str] | None = None, log=None) -> tuple[list[dict], list[dict]]:
+    """Rows and one-knob pairs from recorded files (the bundled ones plus NAME=PATH extras)."""
+    files = recorded_files(problems_dir, gpu) + [(problems_dir / name, path) for name, path in extra_files]
+    rows, pairs = [], []
+    for folder, path in files:
+        if problems and folder.name not in problems:
+            continue
+        stem = path.name.removesuffix(".jsonl.gz")
+        gpu_key = stem if re.fullmatch(r"[a-z0-9]+", stem) else (gpu or "gpu")
+        problem_rows, skipped, knobs = recorded_rows(folder, path, f"recorded-{gpu_key}")
+        rows.extend(problem_rows)
+        pairs.extend(neighbour_pairs(problem_rows, knob_values=knobs))
+        if log:
+            reasons = Counter(r.split(": ", 1)[1] for r in skipped)
+            note = "; skipped " + ", ".join(f"{n} ({why})" for why, n in reasons.items()) if skipped else ""
+            log(f"{folder.name}: {len(problem_rows)} rows from {path}{note}")
+    return rows, pairs
+
+
+# ---- the database ------------------------------------------------------------------------------
+
+def database_rows(*, include_replays: bool = False, problems: set[str] | None = None, log=None
+                  ) -> tuple[list[dict], list[dict]]:
+    from kernellab.models import Measurement, Node
+    from kernellab.services.problems import problem_spec
+
+    contexts: dict[int, dict] = {}
+
+    def context(problem) -> dict:
+        if problem.pk not in contexts:
+            try:
+                contexts[problem.pk] = problem_context(problem_spec(problem))
+            except Exception as exc:  # a stored spec the runner no longer reads: export without sizes
+                if log:
+                    log(f"problem {problem.name}: spec not readable ({exc}); exported without sizes")
+                contexts[problem.pk] = {"description": problem.description}
+        return contexts[problem.pk]
+
+    measurements = (Measurement.objects.filter(status="ok", speedup__gt=0)
+                    .select_related("kernel", "problem__reference").order_by("pk"))
+    if not include_replays:
+        measurements = measurements.exclude(backend="replay")
+    if problems:
+        measurements = measurements.filter(problem__name__in=problems)
+    rows = []
+    latest: dict[tuple[int, int], object] = {}
+    for m in measurements:
+        problem = m.problem
+        latest[(m.kernel_id, problem.pk)] = m
+        rows.append(comparison_row(
+            comparison_id=f"kernellab-db:measurement:{m.pk}", pack=problem.name,
+            anchor=problem.reference.as_candidate(), candidate=m.kernel.as_candidate(),
+            hardware=m.hardware or {"name": m.gpu_model or "unknown GPU"}, speedup=m.speedup, source="kernellab-db",
+            source_id=f"measurement {m.pk} ({m.backend}, kernel {m.kernel.content_hash[:12]})",
+            compiler_facts=m.compiler_facts or m.kernel.compiler_facts or {},
+            anchor_compiler_facts=problem.reference.compiler_facts or {},
+            reference_ms=(m.reference_stats or {}).get("median_ms"), problem=context(problem),
+        ))
+    pairs = []
+    nodes = (Node.objects.filter(parent__isnull=False, speedup__gt=0, parent__speedup__gt=0,
+                                 kernel__isnull=False, parent__kernel__isnull=False)
+             .select_related("kernel", "parent__kernel", "run__problem__reference").order_by("pk"))
+    if problems:
+        nodes = nodes.filter(run__problem__name__in=problems)
+    for node in nodes:
+        problem = node.run.problem
+        measured = latest.get((node.kernel_id, problem.pk))
+        if measured is None:
+            continue  # measured only by replay (left out above) or not at all
+        parent_measured = latest.get((node.parent.kernel_id, problem.pk))
+        pairs.append(pair_row(
+            pair_id=f"kernellab-db:run:{node.run_id}:{node.parent.key}->{node.key}", problem_id=problem.name,
+            parent=node.parent.kernel.as_candidate(), child=node.kernel.as_candidate(),
+            hardware=measured.hardware or {"name": measured.gpu_model or "unknown GPU"},
+            parent_speedup=node.parent.speedup, child_speedup=node.speedup, source="kernellab-db",
+            source_id=f"run {node.run_id}", parent_node_id=node.parent.key, child_node_id=node.key,
+            anchor=problem.reference.as_candidate(),
+            parent_compiler_facts=(parent_measured.compiler_facts if parent_measured else node.parent.kernel.compiler_facts),
+            child_compiler_facts=measured.compiler_facts or node.kernel.compiler_facts,
+            reference_ms=(measured.reference_stats or {}).get("median_ms"), problem=context(problem),
+        ))
+    if log:
+        log(f"database: {len(rows)} measurements, {len(pairs)} measured parent -> child pairs")
+    return rows, pairs
+
+
+class Command(BaseCommand):
+    help = ("Export every measurement (database and recorded datasets) as JSON Lines in the GPU Forecasters "
+            "layout: anchor_code, candidate_code, hardware, aggregated_speedup, true_bin, pack, source.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("out", help="output file (.jsonl or .jsonl.gz)")
+        parser.add_argument("--from", dest="sources", default="db,records",
+                            help="comma-separated: db, records (default both)")
+        parser.add_argument("--pairs", help="also write parent -> child pairs to this file")
+        parser.add_argument("--gpu", default="h200", help="which recorded GPU files to read (default h200; 'any' for all)")
+        parser.add_argument("--problems-dir", default=None, help="folder of problem specs (default the bundled problems)")
+        parser.add_argument("--records-file", action="append", default=[], metavar="PROBLEM=PATH",
+                            help="an extra recorded file for a problem of --problems-dir (repeatable)")
+        parser.add_argument("--problem", action="append", default=[], help="only these problems (repeatable)")
+        parser.add_argument("--include-replays", action="store_true",
+                            help="also export database measurements made by the replay backend")
+
+    def handle(self, *args, out, sources, pairs, gpu, problems_dir, records_file, problem, include_replays, **options):
+        wanted = {s.strip() for s in sources.split(",") if s.strip()}
+        if not wanted or wanted - {"db", "records"}:
+            raise CommandError("--from takes db, records or both (comma-separated).")
+        problems_dir = Path(problems_dir or settings.KERNELLAB_PROBLEMS_DIR)
+        extra = []
+        for item in records_file:
+            name, sep, path = item.partition("=")
+            if not sep or not Path(path).is_file() or not (problems_dir / name / "problem.toml").exists():
+                raise CommandError(f"--records-file {item!r}: give PROBLEM=PATH with a problem of {problems_dir} "
+                                   "and an existing file.")
+            extra.append((name, Path(path)))
+        only = set(problem) or None
+        log = lambda line: self.stderr.write(line)  # noqa: E731
+        rows, pair_rows = [], []
+        if "db" in wanted:
+            db_rows, db_pairs = database_rows(include_replays=include_replays, problems=only, log=log)
+            rows += db_rows
+            pair_rows += db_pairs
+        if "records" in wanted:
+            rec_rows, rec_pairs = records_dataset(problems_dir=problems_dir, gpu=None if gpu == "any" else gpu,
+                                                  extra_files=extra, problems=only, log=log)
+            rows += rec_rows
+            pair_rows += rec_pairs
+        if not rows:
+            raise CommandError("Nothing to export: no successful measurements in the database and no recorded "
+                               f"files under {problems_dir}/*/records/ for '{gpu}'.")
+        count = write_dataset(out, rows)
+        by_source = Counter(r["source"] for r in rows)
+        self.stdout.write(f"Wrote {count} rows to {out} ({', '.join(f'{n} {s}' for s, n in by_source.items())}).")
+        if pairs:
+            if not pair_rows:
+                self.stderr.write("No parent -> child pairs to write.")
+            else:
+                n = write_dataset(pairs, pair_rows)
+                found = sum(1 for p in pair_rows if p["g_speedup"] >= 2 ** 0.5)
+                self.stdout.write(f"Wrote {n} pairs to {pairs} ({found} with the child >= √2x its parent).")

@@ -1,0 +1,43 @@
+"""Export a dataset as RL training examples: the LLM surrogate's own prompt with the true bin.
+
+Each line: {"prompt": [system, user messages], "true_bin": b, "speedup": s, "problem": p, "id": ..., "source": ...}
+— TRL's conversational prompt format; the rewards are search_engine.lab.rl.REWARD_FUNCTIONS
+(correctness, brier, crps), which read `true_bin` from the dataset column.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from django.core.management.base import BaseCommand, CommandError
+
+from kernellab.management.commands.import_dataset import load_dataset
+from search_engine.lab.datasets import split_rows, write_dataset
+from search_engine.lab.rl import rl_examples
+
+
+class Command(BaseCommand):
+    help = "Write prompts in the LLM surrogate's format with their true bins (JSONL) for GRPO training."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dataset", required=True, help="a .jsonl/.csv file or an imported dataset's name")
+        parser.add_argument("--out", required=True, help="output .jsonl (or .jsonl.gz)")
+        parser.add_argument("--eval-out", help="also hold out --eval-fraction of the problems into this file")
+        parser.add_argument("--eval-fraction", type=float, default=0.2)
+        parser.add_argument("--seed", type=int, default=0)
+
+    def handle(self, *args, dataset, out, eval_out, eval_fraction, seed, **options):
+        path, data = load_dataset(dataset)
+        rows, held = data.rows, []
+        if eval_out:
+            try:
+                rows, held = split_rows(data.rows, eval_fraction, seed=seed, by_problem=True)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        n = write_dataset(out, rl_examples(rows))
+        bins = Counter(int(r["true_bin"]) for r in rows)
+        self.stdout.write(f"Wrote {n} prompts to {out}; true bins " +
+                          ", ".join(f"{b}: {bins.get(b, 0)}" for b in range(1, 9)) + ".")
+        if eval_out:
+            m = write_dataset(eval_out, rl_examples(held))
+            problems = sorted({r.get("pack") or r.get("problem_id") for r in held})
+            self.stdout.write(f"Wrote {m} held-out prompts ({', '.join(problems)}) to {eval_out}.")

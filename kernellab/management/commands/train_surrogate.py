@@ -1,0 +1,74 @@
+"""Train a surrogate on a dataset.
+
+- learned: fit the ordinal-calibrated classifier on the dataset's rows (minus --exclude-problem) and
+  save it (a .pkl that evaluate_surrogate --model and the search can load);
+- roofline / llm have no weights: "training" fits a recalibration (temperature or isotonic) of their
+  forecasts on the dataset and saves it as JSON for evaluate_surrogate --recalibration.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from kernellab.management.commands.evaluate_surrogate import add_surrogate_arguments, build_surrogate
+from kernellab.management.commands.import_dataset import load_dataset
+from search_engine.lab import recalibration
+from search_engine.lab.datasets import row_problem, training_rows
+from search_engine.lab.experiment import forecast_rows
+
+
+class Command(BaseCommand):
+    help = "Train the learned surrogate on a dataset, or fit a recalibration of the roofline / LLM surrogate."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dataset", required=True, help="a .jsonl/.csv file or an imported dataset's name")
+        add_surrogate_arguments(parser)
+        parser.add_argument("--exclude-problem", action="append", default=[], help="leave a problem out (repeatable)")
+        parser.add_argument("--recalibrate", choices=recalibration.METHODS, default="temperature",
+                            help="roofline/llm: which recalibration to fit (default temperature)")
+        parser.add_argument("--out", help="where to save (default DATA_DIR/surrogates/<surrogate>-<dataset>.pkl|.json)")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--threads", type=int, default=1)
+
+    def handle(self, *args, **options):
+        from threadpoolctl import threadpool_limits
+
+        if options["surrogate"] == "learned" and options["model"]:
+            raise CommandError("--model loads a trained surrogate; train_surrogate makes a new one (leave it out).")
+        path, dataset = load_dataset(options["dataset"])
+        rows = [r for r in dataset.rows if row_problem(r) not in set(options["exclude_problem"])]
+        if not rows:
+            raise CommandError("No rows left to train on after --exclude-problem.")
+        surrogate, description = build_surrogate(options)
+        folder = Path(settings.DATA_DIR) / "surrogates"
+        started = time.monotonic()
+        with threadpool_limits(limits=max(1, options["threads"])):
+            if options["surrogate"] == "learned":
+                surrogate.fit(training_rows(rows), groups=[row_problem(r) for r in rows])
+                out = Path(options["out"] or folder / f"learned-{path.stem}.pkl")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                surrogate.save(out)
+                self.stdout.write(
+                    f"Trained {surrogate.id} on {surrogate.trained_rows} rows of {path} "
+                    f"({len({row_problem(r) for r in rows})} problems) in {time.monotonic() - started:.1f} s; "
+                    f"temperature {surrogate.temperature:.3f}. Saved to {out}.")
+                return
+            forecasts = forecast_rows(surrogate, rows, batch_size=32,
+                                      progress=lambda p: self.stderr.write(p.line()))
+            try:
+                model = recalibration.fit_on_forecasts(options["recalibrate"], forecasts,
+                                                       [int(r["true_bin"]) for r in rows])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+        out = Path(options["out"] or folder / f"{options['surrogate']}-{path.stem}-{model.name}.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**model.to_dict(), "surrogate": description["id"], "dataset": str(path),
+                                   "rows": len(rows)}))
+        what = f"temperature {model.temperature:.3f}" if model.name == "temperature" else "isotonic maps per bin"
+        self.stdout.write(f"Fitted a {model.name} recalibration of {description['id']} on {len(rows)} rows of {path} "
+                          f"({what}) in {time.monotonic() - started:.1f} s. Saved to {out}; use it with "
+                          f"evaluate_surrogate --recalibration {out}.")
