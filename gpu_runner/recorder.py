@@ -82,8 +82,10 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
 
         for first in range(0, total, chunk):
             batch = pending[first:first + chunk]
+            # The profiled sample also gets an NVML energy reading (a window of ~0.1 s or more each).
+            sampled = lambda i, first=first: wants_profile(first + i)  # noqa: E731
             results = runner.measure_many(problem, batch, seed=seed, timeout_s=timeout_s,
-                                          profile=lambda i, first=first: wants_profile(first + i))
+                                          profile=sampled, energy=sampled)
             for candidate, result in zip(batch, results):
                 write(variant_id(candidate.knobs or {}), dict(candidate.knobs or {}), result)
             if log:

@@ -82,7 +82,7 @@ class Runner:
                                                  timeout_s=timeout_s, settings=self.settings)
 
     def measure_many(self, problem: Problem, candidates: Iterable[Candidate], *, seed: int = 0,
-                     profile: bool | Callable[[int], bool] = False, energy: bool = False,
+                     profile: bool | Callable[[int], bool] = False, energy: bool | Callable[[int], bool] = False,
                      timeout_s: float = 300.0,
                      on_result: Callable[[int, MeasurementResult], None] | None = None) -> list[MeasurementResult]:
         return self.backend_for(problem).measure_many(problem, candidates, seed=seed, profile=profile, energy=energy,

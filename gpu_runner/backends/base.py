@@ -150,14 +150,15 @@ class Backend(ABC):
                 energy: bool, timeout_s: float, settings: "MeasureSettings") -> "MeasurementResult": ...
 
     def measure_many(self, problem: "Problem", candidates: Iterable["Candidate"], *, seed: int,
-                     profile: bool | Callable[[int], bool], energy: bool, timeout_s: float,
-                     settings: "MeasureSettings",
+                     profile: bool | Callable[[int], bool], energy: bool | Callable[[int], bool],
+                     timeout_s: float, settings: "MeasureSettings",
                      on_result: Callable[[int, "MeasurementResult"], None] | None = None
                      ) -> list["MeasurementResult"]:
         results = []
         for i, candidate in enumerate(candidates):
             wants_profile = profile(i) if callable(profile) else profile
-            result = self.measure(problem, candidate, seed=seed, profile=wants_profile, energy=energy,
+            wants_energy = energy(i) if callable(energy) else energy
+            result = self.measure(problem, candidate, seed=seed, profile=wants_profile, energy=wants_energy,
                                   timeout_s=timeout_s, settings=settings)
             if on_result:
                 on_result(i, result)

@@ -146,8 +146,8 @@ class GpuBackend(Backend):
         return result
 
     def measure_many(self, problem: Problem, candidates: Iterable[Candidate], *, seed: int,
-                     profile: bool | Callable[[int], bool], energy: bool, timeout_s: float,
-                     settings: MeasureSettings,
+                     profile: bool | Callable[[int], bool], energy: bool | Callable[[int], bool],
+                     timeout_s: float, settings: MeasureSettings,
                      on_result: Callable[[int, MeasurementResult], None] | None = None
                      ) -> list[MeasurementResult]:
         candidates = list(candidates)
@@ -170,7 +170,8 @@ class GpuBackend(Backend):
                     result = self._compile_failed(problem, candidate, seed, output.report)
                 else:
                     job = {"kind": "measure", "problem": problem, "candidate": candidate, "cubin": output.cubin,
-                           "seed": seed, "settings": settings, "energy": energy}
+                           "seed": seed, "settings": settings,
+                           "energy": energy(i) if callable(energy) else energy}
                     evidence = self._request(job, timeout_s)
                     wants_profile = profile(i) if callable(profile) else profile
                     result = self._finish(problem, candidate, evidence, seed, settings, output, wants_profile,
