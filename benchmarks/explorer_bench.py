@@ -153,8 +153,14 @@ def measure_first_paint(chromium, server, run: int, total: int, repeats: int) ->
     samples = []
     for _ in range(repeats):
         context, page = browser_page(chromium, server)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
         page.goto(f"{server.url}/runs/{run}/")
-        page.wait_for_function(f"window.klExplorer && window.klExplorer.stats.firstFullDrawAt && window.klExplorer.size === {total}", timeout=60000)
+        try:
+            page.wait_for_function(f"window.klExplorer && window.klExplorer.stats.firstFullDrawAt && window.klExplorer.size === {total}", timeout=60000)
+        except Exception:
+            state = page.evaluate("window.klExplorer ? {size: window.klExplorer.size, live: document.getElementById('live-status').textContent} : null")
+            raise RuntimeError(f"the explorer did not draw {total} nodes: {state}, script errors {errors}") from None
         samples.append(page.evaluate(FIRST_PAINT_JS))
         context.close()
     keys = ["first_tree_frame_ms", "first_contentful_paint_ms", "dom_content_loaded_ms", "tree_json_ms", "layout_ms", "first_draw_ms"]
@@ -387,7 +393,7 @@ def run_setup(name: str, args, chromium) -> dict:
 
         redis.Redis.from_url(REDIS_URL).flushdb()
         env = {"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL}
-    result: dict = {"setup": name, "database": "postgresql" if name == "team" else "sqlite",
+    result: dict = {"load_average_at_start": os.getloadavg(), "setup": name, "database": "postgresql" if name == "team" else "sqlite",
                     "push": "redis channel layer" if name == "team" else f"database poll every {0.1} s"}
     with KernelLabServer(env_extra=env) as server:
         server.feeder("setup")
@@ -404,6 +410,7 @@ def run_setup(name: str, args, chromium) -> dict:
             result["browser_delay_big_tree"] = measure_browser_delay(chromium, server, args.rate, args.browser_seconds, run=run, prefix="g")
         result["browser_delay"] = measure_browser_delay(chromium, server, args.rate, args.browser_seconds)
         result["websocket_fanout"] = measure_many_clients(server, args.clients, args.rate, args.seconds)
+    result["load_average_at_end"] = os.getloadavg()
     return result
 
 
