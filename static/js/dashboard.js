@@ -4,6 +4,10 @@
   const data = JSON.parse(document.getElementById("dashboard-data").textContent);
   const config = { displaylogo: false, responsive: true };
   const base = { margin: { l: 55, r: 15, t: 10, b: 45 }, height: 320, font: { size: 11 } };
+  // The explorer's speedup colours: log2 speedup from 0.25x (red) through 1x (grey) to 4x (green).
+  const speedupScale = [[0, "rgb(165,0,38)"], [0.25, "rgb(244,109,67)"], [0.5, "rgb(190,190,190)"], [0.75, "rgb(102,189,99)"], [1, "rgb(0,104,55)"]];
+  const speedupBar = { title: { text: "speedup" }, tickvals: [-2, -1, 0, 1, 2], ticktext: ["0.25×", "0.5×", "1×", "2×", "4×"] };
+  const log2 = v => Math.log2(Math.max(1e-9, v));
 
   function empty(id, sentence) {
     const el = document.getElementById(id);
@@ -23,7 +27,8 @@
       { x: p.gpu, y: p.candidates, mode: "lines", name: "candidates considered" },
       { x: p.gpu, y: p.per_gpu, mode: "lines", name: "per GPU measurement", yaxis: "y2" },
     ], { xaxis: { title: { text: "GPU measurements used" } }, yaxis: { title: { text: "candidates (cumulative)" } },
-         yaxis2: { title: { text: "candidates per measurement" }, overlaying: "y", side: "right" }, legend: { orientation: "h" } });
+         yaxis2: { title: { text: "candidates per measurement" }, overlaying: "y", side: "right" }, legend: { orientation: "h", y: -0.25 },
+         margin: { l: 55, r: 60, t: 10, b: 70 } });
   } else {
     empty("chart-progress", "No GPU measurement has finished yet.");
     empty("chart-considered", "No GPU measurement has finished yet.");
@@ -31,14 +36,14 @@
 
   const names = data.bins.names.map((n, i) => (i + 1) + " " + n);
   if (data.pairs.length) {
-    plot("chart-confusion", [{ z: data.confusion, x: names, y: names, type: "heatmap", colorscale: "Blues",
+    plot("chart-confusion", [{ z: data.confusion, x: names, y: names, type: "heatmap", colorscale: [[0, "#f7fbff"], [1, "#08306b"]], texttemplate: "%{z}",
       hovertemplate: "forecast %{y}<br>measured %{x}<br>%{z} node(s)<extra></extra>" }],
       { xaxis: { title: { text: "measured bin" }, tickangle: -30 }, yaxis: { title: { text: "forecast bin" } }, margin: { l: 150, r: 10, t: 10, b: 110 }, height: 380 });
     plot("chart-scatter", [{
       x: data.pairs.map(q => q.speedup), y: data.pairs.map(q => q.bin + (Math.random() - 0.5) * 0.2), mode: "markers", type: "scatter",
       text: data.pairs.map(q => q.key), marker: { color: data.pairs.map(q => q.confidence), colorscale: "Viridis", cmin: 0, cmax: 1, showscale: true, colorbar: { title: { text: "confidence" } } },
       hovertemplate: "node %{text}<br>measured %{x:.3f}×<br>forecast bin %{y:.0f}<extra></extra>",
-    }], { xaxis: { type: "log", title: { text: "measured speedup (×, log)" } }, yaxis: { title: { text: "forecast bin" }, dtick: 1, range: [0.5, data.bins.names.length + 0.5] },
+    }], { xaxis: { type: "log", title: { text: "measured speedup (×, log)" }, tickvals: data.bins.edges, ticktext: data.bins.edges.map(e => e + "×") }, yaxis: { title: { text: "forecast bin" }, dtick: 1, range: [0.5, data.bins.names.length + 0.5] },
           shapes: data.bins.edges.map(e => ({ type: "line", x0: e, x1: e, yref: "paper", y0: 0, y1: 1, line: { color: "#ccc", dash: "dot", width: 1 } })) });
     const r = data.reliability;
     plot("chart-reliability", [
@@ -54,7 +59,7 @@
 
   const e = data.energy;
   if (e.runtime_ms.length) {
-    plot("chart-energy", [{ x: e.runtime_ms, y: e.j_per_call, mode: "markers", text: e.key, marker: { color: e.speedup, colorscale: "RdYlGn", showscale: true, colorbar: { title: { text: "speedup" } } },
+    plot("chart-energy", [{ x: e.runtime_ms, y: e.j_per_call, mode: "markers", text: e.key, marker: { color: e.speedup.map(log2), colorscale: speedupScale, cmin: -2, cmax: 2, showscale: true, colorbar: speedupBar, size: 9 },
       hovertemplate: "node %{text}<br>%{x:.4f} ms<br>%{y:.4g} J per call<extra></extra>" }],
       { xaxis: { title: { text: "median runtime (ms)" } }, yaxis: { title: { text: "energy per call (J)" } } });
   } else {

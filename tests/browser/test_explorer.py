@@ -66,7 +66,7 @@ def test_a_broken_spec_is_refused_with_a_sentence_and_nothing_is_saved(server, f
 BROKEN_REFERENCE = SIMPLE_REFERENCE.replace("2.0f * x[i];", "2.0f * x[i] +;")
 
 
-def test_an_engineer_uploads_a_kernel_and_a_broken_one(server, feed, browser_as, tmp_path):
+def test_an_engineer_uploads_a_kernel_and_a_broken_one(server, feed, browser_as, tmp_path, artifacts):
     page = browser_as("engineer")
     spec = tmp_path / "problem.toml"
     spec.write_text(SIMPLE_SPEC.replace('"vector_scale"', '"vector_scale_upload"'))
@@ -78,6 +78,8 @@ def test_an_engineer_uploads_a_kernel_and_a_broken_one(server, feed, browser_as,
     page.click("button:has-text('Check and save')")
     expect(page.locator("h1")).to_contain_text("Vector scale", timeout=60000)
     expect(page.locator("#reference-source")).to_contain_text("blockIdx.x")
+    expect(page.locator("#roofline")).to_contain_text("ms")
+    page.screenshot(path=str(artifacts / "problem-page.png"), full_page=True)
 
     before = feed("counts")
     page.goto(f"{server.url}/w/team/problems/new")
@@ -87,6 +89,7 @@ def test_an_engineer_uploads_a_kernel_and_a_broken_one(server, feed, browser_as,
     expect(page.locator("#rejection")).to_contain_text("does not compile", timeout=60000)
     expect(page.locator(".compile-errors")).to_contain_text("line 3")
     expect(page.locator(".code.marked .hll")).to_contain_text("2.0f * x[i] +;")
+    page.screenshot(path=str(artifacts / "upload-compile-error.png"), full_page=True)
     assert feed("counts")["problems"] == before["problems"]
 
 
@@ -253,7 +256,7 @@ def test_the_verification_queue_shows_jobs_and_their_progress_live(server, feed,
     expect(page.locator(f"#active tr[data-verification='{verification}']")).to_have_count(0, timeout=8000)
 
 
-def test_the_dashboard_draws_its_charts_from_measured_forecasts(server, feed, browser_as):
+def test_the_dashboard_draws_its_charts_from_measured_forecasts(server, feed, browser_as, artifacts):
     run = feed("create_run", name="dashboard run")
     for i, (speedup, bin_) in enumerate([(1.2, 5), (1.6, 6), (0.6, 6), (2.4, 7)], start=1):
         probabilities = [0.0] * 8
@@ -268,6 +271,7 @@ def test_the_dashboard_draws_its_charts_from_measured_forecasts(server, feed, br
     expect(page.locator("#dashboard-summary")).to_contain_text("bin accuracy 0.75")
     for chart in ("progress", "considered", "confusion", "scatter", "reliability", "risk", "energy"):
         expect(page.locator(f"#chart-{chart} .main-svg").first).to_be_visible()
+    page.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
 
 
 def test_an_empty_dashboard_explains_itself(server, feed, browser_as):
