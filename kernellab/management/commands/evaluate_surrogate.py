@@ -116,8 +116,13 @@ class Command(BaseCommand):
             self._handle(options)
 
     def _progress(self, p) -> None:
-        end = "\n" if p.done == p.total or not self.stderr.isatty() else "\r"
-        self.stderr.write(p.line(), ending=end)
+        # A terminal gets one line rewritten in place; a log gets a line every few seconds and the last one.
+        tty = self.stderr.isatty()
+        now = time.monotonic()
+        if not tty and p.done < p.total and now - getattr(self, "_last_progress", 0.0) < 5.0:
+            return
+        self._last_progress = now
+        self.stderr.write(p.line(), ending="\n" if p.done == p.total or not tty else "\r")
         self.stderr.flush()
 
     def _log(self, line: str) -> None:
