@@ -85,7 +85,9 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
             # The profiled sample also gets an NVML energy reading (a window of ~0.1 s or more each).
             sampled = lambda i, first=first: wants_profile(first + i)  # noqa: E731
             results = runner.measure_many(problem, batch, seed=seed, timeout_s=timeout_s,
-                                          profile=sampled, energy=sampled)
+                                          profile=False, energy=sampled)
+            profile_batch(runner, problem, [(c, r) for i, (c, r) in enumerate(zip(batch, results))
+                                            if sampled(i) and r.status == "ok"], seed=seed)
             for candidate, result in zip(batch, results):
                 write(variant_id(candidate.knobs or {}), dict(candidate.knobs or {}), result)
             if log:
@@ -96,3 +98,31 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
             runner.close()
     return {"written": written, "statuses": counts, "seconds": time.perf_counter() - started,
             "path": str(out_path)}
+
+
+def profile_batch(runner: Runner, problem: Problem, pairs: list, *, seed: int) -> None:
+    """Nsight Compute metrics for many variants under one ncu start (a start costs seconds)."""
+    if not pairs:
+        return
+    from .compiler import compile_cubin
+    from .observers import ObserverUnavailable
+    from .observers.ncu import NcuObserver
+
+    backend = runner.backend_for(problem)
+    module = getattr(backend, "device_module", "")
+    if not module:
+        return
+    arch = backend.arch
+    items = [(candidate, compile_cubin(candidate.source, candidate.compile_options, arch).cubin)
+             for candidate, _ in pairs]
+    try:
+        metrics = NcuObserver().profile_many(problem, items, module, seed=seed)
+    except ObserverUnavailable as exc:
+        for _, result in pairs:
+            result.observer_errors["ncu"] = str(exc)
+        return
+    for (_, result), found in zip(pairs, metrics):
+        if found:
+            result.profiler = found
+        else:
+            result.observer_errors["ncu"] = "ncu returned no rows for this candidate's launches"

@@ -134,3 +134,42 @@ class NcuObserver:
             tail = (proc.stderr.strip() or proc.stdout.strip())[-400:]
             raise ObserverUnavailable(f"ncu exited with {proc.returncode} and no metrics: {tail}")
         return merge(kernels_found)
+
+    def profile_many(self, problem, items: list[tuple], device_module: str, *, seed: int = 0
+                     ) -> list[dict[str, float] | None]:
+        """Profile several candidates of one problem under a single ncu start: `items` holds
+        (candidate, cubin) pairs; the launches come back in order and are shared out by each
+        candidate's launch count. A candidate whose launches are missing gets None."""
+        if not items:
+            return []
+        kernels = sorted({name for candidate, _ in items for name in candidate.kernel_names})
+        counts = [sum(1 for s in candidate.launch if hasattr(s, "kernel")) for candidate, _ in items]
+        with tempfile.TemporaryDirectory(prefix="kl-ncu-") as tmp:
+            job_path = os.path.join(tmp, "job.pkl")
+            with open(job_path, "wb") as handle:
+                pickle.dump({"problem": problem, "items": [{"candidate": c, "cubin": b} for c, b in items],
+                             "device_module": device_module, "seed": seed}, handle)
+            root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+            timeout = self.timeout_s * max(1, len(items)) / 4
+            try:
+                proc = subprocess.run(self.command(kernels, sum(counts), job_path), capture_output=True, text=True,
+                                      timeout=timeout, env=env)
+            except subprocess.TimeoutExpired:
+                raise ObserverUnavailable(f"ncu did not finish {len(items)} candidates within {timeout:.0f} s") from None
+        rows = parse_raw_csv(proc.stdout)
+        if not rows:
+            tail = (proc.stderr.strip() or proc.stdout.strip())[-400:]
+            raise ObserverUnavailable(f"ncu exited with {proc.returncode} and no metrics: {tail}")
+        return share_out(rows, counts)
+
+
+def share_out(rows: list[tuple[str, dict[str, float]]], counts: list[int]) -> list[dict[str, float] | None]:
+    """Give each candidate its own launches' rows, in order; a short tail (a crash) leaves None."""
+    results: list[dict[str, float] | None] = []
+    position = 0
+    for count in counts:
+        mine = rows[position:position + count]
+        position += count
+        results.append(merge(mine) if len(mine) == count and count else None)
+    return results

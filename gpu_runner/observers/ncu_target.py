@@ -1,4 +1,5 @@
-"""The child that ncu profiles: one run of a candidate's launch plan on fresh inputs."""
+"""The child that ncu profiles: one run of a candidate's launch plan on fresh inputs, or of each
+candidate in turn for a batch (one ncu start for many candidates)."""
 from __future__ import annotations
 
 import importlib
@@ -7,17 +8,24 @@ import sys
 
 
 def main(job_path: str) -> None:
-    from ..plan import Inputs, Side
-    from ..runtime_ops import RuntimeOps, derive_seed
-    from ..validation import prepare_side
+    from ..runtime_ops import RuntimeOps
 
     with open(job_path, "rb") as handle:
         job = pickle.load(handle)
-    problem, candidate = job["problem"], job["candidate"]
     device = importlib.import_module(job["device_module"]).make_device()
     ops = RuntimeOps(device, device.hardware().sm_count)
-    if job["cubin"] is not None:
-        module = device.load_cubin(job["cubin"])
+    items = job.get("items") or [{"candidate": job["candidate"], "cubin": job["cubin"]}]
+    for item in items:
+        run_one(device, ops, job["problem"], item["candidate"], item["cubin"], job["seed"])
+
+
+def run_one(device, ops, problem, candidate, cubin: bytes | None, seed: int) -> None:
+    from ..plan import Inputs, Side
+    from ..runtime_ops import derive_seed
+    from ..validation import prepare_side
+
+    if cubin is not None:
+        module = device.load_cubin(cubin)
     else:
         module = device.compile(candidate.source, list(candidate.compile_options), candidate.kernel_names)
     functions = {name: device.function(module, name) for name in candidate.kernel_names}
@@ -25,9 +33,9 @@ def main(job_path: str) -> None:
     inputs = Inputs(device, ops, problem, case.sizes)
     side = Side("candidate", device, ops, problem, case.sizes, candidate.launch, functions, candidate.temps,
                 inputs.buffers)
-    seed = derive_seed(job["seed"], "profile")
-    inputs.fill(seed)
-    prepare_side(side, 0, seed)
+    profile_seed = derive_seed(seed, "profile")
+    inputs.fill(profile_seed)
+    prepare_side(side, 0, profile_seed)
     side.run()
     device.synchronize()
 
