@@ -208,3 +208,10 @@ def test_export_rl_writes_the_surrogates_prompts_with_true_bins(saxpy_dataset, t
     assert [e["true_bin"] for e in examples] == [r["true_bin"] for r in rows]
     assert examples[0]["prompt"] == forecast_messages(row_request(rows[0]))
     assert Path(out).stat().st_size > 0
+
+
+def test_nested_calibration_with_two_problems_is_a_clear_error(tmp_path, data_dir):
+    write_dataset(tmp_path / "two.jsonl", synthetic_rows({"a": [0.5, 1.0, 2.0], "b": [0.6, 1.1, 2.2]}))
+    with pytest.raises(CommandError, match="at least three problems"):
+        call_command("evaluate_surrogate", "--dataset", str(tmp_path / "two.jsonl"), "--loo",
+                     "--recalibrate", "temperature", "--no-save")

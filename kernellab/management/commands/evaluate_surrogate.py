@@ -153,11 +153,14 @@ class Command(BaseCommand):
         recal = None
         if options["loo"]:
             make = lambda: type(surrogate)(seed=options["seed"])  # noqa: E731
-            forecasts = loo_forecasts(rows, make, progress=self._log)
+            try:
+                forecasts = loo_forecasts(rows, make, progress=self._log)
+                if methods:
+                    recal = loo_recalibrated(rows, make, forecasts, methods, progress=self._log)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
             test_rows, test_forecasts = rows, forecasts
             protocol = f"leave one problem out ({len(dataset.problems)} problems)"
-            if methods:
-                recal = loo_recalibrated(rows, make, forecasts, methods, progress=self._log)
         else:
             forecasts = forecast_rows(surrogate, rows, batch_size=options["batch_size"], progress=self._progress)
             protocol = "every row"
