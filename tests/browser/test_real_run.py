@@ -60,5 +60,23 @@ def test_a_replay_run_started_from_the_page_grows_live(searching_server, chromiu
     artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     page.screenshot(path=str(artifacts / "explorer-replay-run.png"))
+
+    # A hand-written child of the reference joins the same tree.
+    page.evaluate("window.klExplorer.select('0')")
+    page.wait_for_selector("#node-panel .panel[data-node='0']")
+    page.click("#panel-child summary")
+    source = page.input_value("#panel-child textarea[name=source]")
+    # A comment changes nothing the search cares about: refused with a sentence.
+    page.fill("#panel-child textarea[name=source]", source + "\n// tried by hand\n")
+    page.click("#panel-child button[type=submit]")
+    expect(page.locator(".panel-error")).to_have_text("This candidate is already in the tree.")
+    assert "a * x[i] + y[i]" in source
+    page.click("#panel-child summary")
+    page.fill("#panel-child textarea[name=source]", source.replace("a * x[i] + y[i]", "fmaf(a, x[i], y[i])"))
+    page.click("#panel-child button[type=submit]")
+    notice = page.locator(".panel-notice")
+    expect(notice).to_contain_text("Added your candidate as node")
+    child = notice.text_content().rsplit(" ", 1)[-1].rstrip(".")
+    page.wait_for_function(f"window.klExplorer.node({child!r}) && window.klExplorer.node({child!r}).origin === 'human'", timeout=30000)
     context.close()
     assert not errors
