@@ -12,6 +12,7 @@ last when recovered speedup is computed over every row.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -193,7 +194,7 @@ def evaluate(forecasts: list[Forecast], rows: list[dict], *, bins: BinTable = DE
     counts = Counter(int(t) for t in true_all)
     majority = max(range(1, k + 1), key=lambda b: (counts.get(b, 0), -b))
     uniform = np.full((len(true_all), k), 1.0 / k)
-    abstain_reasons = Counter(f.abstain_reason.split(".")[0][:120] for f in forecasts if f.abstained)
+    abstain_reasons = Counter(re.split(r"(?<=\.)\s", f.abstain_reason.strip())[0][:160] for f in forecasts if f.abstained)
     return {
         "rows": len(rows), "answered": len(answered), "abstained": len(rows) - len(answered),
         "abstain_reasons": dict(abstain_reasons.most_common(8)),

@@ -56,7 +56,7 @@ def test_abstentions_are_counted_and_left_out_of_the_probability_scores():
     ev = evaluate(forecasts, rows)
     assert (ev["rows"], ev["answered"], ev["abstained"]) == (3, 2, 1)
     assert ev["metrics"]["exact_accuracy"] == 1.0
-    assert ev["abstain_reasons"] == {"The endpoint timed out": 1}
+    assert ev["abstain_reasons"] == {"The endpoint timed out.": 1}
     table = format_table([("as forecast", ev)])
     assert "3 (2)" in table and "exact accuracy" in table
 

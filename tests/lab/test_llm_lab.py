@@ -1,0 +1,43 @@
+"""evaluate_surrogate against a real OpenAI-compatible server (llama.cpp with Gemma 3 270M)."""
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from search_engine.lab.reports import list_reports, load_report
+from tests.lab.helpers import SAXPY_DIR
+
+pytestmark = [pytest.mark.llm, pytest.mark.timeout(1800)]
+
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory):
+    from tests.search_engine.llm_server import MODEL_ALIAS, start_server
+
+    process, base_url, log = start_server(tmp_path_factory.mktemp("llm"))
+    yield {"base_url": base_url, "model": MODEL_ALIAS}
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except Exception:
+        process.kill()
+    log.close()
+
+
+def test_a_real_model_is_evaluated_with_tokens_counted_and_answers_cached(llm_server, settings, tmp_path, capsys):
+    settings.DATA_DIR = tmp_path
+    dataset = tmp_path / "saxpy.jsonl"
+    call_command("export_dataset", str(dataset), "--from", "records", "--problems-dir", str(SAXPY_DIR))
+    args = ["evaluate_surrogate", "--dataset", str(dataset), "--surrogate", "llm", "--llm-model", llm_server["model"],
+            "--base-url", llm_server["base_url"], "--limit", "3", "--concurrency", "1", "--max-tokens", "400",
+            "--cache", str(tmp_path / "cache.sqlite3"), "--price-in", "0.1", "--price-out", "0.4"]
+    call_command(*args)
+    first = load_report(tmp_path / "reports", list_reports(tmp_path / "reports")[0]["id"])
+    ev = first["evaluation"]
+    assert ev["rows"] == 3 and ev["answered"] + ev["abstained"] == 3
+    assert first["cost"]["tokens_in"] > 1000 and first["cost"]["usd"] > 0  # three prompts of reference + candidate
+    call_command(*args)
+    second = max((load_report(tmp_path / "reports", r["id"]) for r in list_reports(tmp_path / "reports")),
+                 key=lambda r: r["id"])
+    assert second["cost"]["cached"] == ev["answered"]  # usable answers come from the cache; abstentions are asked again
+    print(capsys.readouterr().out)
