@@ -4,7 +4,7 @@ from django.db.models import QuerySet
 
 from kernellab.models import Node, RunChange, SearchRun, Workspace
 from kernellab.services.access import user_can
-from kernellab.services.changes import change_as_message, node_payload
+from kernellab.services.changes import change_as_message
 
 
 def run_for_user(*, run_id: int, user) -> SearchRun | None:
@@ -29,8 +29,9 @@ def run_changes_after(*, run_id: int, after: int, limit: int = 500) -> list[dict
 
 
 def run_tree(*, run: SearchRun) -> list[dict]:
-    nodes = Node.objects.filter(run=run).select_related("parent", "kernel").order_by("pk")
-    return [node_payload(node) for node in nodes]
+    from kernellab.selectors.explorer import run_tree_payloads
+
+    return run_tree_payloads(run=run)
 
 
 def node_get(*, run: SearchRun, key: str) -> Node | None:

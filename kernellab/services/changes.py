@@ -15,7 +15,15 @@ log = logging.getLogger(__name__)
 
 
 def run_group_name(run_id: int) -> str:
-    return f"run-{run_id}"
+    """Group names carry the database's identity: several deployments (or test databases) may
+    share one Redis, and a change of another database's run 7 must never reach this one's."""
+    import hashlib
+
+    from django.db import connection
+
+    params = connection.settings_dict
+    origin = f"{params.get('HOST')}:{params.get('PORT')}/{params.get('NAME')}"
+    return f"run-{hashlib.sha1(origin.encode()).hexdigest()[:10]}-{run_id}"
 
 
 def node_payload(node: Node) -> dict:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 
 from kernellab.models import RUN_TRANSITIONS, ApprovalMode, Problem, RunStatus, SearchRun
@@ -62,10 +63,14 @@ def run_create(
     if objective == "time-energy-cap" and not energy_cap_j:
         raise ServiceError("An energy cap (joules per call) is needed for the time-with-energy-cap objective.")
     if generator == "llm" or surrogate == "llm":
-        from django.conf import settings
-
         if not settings.KERNELLAB_LLM.configured:
             raise ServiceError("No LLM endpoint is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY) to use an LLM generator or surrogate.")
+    if backend == "auto" and not settings.KERNELLAB_REDIS_URL:
+        from gpu_runner import gpu_present
+
+        # The embedded setup has one local worker: without a GPU here, only recorded data can answer.
+        if not gpu_present():
+            backend = "replay"
     if not target_gpu.replace("-", "").replace("_", "").isalnum():
         raise ServiceError("The target GPU must be a model name such as h200 or a100.")
     run = SearchRun.objects.create(

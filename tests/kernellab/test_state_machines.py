@@ -31,6 +31,8 @@ def test_a_manual_request_waits_for_an_approver(node, members):
 
 def test_an_automatic_request_is_queued_at_once(node, members, django_capture_on_commit_callbacks, monkeypatch):
     sent = []
+    node.run.backend = "cupy"  # measured on a real GPU: routed to the target model's queue
+    node.run.save()
     monkeypatch.setattr("kernellab.tasks.verification_execute.apply_async", lambda args, queue: sent.append((args, queue)))
     with django_capture_on_commit_callbacks(execute=True):
         verification = verification_request(node=node, policy_reason="uncertain forecast")
@@ -133,3 +135,12 @@ def test_every_change_gets_the_next_sequence_number(node, members):
     verification_reject(verification=verification, user=members["approver"])
     seqs = list(node.run.changes.values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_without_redis_or_a_gpu_an_automatic_backend_runs_on_recorded_data(problem, members, settings, monkeypatch):
+    from kernellab.services.runs import run_create
+
+    settings.KERNELLAB_REDIS_URL = None
+    monkeypatch.setattr("gpu_runner.gpu_present", lambda: False)
+    run = run_create(problem=problem, user=members["engineer"], generator="transform", backend="auto", start=False)
+    assert run.backend == "replay" and run.gpu_queue == "replay"
