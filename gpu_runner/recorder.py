@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import time
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +25,25 @@ from .spec import Problem
 def recorded_hashes(path: Path) -> set[str]:
     if not path.is_file():
         return set()
+    repair(path)
     return {r["source_hash"] for r in read_records(path) if "source_hash" in r}
+
+
+def repair(path: Path) -> None:
+    """Rewrite a dataset whose last write was cut off, so that appended records stay readable."""
+    try:
+        with gzip.open(path, "rt") as handle:
+            for _ in handle:
+                pass
+        return
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        pass
+    records = list(read_records(path))
+    tmp = path.with_suffix(".repair")
+    with gzip.open(tmp, "wt") as handle:
+        for record in records:
+            handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
 
 
 def record_line(variant: str, knobs: dict | None, result: MeasurementResult) -> str:

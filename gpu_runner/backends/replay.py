@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 
 from ..candidate import Candidate
@@ -37,14 +38,18 @@ def record_files(problem: Problem, root: str | Path | None = None, gpu: str | No
 
 
 def read_records(path: Path):
-    with gzip.open(path, "rt") as handle:
-        for line in handle:
-            line = line.strip()
-            if line:
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue   # a line cut short by an interrupted recording
+    """Every complete record; a recording killed mid-write leaves a cut gzip member at the end."""
+    try:
+        with gzip.open(path, "rt") as handle:
+            for line in handle:
+                line = line.strip()
+                if line:
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError:
+                        continue   # a line cut short by an interrupted recording
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        return
 
 
 class ReplayBackend(Backend):

@@ -13,3 +13,22 @@ def test_each_candidate_gets_its_own_launches_in_order():
 
 def test_a_candidate_whose_launches_are_missing_gets_nothing():
     assert share_out([("k", {D: 1.0})], [1, 1]) == [{D: 1.0}, None]
+
+
+def test_a_recording_cut_mid_write_is_repaired_and_resumes(tmp_path):
+    import gzip
+    import json
+
+    from gpu_runner.backends.replay import read_records
+    from gpu_runner.recorder import recorded_hashes
+
+    path = tmp_path / "h200.jsonl.gz"
+    for i in range(3):
+        with gzip.open(path, "at") as handle:
+            handle.write(json.dumps({"source_hash": f"h{i}"}) + "\n")
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # the last member loses its tail, as when the process is killed
+    assert recorded_hashes(path) == {"h0", "h1"}
+    with gzip.open(path, "at") as handle:
+        handle.write(json.dumps({"source_hash": "h3"}) + "\n")
+    assert [r["source_hash"] for r in read_records(path)] == ["h0", "h1", "h3"]
