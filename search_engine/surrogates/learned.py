@@ -18,6 +18,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.model_selection import GroupKFold, KFold
+from threadpoolctl import threadpool_limits
 
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.surrogates.base import Forecast, ForecastRequest
@@ -53,7 +54,7 @@ class LearnedSurrogate:
     def __init__(self, *, bins: BinTable = DEFAULT_BINS, seed: int = 0, max_iter: int = 60,
                  learning_rate: float = 0.08, max_leaf_nodes: int = 15, l2_regularization: float = 1.0,
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
-                 version: str = "1") -> None:
+                 version: str = "1", threads: int | None = 1) -> None:
         self.bins = bins
         self.seed = seed
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
@@ -62,6 +63,9 @@ class LearnedSurrogate:
         self.online_weight = online_weight
         self.calibration_folds = calibration_folds
         self.version = version
+        # One OpenMP thread by default: small batches gain nothing from more, and on a busy machine
+        # OpenMP's waiting threads cost far more than they give.
+        self.threads = threads
         self._base_X = np.zeros((0, len(feature_names())))
         self._base_y = np.zeros(0, dtype=int)
         self._base_groups: list = []
@@ -74,7 +78,8 @@ class LearnedSurrogate:
         X, y, kept = self._xy(rows)
         g = [groups[i] for i in kept] if groups is not None else [0] * len(kept)
         self._base_X, self._base_y, self._base_groups = X, y, g
-        self._fitted = self._train(X, y, g, np.ones(len(y)))
+        with threadpool_limits(limits=self.threads, user_api="openmp"):
+            self._fitted = self._train(X, y, g, np.ones(len(y)))
         self.trained_rows = len(y)
         return self
 
@@ -87,6 +92,11 @@ class LearnedSurrogate:
         all_y = np.concatenate([self._base_y, y])
         groups = list(self._base_groups) + ["__run__"] * len(y)
         weights = np.concatenate([np.ones(len(self._base_y)), np.full(len(y), self.online_weight)])
+        with threadpool_limits(limits=self.threads, user_api="openmp"):
+            self._learn(all_X, all_y, groups, weights)
+        self.trained_rows = len(all_y)
+
+    def _learn(self, all_X, all_y, groups, weights) -> None:
         if self._fitted is not None:
             # Online refits keep the temperature calibrated on the recorded data: refitting it on a
             # handful of the run's rows would be noise, and it would cost k extra fits per retrain.
@@ -94,7 +104,6 @@ class LearnedSurrogate:
             self._fitted = _Fitted(base.classifier, base.classes, base.cumulative, self._fitted.temperature)
         else:
             self._fitted = self._train(all_X, all_y, groups, weights)
-        self.trained_rows = len(all_y)
 
     def _xy(self, rows: list[dict]):
         kept, requests, bins = [], [], []
@@ -167,7 +176,8 @@ class LearnedSurrogate:
         if self._fitted is None:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
-        raw = self._raw_probs(self._fitted, X)
+        with threadpool_limits(limits=self.threads, user_api="openmp"):
+            raw = self._raw_probs(self._fitted, X)
         return _temper(raw, self._fitted.temperature)
 
     def forecast(self, request: ForecastRequest) -> Forecast:
@@ -203,6 +213,7 @@ class LearnedSurrogate:
         model = joblib.load(path)
         if not isinstance(model, cls):
             raise ValueError(f"{path} does not hold a learned surrogate.")
+        model.__dict__.setdefault("threads", 1)  # saved before the thread limit existed
         return model
 
 
