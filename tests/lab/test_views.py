@@ -93,3 +93,26 @@ def test_a_viewer_cannot_upload(client, members, data_dir):
     good = SimpleUploadedFile("v.csv", b"id,problem,reference_code,candidate_code,gpu,speedup\na,p,ref,cand,H200,1.5\n")
     client.post(reverse("lab-dataset-upload"), {"file": good})
     assert not (data_dir / "datasets" / "v.jsonl").exists()
+
+
+def test_a_report_with_discovery_detection_shows_precision_beside_chance(client, members, data_dir):
+    from search_engine.lab.datasets import neighbour_pairs
+    from search_engine.lab.discovery import discovery_report
+    from search_engine.lab.reports import load_report
+
+    report_id = _report(data_dir, "With pairs", right=True)
+    report = load_report(data_dir / "reports", report_id)
+    pairs = neighbour_pairs(synthetic_rows({"a": [1.0, 2.0, 1.1]}), knob_values={"BLOCK": [32, 64, 128]})
+    forecasts = []
+    for p in pairs:
+        probs = [0.02] * 8
+        probs[6 if p["g_speedup"] >= 2 ** 0.5 else 2] = 0.86
+        forecasts.append(Forecast.from_probs(probs))
+    report["discovery"] = discovery_report(forecasts, pairs, levels=(0.5,))
+    (data_dir / "reports" / f"{report_id}.json").write_text(json.dumps(report))
+    client.force_login(members["viewer"])
+    html = client.get(reverse("lab-report", args=[report_id])).content.decode()
+    assert "Discovery detection" in html
+    table = html.split('id="discovery"')[1].split("</table>")[0]
+    # 2 of the 4 pairs are discoveries and the forecasts flag exactly those: precision 1, chance 0.5
+    assert "<td>1.000</td><td>1.000</td><td>0.500</td>" in table
