@@ -173,3 +173,25 @@ def test_a_sample_of_variants_and_every_structural_choice_compiles_for_sm90(prob
         failures = [f for f in pool.map(build, jobs) if f]
     assert not failures, "\n".join(failures)
     assert len(jobs) >= 6 * 5
+
+
+def test_recorded_datasets_belong_to_the_current_family_sources(problems):
+    """The replay backend answers by source hash: editing a family.cu orphans its records."""
+    import gzip
+    import json
+
+    recorded_ok = 0
+    for name, problem in problems.items():
+        path = problem.folder / "records" / "h200.jsonl.gz"
+        if not path.is_file():
+            continue
+        hashes = {problem.render(k).source_hash for k in problem.knob_space()}
+        with gzip.open(path, "rt") as handle:
+            records = [json.loads(line) for line in handle]
+        family = [r for r in records if r.get("knobs")]
+        orphans = [r["variant"] for r in family if r["source_hash"] not in hashes]
+        assert not orphans, f"{name}: {len(orphans)} records of variants that no longer exist, e.g. {orphans[:2]}"
+        assert any(r["variant"] == "reference" for r in records), name
+        recorded_ok += sum(r["status"] == "ok" for r in family)
+    if recorded_ok:
+        assert recorded_ok >= TOTAL
