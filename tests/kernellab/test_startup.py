@@ -59,6 +59,20 @@ def test_a_bad_debug_value_is_named(tmp_path):
     assert "DEBUG must be one of" in result.stderr
 
 
+START_RUN = """
+from kernellab.models import Problem
+from django.contrib.auth import get_user_model
+from kernellab.services.runs import run_create
+run_create(problem=Problem.objects.get(name="transpose"), user=get_user_model().objects.get(username="demo"),
+           generator="template", surrogate="roofline", gpu_budget=4, children_per_step=3)
+"""
+RUN_STATUS = """
+from kernellab.models import SearchRun
+run = SearchRun.objects.get()
+print(run.status, run.nodes.filter(state="measured").exclude(origin="root").count(), run.status_reason)
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -87,6 +101,18 @@ def test_the_run_command_serves_the_login_page_on_embedded_defaults(tmp_path):
         assert b"Log in" in body
         css = urllib.request.urlopen(f"http://127.0.0.1:{port}/static/vendor/htmx-2.0.11.min.js", timeout=5).read()
         assert len(css) > 10000
+        # A search on the recorded H200 data runs through the local worker (filesystem broker).
+        start = manage(["shell", "-v", "0", "-c", START_RUN], {}, tmp_path, timeout=120)
+        assert start.returncode == 0, start.stderr
+        status = ""
+        for _ in range(240):
+            status = manage(["shell", "-v", "0", "-c", RUN_STATUS], {}, tmp_path).stdout.strip()
+            if status.startswith("finished"):
+                break
+            time.sleep(1)
+        assert status.startswith("finished"), status
+        measured = int(status.split()[1])
+        assert measured >= 1
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
