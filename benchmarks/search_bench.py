@@ -204,7 +204,11 @@ def knob_space(dataset: Dataset) -> KnobSpace:
 def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args) -> dict:
     port = ReplayPort(dataset)
     policy = PolicySettings(threshold=args.threshold, gpu_budget=len(dataset.records),
-                            max_gpu_per_step=args.gpu_per_step, measure_all=measure_all)
+                            max_gpu_per_step=args.gpu_per_step, measure_all=measure_all,
+                            min_beat_prob=args.min_beat_prob,
+                            conformal_target=args.conformal if args.conformal > 0 else None)
+    if surrogate is not None and hasattr(surrogate, "online_weight"):
+        surrogate.online_weight = args.online_weight
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, seed=seed, retrain_every=args.retrain_every)
     driver = SearchDriver(port=port, generator=TemplateGenerator(knob_space(dataset), dataset.render),
@@ -389,7 +393,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--gpu-per-step", type=int, default=2)
     parser.add_argument("--children", type=int, default=6)
     parser.add_argument("--c", type=float, default=1.0)
-    parser.add_argument("--retrain-every", type=int, default=10)
+    parser.add_argument("--retrain-every", type=int, default=5)
+    parser.add_argument("--min-beat-prob", type=float, default=0.15)
+    parser.add_argument("--conformal", type=float, default=0.2,
+                        help="target error rate of accepted forecasts (0: the fixed threshold only)")
+    parser.add_argument("--online-weight", type=float, default=10.0)
+    parser.add_argument("--skip-baselines", action="store_true", help="only the surrogate-assisted PUCT")
     parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
@@ -421,6 +430,11 @@ def main(argv=None) -> dict:
             runs = [run_puct(dataset, s, copy.deepcopy(models[dataset.name]), False, args) for s in range(args.seeds)]
             results["puct_surrogate"] = summarise([r["measurements"] for r in runs]) | {
                 "forecasts_mean": statistics.fmean(r["forecasts"] for r in runs), "seconds": time.time() - t0}
+            if args.skip_baselines:
+                search[dataset.name] = results
+                print(f"  puct_surrogate median {fmt(results['puct_surrogate']['median'])} "
+                      f"values {results['puct_surrogate']['values']}", flush=True)
+                continue
             t0 = time.time()
             runs = [run_puct(dataset, s, None, True, args) for s in range(args.seeds)]
             results["puct_measure_all"] = summarise([r["measurements"] for r in runs]) | {"seconds": time.time() - t0}
@@ -435,6 +449,8 @@ def main(argv=None) -> dict:
                 print(f"  {method:26s} median {fmt(summary['median'])}  mean {fmt(summary['mean'])}  "
                       f"reached {summary['reached']}/{summary['runs']}", flush=True)
 
+    if args.skip_baselines:
+        return {"search": search}
     print("\nGPU measurements to reach 95% of the best speedup (median over seeds; — = not reached in any run)")
     methods = ["puct_surrogate", "puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
     header = f"{'family':18s}" + "".join(f"{m[:12]:>13s}" for m in methods) + f"{'all/sur':>9s}{'bestKT/sur':>11s}"

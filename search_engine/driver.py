@@ -236,7 +236,7 @@ class SearchDriver:
             return StepReport(step=self.step_count, status="budget-exhausted")
         parents = self.tree.select(self.settings.parents_per_step)
         if not parents:
-            requested = self._apply(self.policy.decide(self.tree, [], self.budget_left()))
+            requested = self._apply(self.policy.decide(self.tree, [], self.budget_left(), stalled=True))
             if requested:
                 self.step_count += 1
                 report = StepReport(step=self.step_count, status="expanded", measured_requests=requested)

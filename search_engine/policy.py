@@ -30,6 +30,7 @@ class PolicySettings:
     measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
     conformal_target: float | None = None  # error rate of accepted forecasts to stay under
     conformal_min_samples: int = 10
+    conformal_tolerance_bins: int = 0  # a forecast counts as right within this many bins of the truth
 
     def __post_init__(self) -> None:
         if self.approval not in ("auto", "manual"):
@@ -84,14 +85,18 @@ class SelectivePolicy:
         s = self.settings
         if s.conformal_target is None:
             return s.threshold
-        pairs = calibration_pairs(tree)
+        pairs = calibration_pairs(tree, self.bins, s.conformal_tolerance_bins)
         if len(pairs) < s.conformal_min_samples:
             return s.threshold
         return conformal_threshold(pairs, s.conformal_target)
 
     # ---- decisions --------------------------------------------------------------------------
-    def decide(self, tree: PUCTTree, new_ids: list[int], budget_left: int) -> list[Decision]:
-        """Decisions for newly forecast children and for parked ones that may now be measured."""
+    def decide(self, tree: PUCTTree, new_ids: list[int], budget_left: int, stalled: bool = False) -> list[Decision]:
+        """Decisions for newly forecast children and for parked ones that may now be measured.
+
+        stalled: no node can be expanded; then, rather than end with GPU budget left, the most
+        promising parked children are measured even when they look unlikely to beat the best.
+        """
         s = self.settings
         best = tree.best_measured()
         best_speedup = best.speedup if best is not None else 1.0
@@ -144,6 +149,20 @@ class SelectivePolicy:
                     to_measure.append(Decision(
                         node.id, "measure", f"parked earlier; P(beats best {best_speedup:.3g}x) = {p_beat:.2f}",
                         priority=p_beat))
+        if stalled and not to_measure:
+            parked = []
+            for node in tree.nodes.values():
+                # Parked children first; forecast-accepted ones too, since their forecasts may be wrong.
+                unverified = node.state == "accepted-by-forecast" and not node.verification_refused
+                if not (node.state == "forecast" or unverified) or not node.forecast:
+                    continue
+                forecast = Forecast.from_dict(node.forecast)
+                p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
+                expected = 0.0 if forecast.abstained else forecast.expected_log_speedup(self.bins)
+                parked.append((p_beat, expected, node.id))
+            parked.sort(key=lambda t: (-t[0], -t[1], t[2]))
+            to_measure = [Decision(nid, "measure", f"nothing left to expand; the most promising parked candidate "
+                                   f"(P(beats best) = {p:.2f}) is measured", priority=p) for p, _, nid in parked]
         to_measure.sort(key=lambda d: (-d.priority, d.node_id))
         slots = budget_left if s.measure_all else min(budget_left, s.max_gpu_per_step)
         for d in to_measure:
@@ -180,7 +199,7 @@ class SelectivePolicy:
         return parent.provisional_speedup
 
 
-def calibration_pairs(tree: PUCTTree, bins: BinTable = DEFAULT_BINS) -> list[tuple[float, bool]]:
+def calibration_pairs(tree: PUCTTree, bins: BinTable = DEFAULT_BINS, tolerance_bins: int = 0) -> list[tuple[float, bool]]:
     """(confidence, forecast bin was right) for every measured node that had a real forecast."""
     pairs = []
     for node in tree.nodes.values():
@@ -189,7 +208,7 @@ def calibration_pairs(tree: PUCTTree, bins: BinTable = DEFAULT_BINS) -> list[tup
         forecast = Forecast.from_dict(node.forecast)
         if forecast.abstained:
             continue
-        pairs.append((forecast.confidence, forecast.bin == bins.bin_of(node.speedup)))
+        pairs.append((forecast.confidence, abs(forecast.bin - bins.bin_of(node.speedup)) <= tolerance_bins))
     return pairs
 
 

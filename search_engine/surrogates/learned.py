@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import joblib
 import numpy as np
 from scipy.optimize import minimize_scalar
-from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestRegressor
 from sklearn.model_selection import GroupKFold, KFold
 from threadpoolctl import threadpool_limits
 
@@ -54,7 +54,10 @@ class LearnedSurrogate:
     def __init__(self, *, bins: BinTable = DEFAULT_BINS, seed: int = 0, max_iter: int = 60,
                  learning_rate: float = 0.08, max_leaf_nodes: int = 15, l2_regularization: float = 1.0,
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
-                 version: str = "1", threads: int | None = 1) -> None:
+                 version: str = "1", threads: int | None = 1, online: str = "local",
+                 local_prior_rows: float = 8.0, local_min_sigma: float = 0.15) -> None:
+        if online not in ("local", "refit"):
+            raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         self.bins = bins
         self.seed = seed
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
@@ -66,6 +69,10 @@ class LearnedSurrogate:
         # One OpenMP thread by default: small batches gain nothing from more, and on a busy machine
         # OpenMP's waiting threads cost far more than they give.
         self.threads = threads
+        self.online = online
+        self.local_prior_rows = local_prior_rows
+        self.local_min_sigma = local_min_sigma
+        self._local: _Local | None = None
         self._base_X = np.zeros((0, len(feature_names())))
         self._base_y = np.zeros(0, dtype=int)
         self._base_groups: list = []
@@ -84,7 +91,15 @@ class LearnedSurrogate:
         return self
 
     def learn(self, rows: list[dict]) -> None:
-        """Online retraining: the recorded rows plus the run's own measurements (weighted up)."""
+        """Online learning from the run's own measurements (all of them so far).
+
+        local: a small forest on this run's rows (with the variant's #define values as extra
+        features) predicts log speedup with a spread; its forecast is blended in with a weight
+        n / (n + local_prior_rows). refit: the recorded rows are refitted together with the run's.
+        """
+        if self.online == "local":
+            self._learn_local(rows)
+            return
         X, y, _ = self._xy(rows)
         if len(y) == 0:
             return
@@ -95,6 +110,35 @@ class LearnedSurrogate:
         with threadpool_limits(limits=self.threads, user_api="openmp"):
             self._learn(all_X, all_y, groups, weights)
         self.trained_rows = len(all_y)
+
+    def _learn_local(self, rows: list[dict]) -> None:
+        kept = [r for r in rows if r.get("speedup") and math.isfinite(r["speedup"]) and r["speedup"] > 0]
+        if len(kept) < 2:
+            self._local = None
+            return
+        requests = [_row_request(r) for r in kept]
+        vocabulary = sorted({name for q in requests for name in _defines(q.candidate.get("source", ""))})
+        X = np.hstack([_matrix(requests), _define_matrix(requests, vocabulary)])
+        y = np.log([r["speedup"] for r in kept])
+        forest = RandomForestRegressor(n_estimators=60, min_samples_leaf=1, max_features=0.5,
+                                       random_state=self.seed, n_jobs=1)
+        forest.fit(X, y)
+        self._local = _Local(forest, vocabulary, len(kept))
+
+    def _local_probs(self, requests, X: np.ndarray) -> np.ndarray:
+        local = self._local
+        Xl = np.hstack([X, _define_matrix(requests, local.vocabulary)])
+        per_tree = np.stack([tree.predict(Xl) for tree in local.forest.estimators_])
+        mu = per_tree.mean(axis=0)
+        # The trees' spread, widened while the run has few rows: a floor keeps it honest.
+        sigma = np.sqrt(per_tree.var(axis=0) + (self.local_min_sigma ** 2) * (1 + 5 / local.n))
+        edges = np.log(np.asarray(self.bins.edges))
+        from scipy.special import ndtr
+
+        cdf = ndtr((edges[None, :] - mu[:, None]) / sigma[:, None])
+        cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
+        probs = np.clip(np.diff(cdf, axis=1), 0, None) + _EPS
+        return probs / probs.sum(axis=1, keepdims=True)
 
     def _learn(self, all_X, all_y, groups, weights) -> None:
         if self._fitted is not None:
@@ -173,12 +217,18 @@ class LearnedSurrogate:
         return probs / probs.sum(axis=1, keepdims=True)
 
     def predict_proba(self, requests: list[ForecastRequest]) -> np.ndarray:
-        if self._fitted is None:
+        if self._fitted is None and self._local is None:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
         with threadpool_limits(limits=self.threads, user_api="openmp"):
-            raw = self._raw_probs(self._fitted, X)
-        return _temper(raw, self._fitted.temperature)
+            base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature) if self._fitted else None
+            if self._local is None:
+                return base
+            local = self._local_probs(requests, X)
+        if base is None:
+            return local
+        w = self._local.n / (self._local.n + self.local_prior_rows)
+        return (1 - w) * base + w * local
 
     def forecast(self, request: ForecastRequest) -> Forecast:
         return self.forecast_many([request])[0]
@@ -187,14 +237,14 @@ class LearnedSurrogate:
         if not requests:
             return []
         started = time.perf_counter()
-        if self._fitted is None:
+        if self._fitted is None and self._local is None:
             return [Forecast.abstention("The learned surrogate is not trained yet.", surrogate=self.id)
                     for _ in requests]
         probs = self.predict_proba(requests)
         latency = (time.perf_counter() - started) / len(requests)
-        return [Forecast.from_probs(p, surrogate=self.id, latency_s=latency,
-                                    reasoning=f"learned surrogate trained on {self.trained_rows} measurements")
-                for p in probs]
+        local = f" and {self._local.n} of this run's" if self._local is not None else ""
+        reasoning = f"learned surrogate trained on {self.trained_rows} recorded measurements{local}"
+        return [Forecast.from_probs(p, surrogate=self.id, latency_s=latency, reasoning=reasoning) for p in probs]
 
     @property
     def id(self) -> str:
@@ -213,8 +263,44 @@ class LearnedSurrogate:
         model = joblib.load(path)
         if not isinstance(model, cls):
             raise ValueError(f"{path} does not hold a learned surrogate.")
-        model.__dict__.setdefault("threads", 1)  # saved before the thread limit existed
+        for name, value in (("threads", 1), ("online", "local"), ("local_prior_rows", 8.0),
+                            ("local_min_sigma", 0.15), ("_local", None)):
+            model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
+
+
+@dataclass
+class _Local:
+    forest: RandomForestRegressor
+    vocabulary: list[str]
+    n: int
+
+
+_DEFINE = __import__("re").compile(r"^\s*#\s*define\s+(\w+)\s+(\S+)\s*$", __import__("re").M)
+
+
+def _defines(source: str) -> dict[str, float]:
+    """A variant's #define lines as numbers: NAME value, or NAME_value 1 for a string knob."""
+    out = {}
+    for name, value in _DEFINE.findall(source):
+        try:
+            out[name] = float(int(value, 0))
+        except ValueError:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                out[f"{name}={value}"] = 1.0
+    return out
+
+
+def _define_matrix(requests, vocabulary: list[str]) -> np.ndarray:
+    out = np.full((len(requests), len(vocabulary)), _MISSING)
+    index = {name: i for i, name in enumerate(vocabulary)}
+    for row, request in enumerate(requests):
+        for name, value in _defines(request.candidate.get("source", "")).items():
+            if name in index:
+                out[row, index[name]] = value
+    return out
 
 
 def _matrix(requests) -> np.ndarray:

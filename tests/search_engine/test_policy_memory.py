@@ -129,3 +129,15 @@ def test_memory_deduplicates_caps_and_renders():
     again = SearchMemory.from_dict(memory.to_dict())
     assert again.render() == text
     assert SearchMemory().render() == "No lessons yet."
+
+
+def test_a_stalled_search_measures_its_most_promising_parked_children():
+    unlikely = [Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
+                Forecast.from_probs([0.1, 0.3, 0.3, 0.2, 0.1, 0, 0, 0])]
+    tree, ids = tree_with_children(unlikely)
+    policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1))
+    assert [d.action for d in policy.decide(tree, ids, 10)] == ["park", "park"]
+    assert policy.decide(tree, [], 10) == []
+    stalled = policy.decide(tree, [], 10, stalled=True)
+    assert [(d.node_id, d.action) for d in stalled] == [(ids[1], "measure")]
+    assert policy.decide(tree, [], 0, stalled=True) == []

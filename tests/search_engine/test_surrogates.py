@@ -299,18 +299,45 @@ def test_the_learned_surrogate_forecasts_a_thousand_candidates_a_second(trained)
     assert rate >= 1000, f"{rate:.0f} forecasts per second"
 
 
-def test_the_learned_surrogate_saves_loads_and_learns_online(trained, tmp_path):
+def test_the_learned_surrogate_saves_and_loads(trained, tmp_path):
     model, train, test = trained
     model.save(tmp_path / "m.joblib")
     again = LearnedSurrogate.load(tmp_path / "m.joblib")
     reqs = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
                             reference_ms=0.5) for r in test]
     assert np.allclose(again.predict_proba(reqs), model.predict_proba(reqs))
+
+
+@pytest.mark.parametrize("online", ["local", "refit"])
+def test_the_learned_surrogate_learns_from_the_runs_own_measurements(trained, tmp_path, online):
+    model, train, test = trained
+    model.save(tmp_path / "m.joblib")
+    again = LearnedSurrogate.load(tmp_path / "m.joblib")
+    again.online = online
+    reqs = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
+                            reference_ms=0.5) for r in test]
     before = again.predict_proba(reqs)
     again.learn([{"request": q, "speedup": 9.0} for q in reqs])  # the run says: all extreme speedups
     after = again.predict_proba(reqs)
     assert after[:, 7].mean() > before[:, 7].mean() + 0.2
-    assert again.trained_rows == len(train) + len(reqs)
+    if online == "refit":
+        assert again.trained_rows == len(train) + len(reqs)
+
+
+def test_the_run_local_model_alone_ranks_by_the_runs_knobs():
+    rows = family_rows()
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(rows))
+    seen, unseen = [rows[i] for i in idx[:40]], [rows[i] for i in idx[40:]]
+    model = LearnedSurrogate()  # no recorded data at all: only what the run measured
+    assert model.forecast_many([ForecastRequest(reference=REFERENCE, candidate=unseen[0]["candidate"])])[0].abstained
+    model.learn(seen)
+    forecasts = model.forecast_many([ForecastRequest(reference=r["reference"], candidate=r["candidate"],
+                                                     problem=r["problem"]) for r in unseen])
+    scores = [f.expected_log_speedup() for f in forecasts]
+    truth = [r["speedup"] for r in unseen]
+    assert np.corrcoef(scores, np.log(truth))[0, 1] > 0.7
+    assert "and 40 of this run's" in forecasts[0].reasoning
 
 
 def test_an_untrained_learned_surrogate_abstains():
