@@ -303,6 +303,10 @@ def run_dashboard(*, run: SearchRun) -> dict:
         energy["j_per_call"].append(joules)
         energy["key"].append(kernel_to_node[m.kernel_id])
         energy["speedup"].append(m.speedup)
+    from search_engine.experts import pareto_front
+
+    front = set(pareto_front(list(zip(energy["runtime_ms"], energy["j_per_call"], energy["key"]))))
+    energy["pareto"] = [key in front for key in energy["key"]]
 
     return {
         "bins": {"names": list(bins.names), "edges": list(bins.edges)},

@@ -305,10 +305,12 @@ class DatabasePort:
         node_changed(node=node)
 
     def _on_measured(self, event: dict) -> None:
+        # The measured speedup itself was stored by the verification; this is the objective's value.
         node = self.node(event["node_id"])
         if event.get("status") == "ok" and event.get("speedup") is not None:
-            node.speedup = event["speedup"]
             node.value = event["speedup"]
+            if node.parent_id is None:
+                node.speedup = event["speedup"]
             node.save(update_fields=["speedup", "value", "updated_at"])
 
     def _on_discovery(self, event: dict) -> None:
@@ -437,11 +439,40 @@ def _feed_outside_events(driver, run: SearchRun) -> int:
         elif node.state not in _PENDING:
             driver.measure_outside(node_id, "a person asked for GPU verification")
         if verification.state == VerificationState.DONE and verification.measurement is not None:
-            driver.on_measurement(node_id, measurement_as_result(verification.measurement))
+            driver.on_measurement(node_id, objective_result(run, measurement_as_result(verification.measurement)))
         elif verification.state == VerificationState.FAILED:
             driver.on_measurement(node_id, {"status": "failed-runtime", "reason": verification.reason or "the GPU worker failed"})
         fed += 1
     return fed
+
+
+def reference_j_per_call(run: SearchRun) -> float | None:
+    """The reference's energy per call: from a measurement of the reference kernel, else the
+    recorded reference line."""
+    measurement = (
+        Measurement.objects.filter(problem=run.problem, kernel=run.problem.reference, status="ok", energy__isnull=False)
+        .order_by("-created_at").first()
+    )
+    if measurement is not None and measurement.energy_j_per_call:
+        return measurement.energy_j_per_call
+    for record in RunContext(run).replay_records.values():
+        if record.get("variant") == "reference" and (record.get("energy") or {}).get("j_per_call"):
+            return record["energy"]["j_per_call"]
+    return None
+
+
+def objective_result(run: SearchRun, result: dict) -> dict:
+    """What the tree optimises: the speedup (time), the energy ratio (energy), or the speedup
+    penalised above an energy cap. Where the energy needed is unknown, the time speedup stands
+    and the reason says so; the node's measured speedup in the database is never changed."""
+    if run.objective == "time" or result.get("status") != "ok":
+        return result
+    from search_engine.experts import objective_value
+
+    value = objective_value(result, run.objective, cap_j=run.energy_cap_j, reference_j_per_call=reference_j_per_call(run))
+    if value is None:
+        return {**result, "reason": (result.get("reason") or "") + f" (no energy reading: ranked by time, not {run.objective})"}
+    return {**result, "speedup": value, "time_speedup": result.get("speedup"), "objective": run.objective}
 
 
 def _outside_events_waiting(run: SearchRun) -> bool:

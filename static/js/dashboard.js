@@ -60,8 +60,14 @@
   const e = data.energy;
   if (e.runtime_ms.length) {
     plot("chart-energy", [{ x: e.runtime_ms, y: e.j_per_call, mode: "markers", text: e.key, marker: { color: e.speedup.map(log2), colorscale: speedupScale, cmin: -2, cmax: 2, showscale: true, colorbar: speedupBar, size: 9 },
-      hovertemplate: "node %{text}<br>%{x:.4f} ms<br>%{y:.4g} J per call<extra></extra>" }],
-      { xaxis: { title: { text: "median runtime (ms)" } }, yaxis: { title: { text: "energy per call (J)" } } });
+      hovertemplate: "node %{text}<br>%{x:.4f} ms<br>%{y:.4g} J per call<extra></extra>", name: "measured nodes" },
+      (() => {
+        const front = e.runtime_ms.map((x, i) => [x, e.j_per_call[i], e.key[i], e.pareto[i]]).filter(p => p[3]).sort((a, b) => a[0] - b[0]);
+        return { x: front.map(p => p[0]), y: front.map(p => p[1]), text: front.map(p => p[2]), mode: "lines+markers",
+                 name: "time–energy Pareto front", line: { color: "#c0392b", width: 2 }, marker: { symbol: "diamond-open", size: 13, color: "#c0392b" },
+                 hovertemplate: "Pareto: node %{text}<extra></extra>" };
+      })()],
+      { showlegend: true, legend: { orientation: "h" }, xaxis: { title: { text: "median runtime (ms)" } }, yaxis: { title: { text: "energy per call (J)" } } });
   } else {
     empty("chart-energy", "No measured node has an energy reading yet.");
   }

@@ -100,3 +100,44 @@ def test_a_hand_written_child_that_does_not_compile_is_recorded_as_such(saxpy, m
     child = node_add_human_child(node=root, user=members["engineer"], source=broken)
     assert child.state == NodeState.FAILED_COMPILE
     assert child.kernel.compile_errors and child.kernel.compile_errors[0]["line"]
+
+
+def test_the_dashboard_shows_the_search_memory(saxpy, members, client):
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=4, children_per_step=2)
+    lessons = list(run.lessons.values_list("text", flat=True))
+    assert lessons, "a finished run has lessons"
+    client.force_login(members["viewer"])
+    page = client.get(f"/runs/{run.pk}/dashboard/")
+    assert page.status_code == 200
+    assert lessons[0].encode()[:40] in page.content.replace(b"&gt;", b">").replace(b"&#x27;", b"'")
+
+
+def test_the_dashboard_marks_the_time_energy_pareto_front(run, members):
+    from kernellab.models import Measurement
+    from kernellab.selectors.explorer import run_dashboard
+    from kernellab.services.kernels import kernel_get_or_create
+
+    points = {"a": (1.0, 0.5), "b": (2.0, 0.2), "c": (2.5, 0.6)}  # c is slower and costlier than b
+    for key, (ms, joules) in points.items():
+        kernel = kernel_get_or_create(candidate={"source": f"// {key}", "launch": [], "name": key})
+        Node.objects.create(run=run, key=key, kernel=kernel, state=NodeState.MEASURED, speedup=1 / ms)
+        Measurement.objects.create(kernel=kernel, problem=run.problem, status="ok", backend="replay", speedup=1 / ms,
+                                   candidate_stats={"median_ms": ms}, energy={"j_per_call": joules})
+    energy = run_dashboard(run=run)["energy"]
+    on_front = dict(zip(energy["key"], energy["pareto"]))
+    assert on_front == {"a": True, "b": True, "c": False}
+
+
+def test_an_energy_capped_objective_penalises_kernels_above_the_cap(run):
+    from kernellab.services.search import objective_result
+
+    run.objective = "time-energy-cap"
+    run.energy_cap_j = 0.01
+    run.save()
+    fast_but_hungry = {"status": "ok", "speedup": 2.0, "energy": {"j_per_call": 0.02}}
+    within = {"status": "ok", "speedup": 1.5, "energy": {"j_per_call": 0.005}}
+    assert objective_result(run, fast_but_hungry)["speedup"] == pytest.approx(2.0 * 0.25)
+    assert objective_result(run, within)["speedup"] == 1.5
+    unknown = objective_result(run, {"status": "ok", "speedup": 1.2, "energy": None})
+    assert unknown["speedup"] == 1.2 and "no energy reading" in unknown["reason"]
