@@ -95,17 +95,10 @@ class RunContext:
         return None
 
     def problem_dict(self) -> dict:
-        from kernellab.services.measurement import roofline_numbers
+        """The same problem description the learned surrogate was trained with (sizes, roofline)."""
+        from kernellab.datasets import problem_numbers
 
-        flops, nbytes = roofline_numbers(self.spec)
-        return {
-            "name": self.problem.name,
-            "title": self.problem.title,
-            "description": self.problem.description,
-            "flops": flops,
-            "bytes": nbytes,
-            "tolerance_allows_fast_math": False,
-        }
+        return {**problem_numbers(self.spec), "tolerance_allows_fast_math": False}
 
     def render(self, knobs: dict) -> dict:
         from gpu_runner import render_variant
