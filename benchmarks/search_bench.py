@@ -51,6 +51,11 @@ from search_engine.tree import TreeOptions  # noqa: E402
 
 KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "bayes_opt", "greedy_ils", "pso")
 TARGET_FRACTION = 0.95
+_TARGET = {"fraction": TARGET_FRACTION}
+
+
+def target_fraction() -> float:
+    return _TARGET["fraction"]
 
 
 # ---- datasets ---------------------------------------------------------------------------------
@@ -77,7 +82,7 @@ class Dataset:
 
     @property
     def target(self) -> float:
-        return TARGET_FRACTION * self.best
+        return target_fraction() * self.best
 
     def gpu_cost(self, record: dict) -> bool:
         return record.get("status") != "failed-compile"
@@ -196,9 +201,8 @@ class ReplayPort:
 
 
 def knob_space(dataset: Dataset) -> KnobSpace:
-    recorded = set(dataset.records)
     names = list(dataset.knobs)
-    return KnobSpace(dataset.knobs, [lambda k, recorded=recorded, names=names: tuple(k[n] for n in names) in recorded])
+    return KnobSpace(dataset.knobs, points=[dict(zip(names, key)) for key in dataset.records])
 
 
 def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args) -> dict:
@@ -400,8 +404,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--online-weight", type=float, default=10.0)
     parser.add_argument("--skip-baselines", action="store_true", help="only the surrogate-assisted PUCT")
     parser.add_argument("--max-steps", type=int, default=400)
+    parser.add_argument("--target", type=float, default=TARGET_FRACTION, help="fraction of the best speedup to reach")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
+    _TARGET["fraction"] = args.target
 
     datasets = [] if args.synthetic else recorded_datasets()
     synthetic = not datasets
@@ -451,7 +457,7 @@ def main(argv=None) -> dict:
 
     if args.skip_baselines:
         return {"search": search}
-    print("\nGPU measurements to reach 95% of the best speedup (median over seeds; — = not reached in any run)")
+    print(f"\nGPU measurements to reach {args.target:.0%} of the best speedup (median over seeds; — = not reached in any run)")
     methods = ["puct_surrogate", "puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
     header = f"{'family':18s}" + "".join(f"{m[:12]:>13s}" for m in methods) + f"{'all/sur':>9s}{'bestKT/sur':>11s}"
     print(header)
@@ -485,14 +491,15 @@ def main(argv=None) -> dict:
         "cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
         "data": "synthetic (benchmarks/search_synthetic.py; not GPU measurements)" if synthetic
         else "recorded H200 (kernellab/problems/*/records/h200.jsonl.gz)",
-        "seeds": args.seeds, "target_fraction": TARGET_FRACTION,
+        "seeds": args.seeds, "target_fraction": args.target,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "datasets": {d.name: {"variants": len(d.records), "ok": len(d.rows), "best": d.best} for d in all_datasets},
         "search": search, "verdicts": verdicts, "surrogate_lopo": evaluation,
         "seconds": time.time() - started,
     }
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
-        f"search_{cpu_name()}_{dt.date.today().isoformat()}{'_synthetic' if synthetic else ''}.json")
+        f"search_{cpu_name()}_{dt.date.today().isoformat()}{'_synthetic' if synthetic else ''}"
+        f"{'' if args.target == TARGET_FRACTION else f'_target{round(args.target * 100)}'}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(output, indent=1, default=float))
     print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} in {output['seconds']:.0f} s")

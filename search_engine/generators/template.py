@@ -25,14 +25,24 @@ class KnobSpace:
     knobs: dict[str, list]
     constraints: list = field(default_factory=list)  # expression strings or callables(knobs) -> bool
     sizes: dict = field(default_factory=dict)  # sizes the constraint expressions may also use
+    points: list[dict] | None = None  # the valid points, when the caller has them enumerated
 
     def __post_init__(self) -> None:
         if not self.knobs or any(not values for values in self.knobs.values()):
             raise ValueError("A knob space needs at least one knob, each with at least one allowed value.")
         self.knobs = {name: list(values) for name, values in self.knobs.items()}
+        self._point_keys = None
+        if self.points is not None:
+            self.points = [dict(p) for p in self.points]
+            self._point_keys = {self.key(p) for p in self.points}
+
+    def key(self, knobs: Mapping) -> tuple:
+        return tuple(knobs.get(name) for name in self.knobs)
 
     def valid(self, knobs: Mapping) -> bool:
         if set(knobs) != set(self.knobs) or any(knobs[k] not in self.knobs[k] for k in self.knobs):
+            return False
+        if self._point_keys is not None and self.key(knobs) not in self._point_keys:
             return False
         names = {**self.sizes, **knobs}
         for constraint in self.constraints:
@@ -61,7 +71,18 @@ class KnobSpace:
         return math.prod(len(v) for v in self.knobs.values())
 
     def random_config(self, rng) -> dict:
+        if self.points:
+            return dict(self.points[rng.randrange(len(self.points))])
         return {name: values[rng.randrange(len(values))] for name, values in self.knobs.items()}
+
+    def nearest(self, knobs: Mapping, rng) -> list[dict]:
+        """Enumerated valid points ordered by how many knobs differ (ties in random order)."""
+        if not self.points:
+            return []
+        order = list(range(len(self.points)))
+        rng.shuffle(order)
+        distance = lambda p: sum(1 for k in self.knobs if p[k] != knobs.get(k))
+        return sorted((self.points[i] for i in order), key=distance)
 
     def all_valid(self, limit: int = 200_000) -> list[dict]:
         if self.size() > limit:
@@ -124,6 +145,13 @@ class TemplateGenerator:
                 break
             if self.space.valid(knobs):
                 self._take(knobs, parent_knobs, known, proposals)
+        if len(proposals) < n and self.space.points:
+            # A sparse space (few valid neighbours): the closest valid points, changing more knobs.
+            for knobs in self.space.nearest(parent_knobs, rng):
+                if len(proposals) >= n:
+                    break
+                if knobs != parent_knobs:
+                    self._take(knobs, parent_knobs, known, proposals)
         return proposals
 
     def _take(self, knobs: dict, parent_knobs, known: set, proposals: list[Proposal]) -> None:

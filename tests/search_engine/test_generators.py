@@ -163,3 +163,28 @@ def test_a_generator_answer_is_read_into_code_launch_and_rationale():
 def test_a_generator_answer_without_usable_code_is_refused_with_a_reason(answer, reason):
     with pytest.raises(AnswerError, match=reason):
         parse_generated(answer)
+
+
+def test_a_sparse_enumerated_space_still_yields_start_points_and_nearby_variants():
+    import itertools
+
+    knobs = {f"K{i}": list(range(6)) for i in range(8)}  # 1.7 million combinations, 30 of them valid
+    rng = random.Random(3)
+    points = [{k: rng.choice(v) for k, v in knobs.items()} for _ in range(30)]
+    sp = KnobSpace(knobs, points=points)
+
+    def render_point(k):
+        return make_candidate("#define X " + "_".join(map(str, k.values())) + "\n__global__ void k() {}",
+                              [{"kernel": "k", "grid": ["1"], "block": [1], "shared": "0", "args": []}], knobs=k)
+
+    generator = TemplateGenerator(sp, render_point)
+    starts = generator.propose(context(REFERENCE), 4)
+    assert len(starts) == 4 and all(sp.valid(p.candidate["knobs"]) for p in starts)
+    parent = starts[0].candidate
+    known = {candidate_hash(p.candidate) for p in starts}
+    near = generator.propose(context(parent, known=known), 5)
+    assert len(near) == 5 and all(sp.valid(p.candidate["knobs"]) for p in near)
+    distance = lambda k: sum(k[n] != parent["knobs"][n] for n in knobs)
+    unknown = [p for p in points if p != parent["knobs"] and candidate_hash(render_point(p)) not in known]
+    fifth_nearest = sorted(distance(p) for p in unknown)[4]
+    assert all(distance(p.candidate["knobs"]) <= fifth_nearest for p in near)
