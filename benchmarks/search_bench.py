@@ -72,6 +72,7 @@ class Dataset:
     reference_ms: float | None
     synthetic: bool
     rows: list = field(default_factory=list)  # ok variants as surrogate rows
+    constraints: list = field(default_factory=list)  # knob constraints with the sizes filled in
 
     def key(self, knobs: dict) -> tuple:
         return tuple(knobs[n] for n in self.knobs)
@@ -100,6 +101,12 @@ def _rows(dataset: Dataset) -> list[dict]:
     return rows
 
 
+def _with_sizes(constraint: str, sizes: dict) -> str:
+    for name, value in sizes.items():
+        constraint = re.sub(rf"\b{re.escape(name)}\b", str(value), constraint)
+    return constraint
+
+
 def synthetic_datasets() -> list[Dataset]:
     from benchmarks import search_synthetic as syn
 
@@ -110,7 +117,8 @@ def synthetic_datasets() -> list[Dataset]:
             name=family.name, knobs=family.knobs,
             records={tuple(r["knobs"][n] for n in family.knobs): r for r in records},
             render=lambda knobs, f=family: syn.render(f, knobs), reference=syn.reference(family),
-            hardware=syn.H200, problem=syn.problem_dict(family), reference_ms=family.reference_ms, synthetic=True)
+            hardware=syn.H200, problem=syn.problem_dict(family), reference_ms=family.reference_ms, synthetic=True,
+            constraints=[_with_sizes(c, family.sizes) for c in family.constraints])
         ds.rows = _rows(ds)
         out.append(ds)
     return out
@@ -159,7 +167,8 @@ def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
                      reference=reference, hardware=hardware,
                      problem={"name": problem.name, "sizes": case, "roofline": roofline,
                               "tolerance": problem.spec.get("tolerance") or {}},
-                     reference_ms=reference_ms, synthetic=False)
+                     reference_ms=reference_ms, synthetic=False,
+                     constraints=[_with_sizes(c, case) for c in problem.family.get("constraints", [])])
         ds.rows = _rows(ds)
         if reference_facts:
             for row in ds.rows:
@@ -254,6 +263,14 @@ def kt_cache(dataset: Dataset, folder: Path) -> Path:
             error = "CompilationFailedConfig" if record.get("status") == "failed-compile" else "RuntimeFailedConfig"
             entry.update(time=error, **timing)
         cache[",".join(str(v) for v in key)] = entry
+    if dataset.constraints:
+        from kernel_tuner.searchspace import Searchspace
+
+        for point in Searchspace(dataset.knobs, list(dataset.constraints), 1 << 30).list:
+            key = ",".join(str(v) for v in point)
+            if key not in cache:
+                cache[key] = {**dict(zip(names, point)), "time": "InvalidConfig", "compile_time": 0.0,
+                              "verification_time": 0.0, "benchmark_time": 0.0}
     path = folder / f"{dataset.name}.json"
     path.write_text(json.dumps({"device_name": "replay", "kernel_name": "family", "problem_size": [1],
                                 "tune_params_keys": names, "tune_params": dataset.knobs, "objective": "time",
@@ -275,7 +292,9 @@ def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Pat
         warnings.simplefilter("ignore")
         results, _ = kernel_tuner.tune_kernel(
             "family", "", (1,), [], dataset.knobs,
-            restrictions=recorded_only,
+            # The family's constraints let Kernel Tuner build the space without walking the whole
+            # knob product (valid variants that were not recorded sit in the cache as invalid).
+            restrictions=list(dataset.constraints) if dataset.constraints else recorded_only,
             cache=str(cache_path), simulation_mode=True, strategy=strategy,
             strategy_options={"max_fevals": len(recorded)}, quiet=True, verbose=False)
     seen, spent = set(), 0
@@ -286,7 +305,9 @@ def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Pat
         if key in seen:
             continue
         seen.add(key)
-        record = dataset.records[key]
+        record = dataset.records.get(key)
+        if record is None:
+            continue  # valid by the constraints but never recorded: Kernel Tuner saw an invalid config
         if not dataset.gpu_cost(record):
             continue
         spent += 1
