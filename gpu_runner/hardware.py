@@ -1,9 +1,20 @@
 """Describe the GPU a measurement ran on: name, SMs, memory size and bandwidth, clocks, driver."""
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from .result import Hardware
+
+
+def nvml_index(device_index: int = 0) -> int:
+    """NVML ignores CUDA_VISIBLE_DEVICES: map the CUDA device a worker sees to NVML's numbering, so
+    a worker pinned to GPU 3 reads GPU 3's energy and clocks. NVML counts GPUs in PCI bus order,
+    which is CUDA's order too under CUDA_DEVICE_ORDER=PCI_BUS_ID (the worker launcher sets it)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    if device_index < len(visible) and visible[device_index].strip().isdigit():
+        return int(visible[device_index])
+    return device_index
 
 
 def describe(props: Mapping[str, Any], *, device_index: int = 0, driver_fallback: str = "") -> Hardware:
@@ -19,7 +30,7 @@ def describe(props: Mapping[str, Any], *, device_index: int = 0, driver_fallback
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device_index))
         sm_clock = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)) or sm_clock
         mem_clock = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)) or mem_clock
         try:

@@ -122,6 +122,8 @@ else:
         "processed_folder": str(_broker_dir),
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        # The default one-second poll caps each local worker at about one job a second.
+        "polling_interval": 0.1,
     }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

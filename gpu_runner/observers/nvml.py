@@ -17,7 +17,9 @@ class NvmlEnergyObserver:
 
             pynvml.nvmlInit()
             self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            from ..hardware import nvml_index
+
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index(device_index))
             pynvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
         except ImportError:
             raise ObserverUnavailable("nvidia-ml-py (pynvml) is not installed") from None

@@ -23,14 +23,14 @@ def records_root_for(problem) -> str | None:
 
 
 def measure_for_verification(verification: Verification) -> tuple[dict, list[dict]]:
-    from gpu_runner import Candidate, Runner
+    from gpu_runner import Candidate
 
     node = verification.node
     run = node.run
     problem = run.problem
     spec = problem_spec(problem)
     candidate = Candidate.from_dict(node.kernel.as_candidate(), spec)
-    runner = Runner(backend=runner_backend(run), records_root=records_root_for(problem), gpu=run.target_gpu)
+    runner = _runner(runner_backend(run), records_root_for(problem), run.target_gpu)
     seed = random.SystemRandom().randrange(2**31)
     result = runner.measure(
         spec,
@@ -62,3 +62,17 @@ def roofline_numbers(spec) -> tuple[float | None, float | None]:
     flops = float(roofline.flops.evaluate(env)) if roofline.flops is not None else None
     nbytes = float(roofline.bytes.evaluate(env)) if roofline.bytes is not None else None
     return flops, nbytes
+
+
+_runners: dict[tuple, object] = {}
+
+
+def _runner(backend: str, records_root: str | None, gpu: str):
+    """One runner per worker process and setting: its isolated GPU process stays up between
+    verifications (starting one costs seconds), and is replaced by the runner after a fault."""
+    from gpu_runner import Runner
+
+    key = (backend, records_root, gpu)
+    if key not in _runners:
+        _runners[key] = Runner(backend=backend, records_root=records_root, gpu=gpu)
+    return _runners[key]
