@@ -472,6 +472,8 @@ def main(argv=None) -> dict:
                 runs = [run_kernel_tuner(dataset, strategy, s, cache)["measurements"] for s in range(args.seeds)]
                 results[f"kt_{strategy}"] = summarise(runs) | {"seconds": time.time() - t0}
             search[dataset.name] = results
+            partial = ROOT / "benchmarks" / "results" / ".search_partial.json"
+            partial.write_text(json.dumps({"search": search, "surrogate_lopo": evaluation}, indent=1, default=float))
             for method, summary in results.items():
                 print(f"  {method:26s} median {fmt(summary['median'])}  mean {fmt(summary['mean'])}  "
                       f"reached {summary['reached']}/{summary['runs']}", flush=True)

@@ -114,6 +114,7 @@ class TemplateGenerator:
         self.render = render
         self.max_changes = max_changes
         self.random_tries = random_tries
+        self._hashes: dict[tuple, str] = {}  # knob point -> candidate hash: a cache, never state
 
     def propose(self, context: ProposalContext, n: int) -> list[Proposal]:
         parent_knobs = context.parent.get("knobs")
@@ -155,8 +156,12 @@ class TemplateGenerator:
         return proposals
 
     def _take(self, knobs: dict, parent_knobs, known: set, proposals: list[Proposal]) -> None:
+        point = self.space.key(knobs)
+        if self._hashes.get(point) in known:
+            return  # rendering and hashing a large source again only to find it known is the slow part
         candidate = self.render(dict(knobs))
         digest = candidate_hash(candidate)
+        self._hashes[point] = digest
         if digest in known:
             return
         known.add(digest)
