@@ -8,7 +8,6 @@ import pytest
 from search_engine.lab.evaluation import evaluate
 from search_engine.lab.reports import save_report
 from search_engine.surrogates.base import Forecast
-from tests.browser.conftest import artifacts, browser_as, chromium, server  # noqa: F401 (fixtures)
 from tests.browser.harness import CHROMIUM
 from tests.lab.helpers import synthetic_rows
 
@@ -35,7 +34,7 @@ def _save(folder, title: str, spread: float) -> str:
         "command": "test"})
 
 
-def test_a_report_draws_its_charts_and_compares_with_another(server, browser_as, artifacts):  # noqa: F811
+def test_a_report_draws_its_charts_and_compares_with_another(server, browser_as, artifacts):
     folder = os.path.join(server.data_dir, "reports")
     sharp = _save(folder, "Sharp forecasts", 0.1)
     blunt = _save(folder, "Blunt forecasts", 0.6)
