@@ -46,22 +46,12 @@ def measure_for_verification(verification: Verification) -> tuple[dict, list[dic
 def expert_notes_for(spec, result: dict) -> list[dict]:
     if result.get("status") != "ok":
         return []
-    try:
-        from search_engine.experts import analyse
-    except ImportError:
-        return []
-    flops, nbytes = roofline_numbers(spec)
-    return [note.to_dict() for note in analyse(result, flops=flops, bytes=nbytes, hardware=result.get("hardware"))]
+    from search_engine.experts import analyse
 
+    from kernellab.datasets import problem_numbers
 
-def roofline_numbers(spec) -> tuple[float | None, float | None]:
-    roofline = getattr(spec, "roofline", None)
-    if roofline is None:
-        return None, None
-    env = dict(spec.default_case.sizes)
-    flops = float(roofline.flops.evaluate(env)) if roofline.flops is not None else None
-    nbytes = float(roofline.bytes.evaluate(env)) if roofline.bytes is not None else None
-    return flops, nbytes
+    numbers = problem_numbers(spec)
+    return [note.to_dict() for note in analyse(result, flops=numbers["flops"], bytes=numbers["bytes"], hardware=result.get("hardware"))]
 
 
 _runners: dict[tuple, object] = {}

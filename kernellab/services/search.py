@@ -175,7 +175,6 @@ class DatabasePort:
         self.context = context
         self.run = context.run
         self._nodes: dict[str, Node] = {}
-        self._last_step: dict | None = None
 
     def node(self, node_id: int) -> Node:
         key = str(node_id)

@@ -8,53 +8,7 @@ import time
 
 PASSWORDS = {role: f"pw-{role}-browser" for role in ("viewer", "engineer", "approver", "admin")}
 
-SIMPLE_SPEC = """
-[problem]
-name = "vector_scale"
-title = "Vector scale"
-description = "y = 2x over N floats"
-
-[sizes]
-default = { N = 1048576 }
-
-[[args]]
-name = "x"
-role = "input"
-dtype = "float32"
-shape = ["N"]
-
-[[args]]
-name = "y"
-role = "output"
-dtype = "float32"
-shape = ["N"]
-
-[[args]]
-name = "n"
-role = "scalar"
-dtype = "int32"
-value = "N"
-
-[[launch]]
-kernel = "scale"
-grid = ["ceil_div(N, 256)"]
-block = [256]
-shared = "0"
-args = ["x", "y", "n"]
-
-[tolerance]
-float32 = { rtol = 1e-5, atol = 1e-6 }
-
-[roofline]
-flops = "N"
-bytes = "8*N"
-"""
-
-SIMPLE_REFERENCE = """extern "C" __global__ void scale(const float* x, float* y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = 2.0f * x[i];
-}
-"""
+from tests.samples import SIMPLE_REFERENCE, SIMPLE_SPEC
 
 LAUNCH = [{"kernel": "scale", "grid": ["ceil_div(N, 256)"], "block": [256], "shared": "0", "args": ["x", "y", "n"]}]
 

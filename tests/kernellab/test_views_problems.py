@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from kernellab.models import Problem
 from kernellab.services.problems import ProblemRejected
-from tests.conftest import SIMPLE_REFERENCE, SIMPLE_SPEC
+from tests.samples import SIMPLE_REFERENCE, SIMPLE_SPEC
 
 pytestmark = pytest.mark.django_db
 
