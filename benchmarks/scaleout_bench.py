@@ -234,6 +234,72 @@ class Workers:
         return result
 
 
+class GpuActivity:
+    """Each GPU's own NVML readings over a round: energy-counter delta and sampled utilisation, so
+    the report shows which GPUs did the work (a worker pinned to GPU 1 must light up GPU 1 only)."""
+
+    def __init__(self, period_s: float = 0.2):
+        self.period_s = period_s
+        self.handles: list = []
+        self.samples: dict[int, list[int]] = {}
+        self.energy0: dict[int, int] = {}
+        self.error = ""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception as exc:  # noqa: BLE001 - no NVML: the report says so
+            self.error = f"{exc.__class__.__name__}: {exc}"
+        self._stop = None
+        self._thread = None
+
+    def _energy(self, handle) -> int | None:
+        try:
+            return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        except Exception:  # noqa: BLE001
+            return None
+
+    def start(self) -> None:
+        import threading
+
+        if not self.handles:
+            return
+        self.samples = {i: [] for i in range(len(self.handles))}
+        self.energy0 = {i: self._energy(h) for i, h in enumerate(self.handles)}
+        self.t0 = time.perf_counter()
+        self._stop = threading.Event()
+
+        def loop():
+            while not self._stop.wait(self.period_s):
+                for i, handle in enumerate(self.handles):
+                    try:
+                        self.samples[i].append(int(self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+                    except Exception:  # noqa: BLE001
+                        pass
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict:
+        if not self.handles:
+            return {"error": self.error or "no GPU"}
+        self._stop.set()
+        self._thread.join(timeout=5)
+        seconds = time.perf_counter() - self.t0
+        report = {}
+        for i, handle in enumerate(self.handles):
+            end, start = self._energy(handle), self.energy0.get(i)
+            util = self.samples.get(i) or [0]
+            report[str(i)] = {"energy_j": round((end - start) / 1e3, 1) if end is not None and start is not None else None,
+                              "mean_power_w": round((end - start) / 1e3 / seconds, 1)
+                              if end is not None and start is not None and seconds > 0 else None,
+                              "util_mean_pct": round(statistics.mean(util), 1), "util_max_pct": max(util),
+                              "busy_samples_pct": round(100 * sum(1 for u in util if u > 0) / len(util), 1)}
+        return report
+
+
 # --- one round --------------------------------------------------------------------------------
 def run_round(count: int, args, ctx: dict) -> dict:
     from django.db import close_old_connections
@@ -254,6 +320,9 @@ def run_round(count: int, args, ctx: dict) -> dict:
         ready_s = workers.wait_ready(args.ready_timeout_s)
         measurements_before = Measurement.objects.count()
         last_measurement = Measurement.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        activity = GpuActivity() if args.backend != "replay" else None
+        if activity:
+            activity.start()
         t0 = time.perf_counter()
         runs, nodes, verifications, enqueue_s = enqueue_round(label, ctx["batch"], ctx["problems"], ctx["user"],
                                                              args.backend, ctx["model"])
@@ -270,6 +339,7 @@ def run_round(count: int, args, ctx: dict) -> dict:
                 break
             time.sleep(0.1)
         wall_s = time.perf_counter() - t0
+        gpu_activity = activity.stop() if activity else None
         time.sleep(args.settle_s)  # a duplicate delivery, if any, gets the time to show itself
     finally:
         workers.stop()
@@ -344,6 +414,7 @@ def run_round(count: int, args, ctx: dict) -> dict:
         "measured_on": sorted(hardware),
         "failures": problems_seen,
         "per_worker": per_worker,
+        "gpu_activity": gpu_activity,
         "round_s": round(time.perf_counter() - round_started, 1),
     }
     return result
@@ -359,17 +430,23 @@ def speedup_agreement(ratios: list[float]) -> dict | None:
             "within_25pct": sum(1 for r in ratios if 1 / 1.25 <= r <= 1.25)}
 
 
+def gpu_cell(activity: dict | None) -> str:
+    if not activity or "error" in activity:
+        return (activity or {}).get("error", "-")
+    return " ".join(f"gpu{i}: {a['util_mean_pct']:.0f}% ({a['energy_j']} J)" for i, a in activity.items())
+
+
 def table(rounds: list[dict]) -> str:
     base = next((r for r in rounds if r["workers"] == 1 and r["jobs_per_min"]), None)
     lines = [f"{'workers':>7} {'jobs':>5} {'seconds':>8} {'jobs/min':>9} {'efficiency':>10} {'service s':>9} "
-             f"{'exactly once':>12} {'correct':>8}"]
+             f"{'exactly once':>12} {'correct':>8}  GPU utilisation, mean % (energy J)"]
     for r in rounds:
         eff = (r["jobs_per_min"] / (r["workers"] * base["jobs_per_min"])) if base and r["jobs_per_min"] else None
         r["efficiency"] = round(eff, 3) if eff is not None else None
         lines.append(f"{r['workers']:>7} {r['jobs']:>5} {r['makespan_s'] or float('nan'):>8.1f} "
                      f"{r['jobs_per_min'] or float('nan'):>9.1f} {(f'{eff:.0%}' if eff is not None else '-'):>10} "
                      f"{r['service_s_median'] or float('nan'):>9.2f} {str(r['exactly_once']):>12} "
-                     f"{r['checks']['correct']:>4}/{r['jobs']:<3}")
+                     f"{r['checks']['correct']:>4}/{r['jobs']:<3}  {gpu_cell(r.get('gpu_activity'))}")
     return "\n".join(lines)
 
 
