@@ -278,7 +278,7 @@ def kt_cache(dataset: Dataset, folder: Path) -> Path:
     return path
 
 
-def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Path) -> dict:
+def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Path, time_limit_s: float = 60.0) -> dict:
     import kernel_tuner
 
     names = list(dataset.knobs)
@@ -296,7 +296,8 @@ def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Pat
             # knob product (valid variants that were not recorded sit in the cache as invalid).
             restrictions=list(dataset.constraints) if dataset.constraints else recorded_only,
             cache=str(cache_path), simulation_mode=True, strategy=strategy,
-            strategy_options={"max_fevals": len(recorded)}, quiet=True, verbose=False)
+            # Wall-clock limit per run: greedy_ils walks sgemm's constrained space very slowly.
+            strategy_options={"max_fevals": len(recorded), "time_limit": time_limit_s}, quiet=True, verbose=False)
     seen, spent = set(), 0
     for result in results:
         if not result:
@@ -416,7 +417,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--kt", default=",".join(KT_STRATEGIES))
     parser.add_argument("--threshold", type=float, default=0.5)
     parser.add_argument("--gpu-per-step", type=int, default=2)
-    parser.add_argument("--children", type=int, default=6)
+    parser.add_argument("--children", type=int, default=16,
+                        help="children per expansion (template neighbours are cheap to forecast)")
     parser.add_argument("--c", type=float, default=1.0)
     parser.add_argument("--retrain-every", type=int, default=5)
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
@@ -426,6 +428,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--skip-baselines", action="store_true", help="only the surrogate-assisted PUCT")
     parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--target", type=float, default=TARGET_FRACTION, help="fraction of the best speedup to reach")
+    parser.add_argument("--kt-time-limit", type=float, default=30.0,
+                        help="wall-clock seconds per Kernel Tuner run (an unfinished run counts as not reached)")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     _TARGET["fraction"] = args.target
@@ -469,7 +473,8 @@ def main(argv=None) -> dict:
             cache = kt_cache(dataset, Path(tmp))
             for strategy in strategies:
                 t0 = time.time()
-                runs = [run_kernel_tuner(dataset, strategy, s, cache)["measurements"] for s in range(args.seeds)]
+                runs = [run_kernel_tuner(dataset, strategy, s, cache, args.kt_time_limit)["measurements"]
+                        for s in range(args.seeds)]
                 results[f"kt_{strategy}"] = summarise(runs) | {"seconds": time.time() - t0}
             search[dataset.name] = results
             partial = ROOT / "benchmarks" / "results" / ".search_partial.json"

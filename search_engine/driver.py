@@ -90,6 +90,8 @@ class StepReport:
 
 
 class SearchDriver:
+    MAX_EMPTY_EXPANSIONS = 64  # parents tried in one step while expansions create nothing
+
     def __init__(
         self,
         *,
@@ -234,22 +236,35 @@ class SearchDriver:
             return StepReport(step=self.step_count, status="waiting")
         if self.budget_left() <= 0:
             return StepReport(step=self.step_count, status="budget-exhausted")
-        parents = self.tree.select(self.settings.parents_per_step)
-        if not parents:
-            requested = self._apply(self.policy.decide(self.tree, [], self.budget_left(), stalled=True))
-            if requested:
-                self.step_count += 1
-                report = StepReport(step=self.step_count, status="expanded", measured_requests=requested)
-                self._publish_step(report)
-                return report
-            return StepReport(step=self.step_count, status="exhausted")
-        self.step_count += 1
-        report = StepReport(step=self.step_count, status="expanded", expanded=parents)
+        expanded: list[int] = []
+        created: list[int] = []
         compiled: list[int] = []
-        for parent_id in parents:
-            created = self._expand(parent_id)
-            report.created.extend(created)
-            compiled.extend(self._compile(created))
+        parents = self.tree.select(self.settings.parents_per_step)
+        for _ in range(self.MAX_EMPTY_EXPANSIONS):
+            if not parents:
+                break
+            for parent_id in parents:
+                new = self._expand(parent_id)
+                expanded.append(parent_id)
+                created.extend(new)
+                compiled.extend(self._compile(new))
+            # A parent whose generator has nothing new is marked exhausted and costs no step: the
+            # next one is tried at once (a generator that failed is not retried in the same step).
+            if created or not all(self.tree.nodes[p].exhausted for p in parents):
+                break
+            parents = self.tree.select(self.settings.parents_per_step)
+        if not expanded or (not created and not parents):
+            # Nothing left to expand: the most promising of what is parked is measured, or the run ends.
+            requested = self._apply(self.policy.decide(self.tree, [], self.budget_left(), stalled=True))
+            if not requested and not expanded:
+                return StepReport(step=self.step_count, status="exhausted")
+            self.step_count += 1
+            report = StepReport(step=self.step_count, status="expanded", expanded=expanded,
+                                measured_requests=requested)
+            self._publish_step(report)
+            return report
+        self.step_count += 1
+        report = StepReport(step=self.step_count, status="expanded", expanded=expanded, created=created)
         self._forecast(compiled)
         report.measured_requests = self._apply(self.policy.decide(self.tree, compiled, self.budget_left()))
         self._publish_step(report)
@@ -509,9 +524,52 @@ class SearchDriver:
             return
         measured = sorted(n.id for n in self.tree.nodes.values()
                           if n.state == "measured" and n.speedup is not None and n.parent_id is not None)
-        if len(measured) - len(self.retrained_on) >= self.settings.retrain_every:
+        # Early rows teach the most: retrain after 1, 2, 4, 8 ... measured rows, then every retrain_every.
+        due = min(self.settings.retrain_every, max(1, len(self.retrained_on)))
+        if len(measured) - len(self.retrained_on) >= due:
             self.retrained_on = measured
             self.surrogate.learn([self._training_row(nid) for nid in measured])
+            self._revise_forecasts(len(measured))
+
+    def _revise_forecasts(self, rows: int) -> None:
+        """After the surrogate learned from this run, the children that still stand on a forecast
+        (parked, or accepted without a measurement) are forecast again, so that the policy, the
+        tree's priors and provisional values use what was learned. A revision that moves the
+        forecast is published like any forecast, marked revised."""
+        ids = [n.id for n in self.tree.nodes.values()
+               if n.state in ("forecast", "accepted-by-forecast") and n.forecast]
+        if not ids:
+            return
+        forecasts = self.surrogate.forecast_many([self._request(nid) for nid in ids])
+        self.counters["forecast_revisions"] = self.counters.get("forecast_revisions", 0) + len(ids)
+        threshold = self.policy.threshold(self.tree)
+        for nid, forecast in zip(ids, forecasts):
+            node = self.tree.nodes[nid]
+            old = Forecast.from_dict(node.forecast)
+            node.forecast = forecast.to_dict()
+            if forecast.abstained:
+                continue
+            expected = forecast.expected_speedup(self.bins)
+            self.tree.set_prior_score(nid, self.tree.reward_of(expected))
+            if node.state == "accepted-by-forecast":
+                self.tree.set_provisional(nid, expected)
+            moved = old.abstained or old.bin != forecast.bin or \
+                max(abs(a - b) for a, b in zip(old.probs, forecast.probs)) >= 0.05
+            if moved:
+                self._publish({"type": "forecast", "node_id": nid, "forecast": node.forecast,
+                               "surrogate": surrogate_id(self.surrogate), "revised": True,
+                               "reason": f"revised after learning from {rows} of this run's measurements"})
+            if node.pruned:
+                parent = self.policy.parent_speedup(self.tree, node)
+                still = forecast.confidence >= threshold and parent is not None and \
+                    self.bins.upper(forecast.bin) <= parent
+                if not still:
+                    # The forecast that pruned it has changed: its branch may be searched again.
+                    node.pruned = False
+                    self.counters["unpruned"] = self.counters.get("unpruned", 0) + 1
+                    self._set_state(node, "accepted-by-forecast",
+                                    f"no longer pruned: the forecast revised after {rows} measurements is bin "
+                                    f"{forecast.bin} with confidence {forecast.confidence:.2f}")
 
     def _training_row(self, node_id: int) -> dict:
         request = self._request(node_id)

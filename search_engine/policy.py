@@ -59,7 +59,11 @@ class Decision:
 
 
 def prob_above(forecast: Forecast, speedup: float, bins: BinTable = DEFAULT_BINS) -> float:
-    """P(S > speedup) under the forecast, spreading each bin's mass log-uniformly over the bin."""
+    """P(S > speedup) under the forecast: from its continuous part where it has one, else spreading
+    each bin's mass log-uniformly over the bin."""
+    if forecast.log_mean is not None and forecast.log_sd:
+        z = (math.log(max(speedup, 1e-12)) - forecast.log_mean) / forecast.log_sd
+        return float(0.5 * math.erfc(z / math.sqrt(2)))
     total = 0.0
     for b, p in enumerate(forecast.probs, start=1):
         lo, hi = bins.lower(b), bins.upper(b)
@@ -114,7 +118,7 @@ class SelectivePolicy:
                     nid, "measure", f"the surrogate abstained ({forecast.abstain_reason}); deferred to the GPU",
                     priority=ABSTENTION_PRIORITY))
                 continue
-            parent_value = self._parent_speedup(tree, node)
+            parent_value = self.parent_speedup(tree, node)
             if forecast.confidence >= threshold:
                 if s.prune_slowdowns and parent_value is not None and self.bins.upper(forecast.bin) <= parent_value:
                     decisions.append(Decision(
@@ -152,8 +156,10 @@ class SelectivePolicy:
         if stalled and not to_measure:
             parked = []
             for node in tree.nodes.values():
-                # Parked children first; forecast-accepted ones too, since their forecasts may be wrong.
-                unverified = node.state == "accepted-by-forecast" and not node.verification_refused
+                # Parked children first; forecast-accepted ones too, since their forecasts may be wrong
+                # (not the pruned ones: they were confidently slower than their parents).
+                unverified = node.state == "accepted-by-forecast" and not node.verification_refused \
+                    and not node.pruned
                 if not (node.state == "forecast" or unverified) or not node.forecast:
                     continue
                 forecast = Forecast.from_dict(node.forecast)
@@ -190,7 +196,7 @@ class SelectivePolicy:
                         priority=2.0)
 
     @staticmethod
-    def _parent_speedup(tree: PUCTTree, node: Node) -> float | None:
+    def parent_speedup(tree: PUCTTree, node: Node) -> float | None:
         if node.parent_id is None:
             return None
         parent = tree.nodes[node.parent_id]

@@ -68,6 +68,11 @@ class Forecast:
     abstain_reason: str = ""
     raw_sum: float | None = None
     cached: bool = False
+    # A continuous forecast of log speedup (mean, standard deviation), where the surrogate has one
+    # (the learned surrogate once it has learned from the run). The bins stay the forecast that is
+    # scored; these rank candidates that share a bin (every variant in "extreme speedup", >= 4x).
+    log_mean: float | None = None
+    log_sd: float | None = None
 
     @classmethod
     def from_probs(
@@ -105,6 +110,8 @@ class Forecast:
     def expected_log_speedup(self, bins: BinTable = DEFAULT_BINS) -> float | None:
         if self.abstained or not self.probs:
             return None
+        if self.log_mean is not None:
+            return float(self.log_mean)
         return sum(p * math.log(r) for p, r in zip(self.probs, bins.representatives()))
 
     def expected_speedup(self, bins: BinTable = DEFAULT_BINS) -> float | None:

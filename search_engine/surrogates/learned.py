@@ -94,8 +94,8 @@ class LearnedSurrogate:
         """Online learning from the run's own measurements (all of them so far).
 
         local: a small forest on this run's rows (with the variant's #define values as extra
-        features) predicts log speedup with a spread; its forecast is blended in with a weight
-        n / (n + local_prior_rows). refit: the recorded rows are refitted together with the run's.
+        features) predicts log speedup with a spread; its forecast is blended in with the weight
+        that _local_weight gives it. refit: the recorded rows are refitted together with the run's.
         """
         if self.online == "local":
             self._learn_local(rows)
@@ -118,27 +118,79 @@ class LearnedSurrogate:
             return
         requests = [_row_request(r) for r in kept]
         vocabulary = sorted({name for q in requests for name in _defines(q.candidate.get("source", ""))})
-        X = np.hstack([_matrix(requests), _define_matrix(requests, vocabulary)])
+        X = self._local_matrix(requests, _matrix(requests), vocabulary)
         y = np.log([r["speedup"] for r in kept])
-        forest = RandomForestRegressor(n_estimators=60, min_samples_leaf=1, max_features=0.5,
+        # Every feature is a candidate at every split: with a handful of rows, a random half of
+        # them too often leaves out the one knob that matters.
+        forest = RandomForestRegressor(n_estimators=60, min_samples_leaf=1, max_features=1.0,
                                        random_state=self.seed, n_jobs=1)
         forest.fit(X, y)
-        self._local = _Local(forest, vocabulary, len(kept))
+        # Out-of-bag predictions: each row forecast by the trees that did not see it. Their error
+        # is the model's honest error on variants it has not measured; it widens every forecast.
+        per_tree = np.stack([tree.predict(X) for tree in forest.estimators_])
+        out_of_bag = np.ones_like(per_tree, dtype=bool)
+        for t, samples in enumerate(forest.estimators_samples_):
+            out_of_bag[t, samples] = False
+        counts = out_of_bag.sum(axis=0)
+        seen = counts > 0
+        oob_mu = np.where(seen, (per_tree * out_of_bag).sum(axis=0) / np.maximum(counts, 1), np.nan)
+        if seen.sum() >= 2:
+            oob_mse = float(np.mean((oob_mu[seen] - y[seen]) ** 2))
+        else:
+            oob_mse = float(np.var(y))
+        # With few rows the out-of-bag error itself is a noisy estimate: shrink it towards the
+        # spread of the run's speedups (what knowing nothing costs) with local_prior_rows pseudo rows.
+        k = self.local_prior_rows
+        error_var = (seen.sum() * oob_mse + k * max(float(np.var(y)), self.local_min_sigma ** 2)) / (seen.sum() + k)
+        error_var = max(error_var, self.local_min_sigma ** 2)
+        weight = self._local_weight(requests, y, oob_mu, error_var)
+        self._local = _Local(forest, vocabulary, len(kept), weight, error_var)
 
-    def _local_probs(self, requests, X: np.ndarray) -> np.ndarray:
+    def _local_weight(self, requests, y: np.ndarray, oob_mu: np.ndarray, error_var: float) -> float:
+        """How much the run-local model counts against the recorded-data model.
+
+        A Bayesian model average over the run's measured rows: the probability the recorded-data
+        model gave each row's true bin against the run-local model's out-of-bag forecast of it.
+        The prior odds are n : local_prior_rows. So when the recorded data knows nothing of this
+        problem (sgemm after five memory-bound problems) the run's own rows take over after a few
+        measurements, and when it does know, it keeps its say."""
+        n = len(y)
+        if self._fitted is None:
+            return 1.0
+        seen = ~np.isnan(oob_mu)
+        prior = math.log(n / self.local_prior_rows)
+        if not seen.any():
+            return 1.0 / (1.0 + math.exp(-prior))
+        X = _matrix([q for q, s in zip(requests, seen) if s])
+        with threadpool_limits(limits=self.threads, user_api="openmp"):
+            base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+        bins = np.array([self.bins.bin_of(math.exp(v)) for v in y[seen]])
+        rows = np.arange(len(bins))
+        local = _normal_bins(oob_mu[seen], np.full(len(bins), math.sqrt(error_var)), self.bins)
+        ll_base = float(np.sum(np.log(np.clip(base[rows, bins - 1], 1e-6, 1.0))))
+        ll_local = float(np.sum(np.log(np.clip(local[rows, bins - 1], 1e-6, 1.0))))
+        log_odds = max(-8.0, min(8.0, prior + ll_local - ll_base))
+        return 1.0 / (1.0 + math.exp(-log_odds))
+
+    def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str]) -> np.ndarray:
+        """The run-local model's features: the generic ones, the variant's #define values, and the
+        recorded-data model's expected log speedup (so that the run's rows can correct it where it
+        ranks well and overrule it where it does not)."""
+        if self._fitted is not None:
+            base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+            prior = (base @ np.log(np.asarray(self.bins.representatives())))[:, None]
+        else:
+            prior = np.zeros((len(requests), 1))
+        return np.hstack([X, _define_matrix(requests, vocabulary), prior])
+
+    def _local_forecast(self, requests, X: np.ndarray):
         local = self._local
-        Xl = np.hstack([X, _define_matrix(requests, local.vocabulary)])
+        Xl = self._local_matrix(requests, X, local.vocabulary)
         per_tree = np.stack([tree.predict(Xl) for tree in local.forest.estimators_])
         mu = per_tree.mean(axis=0)
-        # The trees' spread, widened while the run has few rows: a floor keeps it honest.
-        sigma = np.sqrt(per_tree.var(axis=0) + (self.local_min_sigma ** 2) * (1 + 5 / local.n))
-        edges = np.log(np.asarray(self.bins.edges))
-        from scipy.special import ndtr
-
-        cdf = ndtr((edges[None, :] - mu[:, None]) / sigma[:, None])
-        cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
-        probs = np.clip(np.diff(cdf, axis=1), 0, None) + _EPS
-        return probs / probs.sum(axis=1, keepdims=True)
+        # The trees' disagreement plus the model's out-of-bag error on this run's rows.
+        sigma = np.sqrt(per_tree.var(axis=0) + local.error_var)
+        return _normal_bins(mu, sigma, self.bins), mu, sigma
 
     def _learn(self, all_X, all_y, groups, weights) -> None:
         if self._fitted is not None:
@@ -217,18 +269,28 @@ class LearnedSurrogate:
         return probs / probs.sum(axis=1, keepdims=True)
 
     def predict_proba(self, requests: list[ForecastRequest]) -> np.ndarray:
+        return self._predict(requests)[0]
+
+    def _predict(self, requests: list[ForecastRequest]):
+        """Bin probabilities, and the mean and spread of log speedup where the run-local model
+        takes part (None otherwise): the blend's moments, so that they agree with the bins."""
         if self._fitted is None and self._local is None:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
         with threadpool_limits(limits=self.threads, user_api="openmp"):
             base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature) if self._fitted else None
             if self._local is None:
-                return base
-            local = self._local_probs(requests, X)
+                return base, None, None
+            local, mu, sigma = self._local_forecast(requests, X)
         if base is None:
-            return local
-        w = self._local.n / (self._local.n + self.local_prior_rows)
-        return (1 - w) * base + w * local
+            return local, mu, sigma
+        w = self._local.weight
+        logs = np.log(np.asarray(self.bins.representatives()))
+        base_mean = base @ logs
+        base_var = base @ (logs ** 2) - base_mean ** 2
+        mean = (1 - w) * base_mean + w * mu
+        var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
+        return (1 - w) * base + w * local, mean, np.sqrt(np.maximum(var, 1e-12))
 
     def forecast(self, request: ForecastRequest) -> Forecast:
         return self.forecast_many([request])[0]
@@ -240,11 +302,18 @@ class LearnedSurrogate:
         if self._fitted is None and self._local is None:
             return [Forecast.abstention("The learned surrogate is not trained yet.", surrogate=self.id)
                     for _ in requests]
-        probs = self.predict_proba(requests)
+        probs, mean, sd = self._predict(requests)
         latency = (time.perf_counter() - started) / len(requests)
-        local = f" and {self._local.n} of this run's" if self._local is not None else ""
+        local = (f" and {self._local.n} of this run's (weighted {self._local.weight:.0%})"
+                 if self._local is not None else "")
         reasoning = f"learned surrogate trained on {self.trained_rows} recorded measurements{local}"
-        return [Forecast.from_probs(p, surrogate=self.id, latency_s=latency, reasoning=reasoning) for p in probs]
+        out = []
+        for i, p in enumerate(probs):
+            forecast = Forecast.from_probs(p, surrogate=self.id, latency_s=latency, reasoning=reasoning)
+            if mean is not None:
+                forecast.log_mean, forecast.log_sd = float(mean[i]), float(sd[i])
+            out.append(forecast)
+        return out
 
     @property
     def id(self) -> str:
@@ -274,6 +343,20 @@ class _Local:
     forest: RandomForestRegressor
     vocabulary: list[str]
     n: int
+    weight: float  # its share of the blended forecast (LearnedSurrogate._local_weight)
+    error_var: float  # its out-of-bag squared error in log speedup, shrunk towards the run's spread
+
+
+
+def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarray:
+    """Bin probabilities of normals over log speedup (one row per mean)."""
+    from scipy.special import ndtr
+
+    edges = np.log(np.asarray(bins.edges))
+    cdf = ndtr((edges[None, :] - mu[:, None]) / sigma[:, None])
+    cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
+    probs = np.clip(np.diff(cdf, axis=1), 0, None) + _EPS
+    return probs / probs.sum(axis=1, keepdims=True)
 
 
 _DEFINE = __import__("re").compile(r"^\s*#\s*define\s+(\w+)\s+(\S+)\s*$", __import__("re").M)

@@ -221,3 +221,82 @@ def test_a_measurement_a_person_asked_for_arrives_like_any_other():
     assert driver.counters["measurements_requested"] == before + 1
     driver.on_measurement(accepted[0], {"status": "ok", "speedup": 2.5})
     assert driver.tree.nodes[accepted[0]].speedup == 2.5
+
+
+class _LearnsTheTruth(TableSurrogate):
+    """Knows nothing until it has learned from the run (a wide forecast around 1x), then forecasts
+    the true bin confidently: what a surrogate that learns online looks like to the driver."""
+
+    def forecast_many(self, requests):
+        if self.learned_rows:
+            return super().forecast_many(requests)
+        from search_engine.surrogates.base import Forecast
+
+        return [Forecast.from_probs([0.05, 0.05, 0.1, 0.3, 0.3, 0.1, 0.05, 0.05], surrogate="table@1")
+                for _ in requests]
+
+
+def test_forecasts_that_stand_in_for_measurements_are_revised_when_the_surrogate_learns():
+    port = FakePort()
+    surrogate = _LearnsTheTruth(confidence=0.9, accuracy=1.0)
+    driver = make_driver(port=port, surrogate=surrogate, gpu_budget=30, threshold=0.6)
+    driver.run(max_steps=12)
+    assert surrogate.learned_rows, "the run measured something and the surrogate learned from it"
+    revised = [e for e in port.events if e["type"] == "forecast" and e.get("revised")]
+    assert revised and driver.counters["forecast_revisions"] >= len(revised)
+    assert all("revised after learning from" in e["reason"] for e in revised)
+    # Every node still standing on a forecast carries the learned one (confident), not the first guess.
+    standing = [n for n in driver.tree.nodes.values() if n.state in ("forecast", "accepted-by-forecast")]
+    assert standing and all(n.forecast["confidence"] >= 0.9 for n in standing)
+
+
+def test_the_surrogate_learns_from_the_first_measurements_then_every_few():
+    sizes = []
+
+    class Recording(TableSurrogate):
+        def learn(self, rows):
+            sizes.append(len(rows))
+            super().learn(rows)
+
+    driver = make_driver(surrogate=Recording(confidence=0.3), gpu_budget=30)
+    driver.run(max_steps=40)
+    assert sizes[0] <= 2 and sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    gaps = [b - a for a, b in zip(sizes, sizes[1:])]
+    assert max(gaps) <= driver.settings.retrain_every + driver.settings.policy.max_gpu_per_step
+
+
+def test_a_pruned_child_returns_when_its_revised_forecast_no_longer_says_slower():
+    from search_engine.surrogates.base import Forecast
+
+    driver = make_driver(surrogate=TableSurrogate(confidence=0.95, accuracy=1.0), threshold=0.5)
+    driver.run(max_steps=15)
+    pruned = [n for n in driver.tree.nodes.values() if n.pruned]
+    assert pruned
+
+    class NowOptimistic(TableSurrogate):
+        def forecast_many(self, requests):
+            return [Forecast.from_probs([0, 0, 0, 0, 0, 0, 0.1, 0.9], surrogate="table@1") for _ in requests]
+
+    port = FakePort()
+    driver.port, driver.surrogate = port, NowOptimistic()
+    driver._revise_forecasts(rows=5)
+    assert all(not n.pruned for n in pruned)
+    back = {e["node_id"] for e in port.events if e["type"] == "state-changed"
+            and e["reason"].startswith("no longer pruned")}
+    assert back == {n.id for n in pruned}
+    assert driver.counters["unpruned"] == len(pruned)
+
+
+def test_a_step_moves_on_when_the_selected_parent_has_nothing_new():
+    driver = make_driver(surrogate=TableSurrogate(confidence=0.95, accuracy=1.0), threshold=0.5, gpu_budget=500)
+    reports = []
+    for _ in range(400):
+        report = driver.step()
+        if report.status != "expanded":
+            break
+        reports.append(report)
+    assert report.status == "exhausted"
+    # Every step created children or measured something: none was spent on an exhausted parent.
+    assert all(r.created or r.measured_requests for r in reports)
+    assert any(len(r.expanded) > 1 for r in reports), "some step went on past an exhausted parent"
+    assert reports[-1].step == len(reports) == driver.step_count

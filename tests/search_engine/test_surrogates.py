@@ -352,3 +352,55 @@ def test_forecast_round_trips_through_a_dict():
     assert f.expected_speedup() == pytest.approx(math.exp(0.25 * math.log(DEFAULT_BINS.representative(5))
                                                           + 0.5 * math.log(DEFAULT_BINS.representative(6))
                                                           + 0.25 * math.log(DEFAULT_BINS.representative(7))))
+
+
+def _requests_of(rows):
+    return [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
+                            reference_ms=0.5) for r in rows]
+
+
+def test_the_runs_own_rows_take_over_only_where_the_recorded_data_misjudges_the_problem(trained, tmp_path):
+    model, train, test = trained
+    model.save(tmp_path / "m.joblib")
+    rows = test[:8]
+    agreeing = LearnedSurrogate.load(tmp_path / "m.joblib")
+    agreeing.learn([{"request": q, "speedup": r["speedup"]} for q, r in zip(_requests_of(rows), rows)])
+    contradicting = LearnedSurrogate.load(tmp_path / "m.joblib")
+    contradicting.learn([{"request": q, "speedup": 40 * r["speedup"]} for q, r in zip(_requests_of(rows), rows)])
+    # The recorded data predicts this family well: the run's eight rows add to it without taking over.
+    assert agreeing._local.weight < 0.9
+    # The run says every variant is 40x faster than the recorded data thinks: its rows win.
+    assert contradicting._local.weight > 0.95
+    assert contradicting._local.weight > agreeing._local.weight
+    assert "weighted" in contradicting.forecast(_requests_of(test[8:9])[0]).reasoning
+
+
+def test_after_learning_a_forecast_also_gives_a_continuous_log_speedup_that_ranks_within_a_bin(trained, tmp_path):
+    model, train, test = trained
+    model.save(tmp_path / "m.joblib")
+    again = LearnedSurrogate.load(tmp_path / "m.joblib")
+    reqs = _requests_of(test)
+    assert all(f.log_mean is None and f.log_sd is None for f in again.forecast_many(reqs[:5]))
+    again.learn([{"request": q, "speedup": r["speedup"]} for q, r in zip(reqs[:15], test[:15])])
+    forecasts = again.forecast_many(reqs[15:])
+    assert all(f.log_sd > 0 and math.isfinite(f.log_mean) for f in forecasts)
+    assert all(f.expected_log_speedup() == f.log_mean for f in forecasts)
+    truth = np.log([r["speedup"] for r in test[15:]])
+    assert np.corrcoef([f.log_mean for f in forecasts], truth)[0, 1] > 0.6
+    # The continuous part agrees with the bins it came with: its mean lies in a bin holding mass.
+    for f in forecasts:
+        assert f.probs[DEFAULT_BINS.bin_of(math.exp(f.log_mean)) - 1] > 0.05
+
+
+def test_prob_above_reads_the_continuous_part_where_there_is_one():
+    from search_engine.policy import prob_above
+
+    f = Forecast.from_probs([0, 0, 0, 0, 0, 0, 0, 1.0])  # "extreme speedup": 4.3x and 7x look alike
+    assert prob_above(f, 5.0) == prob_above(Forecast.from_probs([0, 0, 0, 0, 0, 0, 0, 1.0]), 5.0)
+    f.log_mean, f.log_sd = math.log(7.0), 0.05
+    g = Forecast.from_probs([0, 0, 0, 0, 0, 0, 0, 1.0])
+    g.log_mean, g.log_sd = math.log(4.3), 0.05
+    assert prob_above(f, 7.0) == pytest.approx(0.5)
+    assert prob_above(f, 6.0) > 0.99 and prob_above(g, 6.0) < 0.01
+    again = Forecast.from_dict(json.loads(json.dumps(f.to_dict())))
+    assert again == f and again.log_mean == pytest.approx(math.log(7.0))
