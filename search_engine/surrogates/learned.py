@@ -172,20 +172,21 @@ class LearnedSurrogate:
         log_odds = max(-8.0, min(8.0, prior + ll_local - ll_base))
         return 1.0 / (1.0 + math.exp(-log_odds))
 
-    def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str]) -> np.ndarray:
+    def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str], base: np.ndarray | None = None) -> np.ndarray:
         """The run-local model's features: the generic ones, the variant's #define values, and the
         recorded-data model's expected log speedup (so that the run's rows can correct it where it
         ranks well and overrule it where it does not)."""
         if self._fitted is not None:
-            base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+            if base is None:
+                base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
             prior = (base @ np.log(np.asarray(self.bins.representatives())))[:, None]
         else:
             prior = np.zeros((len(requests), 1))
         return np.hstack([X, _define_matrix(requests, vocabulary), prior])
 
-    def _local_forecast(self, requests, X: np.ndarray):
+    def _local_forecast(self, requests, X: np.ndarray, base: np.ndarray | None = None):
         local = self._local
-        Xl = self._local_matrix(requests, X, local.vocabulary)
+        Xl = self._local_matrix(requests, X, local.vocabulary, base)
         per_tree = np.stack([tree.predict(Xl) for tree in local.forest.estimators_])
         mu = per_tree.mean(axis=0)
         # The trees' disagreement plus the model's out-of-bag error on this run's rows.
@@ -281,7 +282,7 @@ class LearnedSurrogate:
             base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature) if self._fitted else None
             if self._local is None:
                 return base, None, None
-            local, mu, sigma = self._local_forecast(requests, X)
+            local, mu, sigma = self._local_forecast(requests, X, base)
         if base is None:
             return local, mu, sigma
         w = self._local.weight
