@@ -141,3 +141,24 @@ def test_an_energy_capped_objective_penalises_kernels_above_the_cap(run):
     assert objective_result(run, within)["speedup"] == 1.5
     unknown = objective_result(run, {"status": "ok", "speedup": 1.2, "energy": None})
     assert unknown["speedup"] == 1.2 and "no energy reading" in unknown["reason"]
+
+
+def test_a_learned_surrogate_run_stores_each_revised_forecast_beside_the_first(saxpy, members):
+    from kernellab.models import Forecast
+
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="learned",
+                     backend="replay", gpu_budget=8, children_per_step=4, max_gpu_per_step=2)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    state = run.driver_state
+    revised_nodes = [n for n in state["tree"]["nodes"] if n["state"] in ("forecast", "accepted-by-forecast")]
+    assert state["counters"].get("forecast_revisions", 0) > 0
+    # The newest stored forecast of a node still standing on a forecast is the driver's, revised or not
+    # (a revision that moves no probability by 0.05 or more and keeps the bin is not stored again).
+    for entry in revised_nodes:
+        node = Node.objects.get(run=run, key=str(entry["id"]))
+        latest = Forecast.objects.filter(node=node).order_by("-pk").first()
+        assert latest.predicted_bin == entry["forecast"]["bin"]
+        assert latest.probabilities == pytest.approx(entry["forecast"]["probs"], abs=0.05)
+    assert Forecast.objects.filter(node__run=run).count() > Node.objects.filter(run=run).exclude(origin="root").count() - \
+        Node.objects.filter(run=run, state=NodeState.FAILED_COMPILE).count()
