@@ -21,7 +21,6 @@ import datetime as dt
 import gzip
 import importlib.util
 import json
-import math
 import os
 import platform
 import random
@@ -517,7 +516,7 @@ def main(argv=None) -> dict:
         print(f"{name:18s}{cells}{fmt(ratio_all, 9, 2)}{fmt(ratio_kt, 11, 2)}")
 
     print("\nZero-shot: measuring every variant in the order of the held-out model's scores, the first to reach"
-          f" the target comes at (learned / roofline / random expectation):")
+          " the target comes at (learned / roofline / random expectation):")
     for name, ev in evaluation.items():
         print(f"  {name:16s} {ev['learned']['first_hit_rank']:6d} {ev['roofline']['first_hit_rank']:6d} "
               f"{ev['random']['first_hit_rank']:8.1f}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import joblib
 import numpy as np
 from scipy.optimize import minimize_scalar
+from scipy.special import ndtr
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestRegressor
 from sklearn.model_selection import GroupKFold, KFold
 from threadpoolctl import threadpool_limits
@@ -348,10 +349,8 @@ class _Local:
     error_var: float  # its out-of-bag squared error in log speedup, shrunk towards the run's spread
 
 
-
 def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarray:
     """Bin probabilities of normals over log speedup (one row per mean)."""
-    from scipy.special import ndtr
 
     edges = np.log(np.asarray(bins.edges))
     cdf = ndtr((edges[None, :] - mu[:, None]) / sigma[:, None])
