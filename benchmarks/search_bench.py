@@ -236,17 +236,22 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args) ->
             "nodes": len(driver.tree.nodes), "best": port.best}
 
 
-def run_random(dataset: Dataset, seed: int) -> dict:
-    order = list(dataset.records.values())
-    random.Random(seed).shuffle(order)
+def measurements_to_target(dataset: Dataset, records) -> dict:
+    """Measuring records in this order (failed compiles cost nothing): the count that first reaches the target."""
     spent = 0
-    for record in order:
+    for record in records:
         if not dataset.gpu_cost(record):
             continue
         spent += 1
         if record.get("status") == "ok" and record["speedup"] >= dataset.target:
             return {"measurements": spent, "spent": spent}
     return {"measurements": None, "spent": spent}
+
+
+def run_random(dataset: Dataset, seed: int) -> dict:
+    order = list(dataset.records.values())
+    random.Random(seed).shuffle(order)
+    return measurements_to_target(dataset, order)
 
 
 def kt_cache(dataset: Dataset, folder: Path) -> Path:
@@ -297,23 +302,10 @@ def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Pat
             cache=str(cache_path), simulation_mode=True, strategy=strategy,
             # Wall-clock limit per run: greedy_ils walks sgemm's constrained space very slowly.
             strategy_options={"max_fevals": len(recorded), "time_limit": time_limit_s}, quiet=True, verbose=False)
-    seen, spent = set(), 0
-    for result in results:
-        if not result:
-            continue
-        key = tuple(result[n] for n in names)
-        if key in seen:
-            continue
-        seen.add(key)
-        record = dataset.records.get(key)
-        if record is None:
-            continue  # valid by the constraints but never recorded: Kernel Tuner saw an invalid config
-        if not dataset.gpu_cost(record):
-            continue
-        spent += 1
-        if record.get("status") == "ok" and record["speedup"] >= dataset.target:
-            return {"measurements": spent, "spent": spent}
-    return {"measurements": None, "spent": spent}
+    # Kernel Tuner's evaluations in order, each configuration once; one that is valid by the
+    # constraints but was never recorded is an invalid configuration to Kernel Tuner and costs nothing.
+    keys = dict.fromkeys(tuple(result[n] for n in names) for result in results if result)
+    return measurements_to_target(dataset, [dataset.records[k] for k in keys if k in dataset.records])
 
 
 # ---- surrogate evaluation -------------------------------------------------------------------------

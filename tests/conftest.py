@@ -1,4 +1,5 @@
-"""Shared fixtures: a workspace with one member per role, an outsider, a small problem and a run."""
+"""Shared fixtures: a workspace with one member per role, an outsider, a small problem and a run;
+the llama.cpp server (Gemma 3 270M) that the llm-marked tests talk to, started once per session."""
 from __future__ import annotations
 
 import pytest
@@ -60,3 +61,18 @@ def node(run):
     )
     root = Node.objects.create(run=run, key="n0", kernel=run.problem.reference, origin="root", state=NodeState.MEASURED, speedup=1.0)
     return Node.objects.create(run=run, key="n1", parent=root, kernel=kernel, depth=1, state=NodeState.FORECAST)
+
+
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory):
+    """base_url and model of a llama.cpp server running Gemma 3 270M on a free local port."""
+    from tests.search_engine.llm_server import MODEL_ALIAS, start_server
+
+    process, base_url, log = start_server(tmp_path_factory.mktemp("llm"))
+    yield {"base_url": base_url, "model": MODEL_ALIAS}
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except Exception:
+        process.kill()
+    log.close()

@@ -10,20 +10,6 @@ from tests.lab.helpers import SAXPY_DIR
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(1800)]
 
 
-@pytest.fixture(scope="module")
-def llm_server(tmp_path_factory):
-    from tests.search_engine.llm_server import MODEL_ALIAS, start_server
-
-    process, base_url, log = start_server(tmp_path_factory.mktemp("llm"))
-    yield {"base_url": base_url, "model": MODEL_ALIAS}
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except Exception:
-        process.kill()
-    log.close()
-
-
 def test_a_real_model_is_evaluated_with_tokens_counted_and_answers_cached(llm_server, settings, tmp_path, capsys):
     settings.DATA_DIR = tmp_path
     dataset = tmp_path / "saxpy.jsonl"
