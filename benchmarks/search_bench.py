@@ -3,7 +3,8 @@
   .venv/bin/python benchmarks/search_bench.py [--seeds 10] [--families a,b] [--quick]
 
 Part 1 — GPU measurements needed to reach 95% of the best recorded speedup of each family, over
-seeds: surrogate-assisted PUCT (learned surrogate trained leave-one-problem-out, retrained online),
+seeds: surrogate-assisted PUCT (learned surrogate trained leave-one-problem-out, retrained online;
+it screens --root-children forecast candidates at the root, and is also run without screening),
 PUCT that measures every candidate, random sampling, and Kernel Tuner's strategies in simulation
 mode on a cache file made from the same records. A variant that fails to compile costs no GPU
 measurement in any method (it never reaches the GPU).
@@ -213,16 +214,18 @@ def knob_space(dataset: Dataset) -> KnobSpace:
     return KnobSpace(dataset.knobs, points=[dict(zip(names, key)) for key in dataset.records])
 
 
-def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args) -> dict:
+def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, root_children: int = 0) -> dict:
     port = ReplayPort(dataset)
     policy = PolicySettings(threshold=args.threshold, gpu_budget=len(dataset.records),
                             max_gpu_per_step=args.gpu_per_step, measure_all=measure_all,
+                            min_gpu_per_step=0 if measure_all else args.min_gpu_per_step,
                             min_beat_prob=args.min_beat_prob,
                             conformal_target=args.conformal if args.conformal > 0 else None)
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
-                              children_per_expansion=args.children, seed=seed, retrain_every=args.retrain_every)
+                              children_per_expansion=args.children, root_children=root_children, seed=seed,
+                              retrain_every=args.retrain_every)
     driver = SearchDriver(port=port, generator=TemplateGenerator(knob_space(dataset), dataset.render),
                           surrogate=surrogate, reference=dataset.reference, hardware=dataset.hardware,
                           problem=dataset.problem, settings=settings, reference_ms=dataset.reference_ms)
@@ -423,6 +426,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--gpu-per-step", type=int, default=2)
     parser.add_argument("--children", type=int, default=16,
                         help="children per expansion (template neighbours are cheap to forecast)")
+    parser.add_argument("--root-children", type=int, default=256,
+                        help="children the surrogate PUCT screens at the root (0: --children); measure-all uses --children")
+    parser.add_argument("--min-gpu-per-step", type=int, default=1,
+                        help="measurements a surrogate step makes when no candidate clears --min-beat-prob")
     parser.add_argument("--c", type=float, default=1.0)
     parser.add_argument("--retrain-every", type=int, default=5)
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
@@ -461,10 +468,18 @@ def main(argv=None) -> dict:
             print(f"\n{dataset.name}: {len(dataset.records)} variants, best {dataset.best:.3g}x, "
                   f"target {dataset.target:.3g}x", flush=True)
             results = {}
-            t0 = time.time()
-            runs = [run_puct(dataset, s, copy.deepcopy(models[dataset.name]), False, args) for s in range(args.seeds)]
-            results["puct_surrogate"] = summarise([r["measurements"] for r in runs]) | {
-                "forecasts_mean": statistics.fmean(r["forecasts"] for r in runs), "seconds": time.time() - t0}
+            # The surrogate PUCT screens root_children candidates at the root (forecasts are cheap),
+            # and, for comparison, the same search without screening.
+            configs = [("puct_surrogate", args.root_children)]
+            if args.root_children and not args.skip_baselines:
+                configs.append(("puct_surrogate_unscreened", 0))
+            for method, root_children in configs:
+                t0 = time.time()
+                runs = [run_puct(dataset, s, copy.deepcopy(models[dataset.name]), False, args, root_children)
+                        for s in range(args.seeds)]
+                results[method] = summarise([r["measurements"] for r in runs]) | {
+                    "forecasts_mean": statistics.fmean(r["forecasts"] for r in runs), "seconds": time.time() - t0,
+                    "root_children": root_children}
             if args.skip_baselines:
                 search[dataset.name] = results
                 print(f"  puct_surrogate median {fmt(results['puct_surrogate']['median'])} "
@@ -489,23 +504,31 @@ def main(argv=None) -> dict:
 
     if args.skip_baselines:
         return {"search": search}
-    print(f"\nGPU measurements to reach {args.target:.0%} of the best speedup (median over seeds; — = not reached in any run)")
-    methods = ["puct_surrogate", "puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
-    header = f"{'family':18s}" + "".join(f"{m[:12]:>13s}" for m in methods) + f"{'all/sur':>9s}{'bestKT/sur':>11s}"
-    print(header)
+    print(f"\nGPU measurements to reach {args.target:.0%} of the best speedup, median then mean over seeds "
+          f"(— = not reached in any run; sur: the surrogate PUCT screening {args.root_children} at the root, "
+          f"unscr: the same without screening)")
+    methods = ["puct_surrogate"] + (["puct_surrogate_unscreened"] if args.root_children else []) + \
+        ["puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
     verdicts = {}
-    for name, results in search.items():
-        cells = "".join(fmt(results[m]["median"], 13) for m in methods)
-        sur = results["puct_surrogate"]["median"]
-        allm = results["puct_measure_all"]["median"]
-        kts = [results[f"kt_{s}"]["median"] for s in strategies if results[f"kt_{s}"]["median"] is not None]
-        best_kt = min(kts) if kts else None
-        ratio_all = allm / sur if sur and allm else None
-        ratio_kt = best_kt / sur if sur and best_kt else None
-        verdicts[name] = {"measure_all_over_surrogate": ratio_all, "best_kt_over_surrogate": ratio_kt,
-                          "best_kt_strategy": min(strategies, key=lambda s: results[f"kt_{s}"]["median"] or 1e18)
-                          if strategies else None}
-        print(f"{name:18s}{cells}{fmt(ratio_all, 9, 2)}{fmt(ratio_kt, 11, 2)}")
+    for statistic in ("median", "mean"):
+        print(f"{'family':18s}" + "".join(f"{m.replace('puct_surrogate', 'sur').replace('unscreened', 'unscr')[:12]:>13s}"
+                                          for m in methods) + f"{'all/sur':>9s}{'bestKT/sur':>11s}   ({statistic})")
+        for name, results in search.items():
+            cells = "".join(fmt(results[m][statistic], 13) for m in methods)
+            sur = results["puct_surrogate"][statistic]
+            allm = results["puct_measure_all"][statistic]
+            kts = {s: results[f"kt_{s}"][statistic] for s in strategies if results[f"kt_{s}"][statistic] is not None}
+            best_kt = min(kts.values()) if kts else None
+            ratio_all = allm / sur if sur and allm else None
+            ratio_kt = best_kt / sur if sur and best_kt else None
+            verdicts.setdefault(name, {})[statistic] = {
+                "measure_all_over_surrogate": ratio_all, "best_kt_over_surrogate": ratio_kt,
+                "best_kt_strategy": min(kts, key=kts.get) if kts else None}
+            print(f"{name:18s}{cells}{fmt(ratio_all, 9, 2)}{fmt(ratio_kt, 11, 2)}")
+        three = sum(1 for v in verdicts.values() if (v[statistic]["measure_all_over_surrogate"] or 0) >= 3)
+        beats = sum(1 for v in verdicts.values() if (v[statistic]["best_kt_over_surrogate"] or 0) > 1)
+        print(f"  by the {statistic}: >= 3x fewer than measure-all on {three} of {len(verdicts)}; "
+              f"fewer than the best Kernel Tuner strategy on {beats} of {len(verdicts)}\n")
 
     print("\nZero-shot: measuring every variant in the order of the held-out model's scores, the first to reach"
           " the target comes at (learned / roofline / random expectation):")

@@ -99,6 +99,11 @@ class RunCreateForm(forms.Form):
     confidence_threshold = forms.FloatField(min_value=0.125, max_value=1.0, initial=0.6, help_text="Forecasts at least this confident are trusted; the rest go to the GPU.")
     gpu_budget = forms.IntegerField(min_value=1, max_value=100000, initial=40, label="GPU budget (measurements)")
     children_per_step = forms.IntegerField(min_value=1, max_value=64, initial=4)
+    screening_width = forms.IntegerField(
+        min_value=0, max_value=4096, initial=0, required=False, label="Screening width at the root",
+        help_text="Candidates proposed and forecast when the reference is expanded; the surrogate sends only the "
+                  "most promising to the GPU. 0 uses children per step. Forecasts are cheap: 256 is the "
+                  "benchmarked setting for the template generator (docs/search.md).")
     max_gpu_per_step = forms.IntegerField(min_value=1, max_value=64, initial=2, label="GPU measurements per step")
     max_steps = forms.IntegerField(min_value=1, max_value=100000, initial=60)
     approval_mode = forms.ChoiceField(choices=ApprovalMode.choices, initial=ApprovalMode.AUTO)
@@ -115,6 +120,7 @@ class RunCreateForm(forms.Form):
         self.llm_configured = llm_configured
         if problem is not None and not self.is_bound:
             self.fields["generator"].initial = "template" if problem.family_source else "transform"
+            self.fields["screening_width"].initial = 256 if problem.family_source else 0
             self.fields["surrogate"].initial = "learned"
             # Verifications of an "auto" run go to the target GPU's queue; without a GPU here only the
             # local worker's replay queue is served, so replay is the default that finishes.

@@ -58,6 +58,7 @@ class SearchSettings:
     policy: PolicySettings = field(default_factory=PolicySettings)
     tree: TreeOptions = field(default_factory=TreeOptions)
     children_per_expansion: int = 4
+    root_children: int = 0  # children per expansion of the root (the reference); 0: children_per_expansion
     parents_per_step: int = 1
     discovery_ratio: float = math.sqrt(2)
     seed: int = 0
@@ -279,7 +280,10 @@ class SearchDriver:
             parent_forecast=parent.forecast, problem=self.problem, hardware=self.hardware,
             memory_text=self.memory.render(), known_hashes=set(self.tree.by_hash), rng=self.rng,
         )
-        proposals = self.generator.propose(context, self.settings.children_per_expansion)
+        width = self.settings.children_per_expansion
+        if parent.parent_id is None and self.settings.root_children > 0:
+            width = self.settings.root_children
+        proposals = self.generator.propose(context, width)
         self.tree.record_expansion(parent_id)
         created = []
         for proposal in proposals:

@@ -23,6 +23,10 @@ class PolicySettings:
     threshold: float = 0.6
     gpu_budget: int = 50
     max_gpu_per_step: int = 2
+    # Measurements a step makes even when no candidate clears min_beat_prob. The surrogate learns
+    # only from measurements: a run whose forecasts all say "no better than the best" would
+    # otherwise expand step after step on forecasts that nothing corrects.
+    min_gpu_per_step: int = 1
     approval: str = "auto"  # "auto" | "manual"
     min_beat_prob: float = 0.15
     prune_slowdowns: bool = True
@@ -39,6 +43,8 @@ class PolicySettings:
             raise ValueError("The confidence threshold must be within [0, 1].")
         if self.gpu_budget < 0 or self.max_gpu_per_step < 1:
             raise ValueError("The GPU budget must be >= 0 and at least one measurement per step allowed.")
+        if not 0 <= self.min_gpu_per_step <= self.max_gpu_per_step:
+            raise ValueError("The measurements every step makes must lie between 0 and the most per step.")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,7 +105,8 @@ class SelectivePolicy:
         """Decisions for newly forecast children and for parked ones that may now be measured.
 
         stalled: no node can be expanded; then, rather than end with GPU budget left, the most
-        promising parked children are measured even when they look unlikely to beat the best.
+        promising parked children are measured even when they look unlikely to beat the best. The
+        same happens, for min_gpu_per_step of them, in a step where nothing else is measured.
         """
         s = self.settings
         best = tree.best_measured()
@@ -153,9 +160,13 @@ class SelectivePolicy:
                     to_measure.append(Decision(
                         node.id, "measure", f"parked earlier; P(beats best {best_speedup:.3g}x) = {p_beat:.2f}",
                         priority=p_beat))
-        if stalled and not to_measure:
+        if (stalled or (s.min_gpu_per_step > 0 and not s.measure_all)) and not to_measure:
+            # This step's children just accepted or pruned are still "forecast" on the tree.
+            settled = {d.node_id for d in decisions if d.action in ("accept", "prune")}
             parked = []
             for node in tree.nodes.values():
+                if node.id in settled:
+                    continue
                 # Parked children first; forecast-accepted ones too, since their forecasts may be wrong
                 # (not the pruned ones: they were confidently slower than their parents).
                 unverified = node.state == "accepted-by-forecast" and not node.verification_refused \
@@ -167,8 +178,15 @@ class SelectivePolicy:
                 expected = 0.0 if forecast.abstained else forecast.expected_log_speedup(self.bins)
                 parked.append((p_beat, expected, node.id))
             parked.sort(key=lambda t: (-t[0], -t[1], t[2]))
-            to_measure = [Decision(nid, "measure", f"nothing left to expand; the most promising parked candidate "
+            if stalled:
+                why = "nothing left to expand"
+            else:
+                why = f"no candidate has P(beats best) >= {s.min_beat_prob:.2f}, and every step measures at least one"
+                parked = parked[:s.min_gpu_per_step]
+            to_measure = [Decision(nid, "measure", f"{why}; the most promising parked candidate "
                                    f"(P(beats best) = {p:.2f}) is measured", priority=p) for p, _, nid in parked]
+            chosen = {d.node_id for d in to_measure}
+            decisions = [d for d in decisions if d.node_id not in chosen]  # parked a moment ago
         to_measure.sort(key=lambda d: (-d.priority, d.node_id))
         slots = budget_left if s.measure_all else min(budget_left, s.max_gpu_per_step)
         for d in to_measure:

@@ -31,6 +31,7 @@ def run_create(
     confidence_threshold: float = 0.6,
     gpu_budget: int = 40,
     children_per_step: int = 4,
+    screening_width: int | None = 0,
     max_gpu_per_step: int = 2,
     max_steps: int = 60,
     puct_c: float = 1.0,
@@ -58,6 +59,11 @@ def run_create(
         raise ServiceError("Children per step must be between 1 and 64.")
     if not 1 <= max_gpu_per_step <= 64:
         raise ServiceError("GPU measurements per step must be between 1 and 64.")
+    screening_width = screening_width or 0
+    if not 0 <= screening_width <= 4096:
+        raise ServiceError("The screening width must be between 0 (off) and 4,096 candidates.")
+    if generator == "llm" and screening_width > 64:
+        raise ServiceError("With the LLM generator every screened candidate is an LLM call: keep the screening width at 64 or less.")
     if generator == "template" and not problem.family_source:
         raise ServiceError(f"The template generator needs a problem with knobs; {problem.title} has none. Use the transformation or LLM generator.")
     if objective == "time-energy-cap" and not energy_cap_j:
@@ -92,6 +98,7 @@ def run_create(
         energy_cap_j=energy_cap_j,
         feedback=feedback,
         seed=seed,
+        extra={"root_children": screening_width} if screening_width else {},
     )
     change_record(run=run, kind="run", payload={"status": run.status})
     if start:

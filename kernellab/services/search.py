@@ -151,6 +151,7 @@ class RunContext:
             ),
             tree=TreeOptions(c=run.puct_c, log_rewards=bool(extra.get("log_rewards", True))),
             children_per_expansion=run.children_per_step,
+            root_children=int(extra.get("root_children") or 0),
             discovery_ratio=run.discovery_threshold,
             seed=run.seed,
         )

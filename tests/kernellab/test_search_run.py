@@ -162,3 +162,28 @@ def test_a_learned_surrogate_run_stores_each_revised_forecast_beside_the_first(s
         assert latest.probabilities == pytest.approx(entry["forecast"]["probs"], abs=0.05)
     assert Forecast.objects.filter(node__run=run).count() > Node.objects.filter(run=run).exclude(origin="root").count() - \
         Node.objects.filter(run=run, state=NodeState.FAILED_COMPILE).count()
+
+
+def test_a_run_screens_its_screening_width_at_the_root_and_measures_only_a_few(saxpy, members):
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=3, children_per_step=2, max_gpu_per_step=1, max_steps=2,
+                     screening_width=16)
+    run.refresh_from_db()
+    assert run.extra == {"root_children": 16}
+    assert run.driver_state["settings"]["root_children"] == 16  # a resumed run screens alike
+    root = Node.objects.get(run=run, origin="root")
+    # The reference's expansion proposed and forecast 16 variants; only the budget's 3 were measured.
+    assert Node.objects.filter(run=run, parent=root).count() >= 16
+    assert Node.objects.filter(run=run, state=NodeState.MEASURED).exclude(origin="root").count() <= 3
+    assert run.gpu_used <= 3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"screening_width": 5000}, r"between 0 \(off\) and 4,096"),
+    ({"screening_width": 100, "generator": "llm"}, "every screened candidate is an LLM call"),
+])
+def test_a_screening_width_out_of_range_is_refused(saxpy, members, kwargs, message):
+    from kernellab.services.errors import ServiceError
+
+    with pytest.raises(ServiceError, match=message):
+        run_create(problem=saxpy, user=members["engineer"], **{"generator": "template", **kwargs})

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from search_engine.driver import SearchDriver
+from search_engine.surrogates.base import Forecast
 from tests.search_engine.fakes import FakePort, TableSurrogate, make_driver, reopen
 
 
@@ -122,7 +123,9 @@ def test_a_result_for_a_node_that_was_never_queued_is_refused():
 
 def test_the_reported_best_is_always_measured_and_a_forecast_only_best_is_queued():
     port = FakePort()
-    driver = make_driver(port=port, surrogate=TableSurrogate(confidence=0.9, accuracy=1.0), threshold=0.5)
+    # Without the per-step floor, so that the forecast-only best is what verification_of_best queues.
+    driver = make_driver(port=port, surrogate=TableSurrogate(confidence=0.9, accuracy=1.0), threshold=0.5,
+                         min_gpu_per_step=0)
     for _ in range(30):
         driver.step()
         best_valued = driver.tree.best_valued()
@@ -300,3 +303,33 @@ def test_a_step_moves_on_when_the_selected_parent_has_nothing_new():
     assert all(r.created or r.measured_requests for r in reports)
     assert any(len(r.expanded) > 1 for r in reports), "some step went on past an exhausted parent"
     assert reports[-1].step == len(reports) == driver.step_count
+
+
+class PessimistSurrogate(TableSurrogate):
+    """Uncertain, and sure of one thing: nothing beats the reference (so the bar is never cleared)."""
+
+    def forecast_many(self, requests):
+        self.calls += len(requests)
+        return [Forecast.from_probs([0.45, 0.4, 0.1, 0.05, 0, 0, 0, 0], surrogate="table@1") for _ in requests]
+
+
+def test_a_run_whose_forecasts_say_nothing_helps_still_measures_and_learns_every_step():
+    floor = make_driver(surrogate=PessimistSurrogate(), threshold=0.6)
+    for _ in range(3):
+        assert len(floor.step().measured_requests) == 1  # one, not max_gpu_per_step: the bar was not cleared
+    assert len(floor.surrogate.learned_rows) == 2  # retrained after 1 and 2 measured rows (then 4, 8 ...)
+    silent = make_driver(surrogate=PessimistSurrogate(), threshold=0.6, min_gpu_per_step=0)
+    assert [silent.step().measured_requests for _ in range(3)] == [[], [], []]
+    assert silent.surrogate.learned_rows == []
+
+
+def test_the_root_is_screened_wider_than_other_parents():
+    driver = make_driver(root_children=10)
+    first = driver.step()
+    assert first.expanded == [0] and len(first.created) == 10
+    for _ in range(6):
+        report = driver.step()
+        for parent in report.expanded:
+            if parent != 0:
+                assert sum(1 for n in driver.tree.nodes.values() if n.parent_id == parent) <= 4 * driver.tree.nodes[parent].expansions
+    assert reopen(driver).settings.root_children == 10

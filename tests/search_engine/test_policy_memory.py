@@ -50,8 +50,25 @@ def test_uncertain_children_that_could_beat_the_best_go_to_the_gpu_at_most_k_per
 
 def test_an_uncertain_child_unlikely_to_beat_the_best_is_parked():
     tree, ids = tree_with_children([Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0])])
-    decisions = SelectivePolicy(PolicySettings(threshold=0.7)).decide(tree, ids, 10)
+    decisions = SelectivePolicy(PolicySettings(threshold=0.7, min_gpu_per_step=0)).decide(tree, ids, 10)
     assert decisions[0].action == "park"
+
+
+def test_a_step_where_nothing_clears_the_bar_still_measures_its_most_promising_candidate():
+    unlikely = [Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
+                Forecast.from_probs([0.2, 0.5, 0.2, 0.1, 0, 0, 0, 0]),
+                Forecast.from_probs([0.6, 0.3, 0.1, 0, 0, 0, 0, 0])]
+    tree, ids = tree_with_children(unlikely)
+    decisions = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2)).decide(tree, ids, 10)
+    measured = [d for d in decisions if d.action == "measure"]
+    # One (the default floor), not two: the second slot is only for candidates that clear the bar.
+    assert [d.node_id for d in measured] == [ids[1]]
+    assert "every step measures at least one" in measured[0].reason
+    assert [d.action for d in decisions if d.node_id != ids[1]] == ["park", "park"]
+    # Never beyond the budget, and never in a measure-all run (which measures everything anyway).
+    assert not [d for d in SelectivePolicy(PolicySettings(threshold=0.7)).decide(tree, ids, 0) if d.action == "measure"]
+    with pytest.raises(ValueError, match="between 0 and the most per step"):
+        PolicySettings(max_gpu_per_step=1, min_gpu_per_step=2)
 
 
 def test_an_abstention_is_deferred_to_the_gpu():
@@ -135,7 +152,7 @@ def test_a_stalled_search_measures_its_most_promising_parked_children():
     unlikely = [Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
                 Forecast.from_probs([0.1, 0.3, 0.3, 0.2, 0.1, 0, 0, 0])]
     tree, ids = tree_with_children(unlikely)
-    policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1))
+    policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1, min_gpu_per_step=0))
     assert [d.action for d in policy.decide(tree, ids, 10)] == ["park", "park"]
     assert policy.decide(tree, [], 10) == []
     stalled = policy.decide(tree, [], 10, stalled=True)
