@@ -64,6 +64,49 @@ def test_the_state_is_plain_json():
     assert json.loads(json.dumps(state)) == state
 
 
+def test_the_state_keeps_each_source_once_compressed_and_restores_it():
+    driver = make_driver(seed=3)
+    driver.run(max_steps=5)
+    state = driver.state_dict()
+    nodes = state["tree"]["nodes"]
+    assert len(nodes) > 5
+    assert all("source" not in n["candidate"] and isinstance(n["candidate"]["source_ref"], int) for n in nodes)
+    assert state["sources"]["count"] == len({n.candidate["source"] for n in driver.tree.nodes.values()})
+    resumed = reopen(driver)
+    assert [n.candidate for n in resumed.tree.nodes.values()] == [n.candidate for n in driver.tree.nodes.values()]
+    assert all(resumed.tree.by_hash[n.candidate_hash] == n.id for n in driver.tree.nodes.values())
+    assert "source" not in state["tree"]["nodes"][1]["candidate"]  # loading left the saved state alone
+
+
+def test_a_version_1_state_with_sources_inline_still_loads():
+    driver = make_driver(seed=4)
+    driver.run(max_steps=4)
+    old = json.loads(json.dumps(driver.state_dict()))
+    old["version"] = 1
+    old.pop("sources")
+    old["tree"]["nodes"] = [{**raw, "candidate": node.candidate}
+                            for raw, node in zip(old["tree"]["nodes"], driver.tree.nodes.values())]
+    resumed = SearchDriver.from_state(old, port=FakePort(), generator=None, surrogate=TableSurrogate())
+    assert [n.candidate for n in resumed.tree.nodes.values()] == [n.candidate for n in driver.tree.nodes.values()]
+
+
+@pytest.mark.parametrize("damage", ["encoding", "data", "count", "ref"])
+def test_a_damaged_state_is_refused_with_a_sentence(damage):
+    driver = make_driver(seed=5)
+    driver.run(max_steps=3)
+    state = json.loads(json.dumps(driver.state_dict()))
+    if damage == "encoding":
+        state["sources"]["encoding"] = "gzip"
+    elif damage == "data":
+        state["sources"]["data"] = state["sources"]["data"][:40]
+    elif damage == "count":
+        state["sources"]["count"] += 1
+    else:
+        state["tree"]["nodes"][1]["candidate"]["source_ref"] = 10_000
+    with pytest.raises(ValueError, match="Search state"):
+        SearchDriver.from_state(state, port=FakePort(), generator=None, surrogate=TableSurrogate())
+
+
 def test_the_same_seed_gives_the_same_search_and_another_seed_another():
     a, b, c = make_driver(seed=1), make_driver(seed=1), make_driver(seed=2)
     for d in (a, b, c):
