@@ -400,6 +400,49 @@ def summarise(values: list) -> dict:
             "reached": len(reached), "runs": len(values), "values": values}
 
 
+def bootstrap_verdicts(search: dict, strategies: list[str], statistic: str, draws: int = 4000, seed: int = 0) -> dict:
+    """How sure the verdicts are: the seeds of every method resampled with replacement, together for
+    all families in each draw. Per family, a 95% interval of measure-all / surrogate and the share of
+    draws where it is >= 3 or where the surrogate needs fewer than the best Kernel Tuner strategy; over
+    families, the share of draws where each holds on most of them (more than half)."""
+    rng = np.random.default_rng(seed)
+    stat = np.median if statistic == "median" else np.mean
+
+    def values(summary):
+        return np.array([v for v in summary["values"] if v is not None], dtype=float)
+
+    families = {}
+    for name, results in search.items():
+        kts = [values(results[f"kt_{s}"]) for s in strategies]
+        families[name] = (values(results["puct_surrogate"]), values(results["puct_measure_all"]),
+                          [v for v in kts if len(v)])
+    ratios = {name: np.full(draws, np.nan) for name in families}
+    beats = {name: np.zeros(draws, dtype=bool) for name in families}
+    for i in range(draws):
+        for name, (sur, allm, kts) in families.items():
+            if not len(sur):
+                continue
+            s = stat(rng.choice(sur, len(sur)))
+            if len(allm):
+                ratios[name][i] = stat(rng.choice(allm, len(allm))) / s
+            if kts:
+                beats[name][i] = min(stat(rng.choice(k, len(k))) for k in kts) > s
+    most = len(families) // 2 + 1
+    three_count = sum((np.nan_to_num(r) >= 3).astype(int) for r in ratios.values())
+    beat_count = sum(b.astype(int) for b in beats.values())
+    out = {"statistic": statistic, "draws": draws, "most": most, "families": {}}
+    for name in families:
+        r = ratios[name]
+        ok = r[~np.isnan(r)]
+        out["families"][name] = {
+            "measure_all_over_surrogate_95": [float(np.percentile(ok, 2.5)), float(np.percentile(ok, 97.5))] if len(ok) else None,
+            "p_three_times": float(np.mean(np.nan_to_num(r) >= 3)),
+            "p_fewer_than_best_kt": float(np.mean(beats[name]))}
+    out["p_three_times_on_most"] = float(np.mean(three_count >= most))
+    out["p_fewer_than_best_kt_on_most"] = float(np.mean(beat_count >= most))
+    return out
+
+
 def fmt(x, width=9, digits=1):
     if x is None:
         return "—".rjust(width)
@@ -509,7 +552,7 @@ def main(argv=None) -> dict:
           f"unscr: the same without screening)")
     methods = ["puct_surrogate"] + (["puct_surrogate_unscreened"] if args.root_children else []) + \
         ["puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
-    verdicts = {}
+    verdicts, bootstrap = {}, {}
     for statistic in ("median", "mean"):
         print(f"{'family':18s}" + "".join(f"{m.replace('puct_surrogate', 'sur').replace('unscreened', 'unscr')[:12]:>13s}"
                                           for m in methods) + f"{'all/sur':>9s}{'bestKT/sur':>11s}   ({statistic})")
@@ -528,7 +571,16 @@ def main(argv=None) -> dict:
         three = sum(1 for v in verdicts.values() if (v[statistic]["measure_all_over_surrogate"] or 0) >= 3)
         beats = sum(1 for v in verdicts.values() if (v[statistic]["best_kt_over_surrogate"] or 0) > 1)
         print(f"  by the {statistic}: >= 3x fewer than measure-all on {three} of {len(verdicts)}; "
-              f"fewer than the best Kernel Tuner strategy on {beats} of {len(verdicts)}\n")
+              f"fewer than the best Kernel Tuner strategy on {beats} of {len(verdicts)}")
+        boot = bootstrap_verdicts(search, strategies, statistic)
+        bootstrap[statistic] = boot
+        print(f"  seeds resampled {boot['draws']} times: " + "; ".join(
+            f"{name} all/sur 95% [{fmt(f['measure_all_over_surrogate_95'] and f['measure_all_over_surrogate_95'][0], 0, 2)}, "
+            f"{fmt(f['measure_all_over_surrogate_95'] and f['measure_all_over_surrogate_95'][1], 0, 2)}] "
+            f"P(>=3x) {f['p_three_times']:.2f} P(<KT) {f['p_fewer_than_best_kt']:.2f}"
+            for name, f in boot["families"].items()))
+        print(f"  P(>= 3x on {boot['most']}+ of {len(verdicts)}) = {boot['p_three_times_on_most']:.2f}; "
+              f"P(fewer than the best Kernel Tuner on {boot['most']}+) = {boot['p_fewer_than_best_kt_on_most']:.2f}\n")
 
     print("\nZero-shot: measuring every variant in the order of the held-out model's scores, the first to reach"
           " the target comes at (learned / roofline / random expectation):")
@@ -555,7 +607,7 @@ def main(argv=None) -> dict:
         "seeds": args.seeds, "target_fraction": args.target,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "datasets": {d.name: {"variants": len(d.records), "ok": len(d.rows), "best": d.best} for d in all_datasets},
-        "search": search, "verdicts": verdicts, "surrogate_lopo": evaluation,
+        "search": search, "verdicts": verdicts, "bootstrap": bootstrap, "surrogate_lopo": evaluation,
         "seconds": time.time() - started,
     }
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
