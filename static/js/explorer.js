@@ -20,6 +20,11 @@
   const SIBLING_GAP = 14;      // tidy layout: distance between neighbours
   const FAILED = new Set(["failed-compile", "failed-correctness", "failed-runtime"]);
   const RECONNECT_MAX_MS = 10000;
+  // A parent with more than FOLD_MIN leaf children standing on a forecast (a run screening 256
+  // candidates at the root has hundreds) shows them as one "+N" mark; clicking it shows them.
+  const FOLD_MIN = 12;
+  const FOLDABLE = new Set(["proposed", "forecast", "accepted", "pruned"]);
+  const FOLD_STYLE = { id: "fold", kind: "fold", colour: "rgb(140,146,160)", alpha: 1 };
 
   // ---- state ------------------------------------------------------------------------------
   const nodes = new Map();       // key -> node record (payload fields + layout)
@@ -35,6 +40,10 @@
   let selectedKey = root.dataset.selected || null;
   let hoverKey = null;
   let layoutMode = "tidy";
+  let folding = true;            // fold the forecast-only leaves of wide parents
+  const unfolded = new Set();    // parent keys shown in full although folding is on
+  const foldOf = new Map();      // hidden node key -> the "+N" mark standing for it
+  const foldMarks = new Map();   // parent key -> its "+N" mark
   let bestKey = null;
   let searchBest = null;         // the search's own best ({node, speedup}); it knows the objective
   let gpuBudget = null;
@@ -96,16 +105,21 @@
       nodes.set(p.key, n);
       layoutDirty = true;
       notYetShown.push(p.key);
-      // Until the next layout, a new node stands just beyond its parent.
+      // Until the next layout, a new node stands just beyond its parent (or joins its parent's "+N").
       const parent = p.parent != null ? nodes.get(p.parent) : null;
-      if (parent && ordered.length) {
+      const mark = parent ? foldMarks.get(parent.key) : null;
+      if (mark && FOLDABLE.has(p.state)) {
+        mark.members.push(n);
+        mark.count++;
+        foldOf.set(p.key, mark);
+      } else if (parent && ordered.length) {
         n.x = parent.x + (layoutMode === "tidy" ? DEPTH_GAP : 0.3 * DEPTH_GAP);
         n.y = parent.y + (Math.random() - 0.5) * SIBLING_GAP;
         ordered.push(n);
         edges.push([parent, n]);
       }
-    } else if (n.parent !== p.parent) {
-      layoutDirty = true;
+    } else if (n.parent !== p.parent || FOLDABLE.has(n.state) !== FOLDABLE.has(p.state)) {
+      layoutDirty = true;          // moved, or now (un)foldable
     }
     Object.assign(n, p);
     n.style = style(n);
@@ -162,6 +176,20 @@
     }
     for (const list of kids.values()) list.sort((a, b) => a.id - b.id);
     roots.sort((a, b) => a.id - b.id);
+    foldOf.clear();
+    foldMarks.clear();
+    if (folding) {
+      for (const [parentKey, list] of kids) {
+        if (unfolded.has(parentKey)) continue;
+        const leaves = list.filter(n => FOLDABLE.has(n.state) && !kids.has(n.key) && n.key !== selectedKey);
+        if (leaves.length <= FOLD_MIN) continue;
+        const hidden = new Set(leaves);
+        const mark = { key: "+" + parentKey, fold: true, parent: parentKey, members: leaves, count: leaves.length, style: FOLD_STYLE, x: 0, y: 0 };
+        kids.set(parentKey, list.filter(n => !hidden.has(n)).concat([mark]));
+        foldMarks.set(parentKey, mark);
+        for (const n of leaves) foldOf.set(n.key, mark);
+      }
+    }
     const top = roots.length === 1 ? roots[0] : { key: "__forest__", virtual: true };
     const children = d => (d.virtual ? roots : kids.get(d.key) || null);
     const h = d3.hierarchy(top, children);
@@ -317,8 +345,10 @@
     const r = tiny ? 1.6 / k : NODE_R;
     const shownNow = Date.now();
     const buckets = new Map();
+    const marks = [];
     for (const n of ordered) {
       if (!visible(n)) continue;
+      if (n.fold) { marks.push(n); continue; }
       let bucket = buckets.get(n.style.id);
       if (!bucket) buckets.set(n.style.id, bucket = { style: n.style, list: [] });
       bucket.list.push(n);
@@ -347,6 +377,7 @@
       }
     }
     ctx.globalAlpha = 1;
+    if (marks.length) drawFolds(marks, tiny, r);
     if (!tiny) drawMarkers(now, r, visible);
     drawSelection(r);
 
@@ -392,6 +423,27 @@
       ctx.lineWidth = 2.5; ctx.strokeStyle = "#e6a000";
       ctx.beginPath(); ctx.arc(b.x, b.y, r + 6, 0, 2 * Math.PI); ctx.stroke();
     }
+  }
+
+  // A "+N" mark: a pill with the number of children it stands for.
+  function drawFolds(marks, tiny, r) {
+    ctx.beginPath();
+    for (const m of marks) {
+      const w = tiny ? 2 * r : 12 + 5 * String(m.count).length, h = tiny ? 2 * r : 11;
+      if (ctx.roundRect) ctx.roundRect(m.x - w / 2 + r, m.y - h / 2, w, h, h / 2);
+      else ctx.rect(m.x - w / 2 + r, m.y - h / 2, w, h);
+    }
+    ctx.fillStyle = "#eef0f4";
+    ctx.fill();
+    ctx.lineWidth = 1;
+    ctx.strokeStyle = FOLD_STYLE.colour;
+    ctx.stroke();
+    if (tiny) return;
+    ctx.fillStyle = "#2d3340";
+    ctx.font = "8px system-ui, sans-serif";
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    for (const m of marks) ctx.fillText("+" + m.count, m.x + r, m.y + 0.5);
   }
 
   function star(path, cx, cy, outer) {
@@ -509,7 +561,8 @@
     const rect = canvas.getBoundingClientRect();
     if (drag && !drag.moved) {
       const n = pick(ev.clientX - rect.left, ev.clientY - rect.top);
-      if (n) select(n.key);
+      if (n && n.fold) unfold(n.parent);
+      else if (n) select(n.key);
     }
     drag = null;
   });
@@ -530,6 +583,18 @@
   });
 
   function describe(n) {
+    if (n.fold) {
+      const byState = {};
+      let best = null;
+      for (const m of n.members) {
+        byState[m.state] = (byState[m.state] || 0) + 1;
+        if (m.bin && (best === null || midpoints[m.bin - 1] > best)) best = midpoints[m.bin - 1];
+      }
+      const parent = nodes.get(n.parent);
+      return "+" + n.count + " children of " + (parent ? parent.name || parent.key : n.parent) + " not measured (" +
+        Object.entries(byState).map(([state, count]) => count + " " + state).join(", ") + ")" +
+        (best !== null ? " · best forecast about " + best.toFixed(2) + "×" : "") + " · click to show them";
+    }
     const parts = [(n.name || n.key) + " (" + n.key + ")", n.state];
     if (n.speedup) parts.push(n.speedup.toFixed(3) + "× measured");
     if (n.bin) parts.push("forecast bin " + n.bin + (n.confidence != null ? " at " + n.confidence.toFixed(2) : ""));
@@ -540,8 +605,31 @@
   }
 
   // ---- the node panel -----------------------------------------------------------------------
+  // Show the folded children of one parent, keeping that parent where it is on the screen.
+  function unfold(parentKey) {
+    unfolded.add(parentKey);
+    relayoutKeeping(parentKey);
+  }
+
+  function relayoutKeeping(key) {
+    const n = nodes.get(key);
+    const before = n ? { x: n.x, y: n.y } : null;
+    computeLayout();
+    if (before) {
+      transform = { k: transform.k, x: transform.x + (before.x - n.x) * transform.k, y: transform.y + (before.y - n.y) * transform.k };
+    }
+    following = false;
+    drawDirty = true;
+    requestFrame();
+  }
+
   function select(key, options = {}) {
     if (!nodes.has(key)) return false;
+    if (foldOf.has(key)) {           // a hidden node: show its siblings first
+      unfolded.add(foldOf.get(key).parent);
+      layoutDirty = true;
+      if (!options.centre) relayoutKeeping(foldOf.get(key).parent);
+    }
     selectedKey = key;
     drawDirty = true;
     requestFrame();
@@ -586,6 +674,14 @@
       layoutMode = layoutMode === "tidy" ? "radial" : "tidy";
       button.textContent = layoutMode === "tidy" ? "Radial" : "Tidy";
       computeLayout();
+      fit();
+    } else if (tool === "fold") {
+      folding = !folding;
+      unfolded.clear();
+      button.textContent = folding ? "Show all" : "Fold";
+      button.setAttribute("aria-pressed", String(!folding));
+      computeLayout();
+      following = true;
       fit();
     }
   }));
@@ -672,6 +768,15 @@
     get connected() { return !!socket && socket.readyState === WebSocket.OPEN; },
     node: key => (nodes.has(key) ? Object.assign({}, nodes.get(key)) : null),
     keys: () => Array.from(nodes.keys()),
+    folds: () => Array.from(foldMarks.values(), m => ({ parent: m.parent, count: m.count, key: m.key })),
+    isFolded: key => foldOf.has(key),
+    foldPosition: parentKey => {
+      const m = foldMarks.get(parentKey);
+      if (!m) return null;
+      const rect = canvas.getBoundingClientRect();
+      return { x: rect.left + transform.x + (m.x + NODE_R) * transform.k, y: rect.top + transform.y + m.y * transform.k };
+    },
+    describeFold: parentKey => (foldMarks.has(parentKey) ? describe(foldMarks.get(parentKey)) : null),
     bestPath: () => Array.from(bestPath),
     firstShown: key => firstShown.get(key) || null,
     firstShownAll: () => Object.fromEntries(firstShown),

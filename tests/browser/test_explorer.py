@@ -294,3 +294,42 @@ def test_what_others_do_shows_up_without_a_reload(server, feed, browser_as):
     feed("comment", run=run, key="t1", body="Looks memory bound to me.")
     expect(page.locator("#panel-comments")).to_contain_text("Looks memory bound to me.")
     expect(page.locator("#panel-comments")).to_contain_text("approver")
+
+
+def test_a_wide_parent_folds_its_forecast_only_leaves_into_one_mark(server, feed, browser_as, artifacts):
+    run = feed("create_run", name="screened run")
+    leaves = [{"key": f"s{i}", "parent": "n0", "bin": 4 + i % 3, "confidence": 0.4} for i in range(20)]
+    feed("add_nodes", run=run, nodes=leaves + [
+        {"key": "m1", "parent": "n0", "state": "measured", "speedup": 1.8},
+        {"key": "m1a", "parent": "m1", "bin": 6, "confidence": 0.5},
+        {"key": "m1b", "parent": "m1", "state": "queued", "bin": 6, "confidence": 0.5}])
+    page = browser_as("engineer")
+    open_explorer(page, server, run)
+    wait_for(page, "window.klExplorer.size === 24 && window.klExplorer.folds().length === 1")
+    assert page.evaluate("window.klExplorer.folds()") == [{"parent": "n0", "count": 20, "key": "+n0"}]
+    assert page.evaluate("window.klExplorer.isFolded('s3')") and not page.evaluate("window.klExplorer.isFolded('m1a')")
+    assert "+20 children" in page.evaluate("window.klExplorer.describeFold('n0')")
+    expect(page.locator('[data-count="forecast"]')).to_have_text("22")  # the counts are of every node
+    page.screenshot(path=str(artifacts / "explorer-folded.png"))
+
+    # A new forecast joins the mark; a folded leaf that goes to the GPU leaves it.
+    feed("add_node", run=run, key="s20", parent="n0", bin=5, confidence=0.3, probabilities=ONEHOT_6)
+    wait_for(page, "window.klExplorer.folds().length === 1 && window.klExplorer.folds()[0].count === 21")
+    feed("set_node", run=run, key="s4", state="queued")
+    wait_for(page, "!window.klExplorer.isFolded('s4') && window.klExplorer.folds()[0].count === 20")
+
+    # Clicking the mark shows the leaves; "Show all" and "Fold" switch folding off and on.
+    position = page.evaluate("window.klExplorer.foldPosition('n0')")
+    page.mouse.click(position["x"], position["y"])
+    wait_for(page, "window.klExplorer.folds().length === 0 && !window.klExplorer.isFolded('s3')")
+    page.click("button[data-tool=fold]")
+    expect(page.locator("button[data-tool=fold]")).to_have_text("Fold")
+    page.click("button[data-tool=fold]")
+    expect(page.locator("button[data-tool=fold]")).to_have_text("Show all")
+    wait_for(page, "window.klExplorer.folds().length === 1")
+
+    # Finding a folded node opens its group and its panel.
+    page.fill("#node-find", "s7")
+    page.press("#node-find", "Enter")
+    page.wait_for_selector("#node-panel .panel[data-node='s7']")
+    wait_for(page, "!window.klExplorer.isFolded('s7') && window.klExplorer.folds().length === 0")
