@@ -574,11 +574,11 @@ def main(argv=None) -> dict:
               f"fewer than the best Kernel Tuner strategy on {beats} of {len(verdicts)}")
         boot = bootstrap_verdicts(search, strategies, statistic)
         bootstrap[statistic] = boot
-        print(f"  seeds resampled {boot['draws']} times: " + "; ".join(
-            f"{name} all/sur 95% [{fmt(f['measure_all_over_surrogate_95'] and f['measure_all_over_surrogate_95'][0], 0, 2)}, "
-            f"{fmt(f['measure_all_over_surrogate_95'] and f['measure_all_over_surrogate_95'][1], 0, 2)}] "
-            f"P(>=3x) {f['p_three_times']:.2f} P(<KT) {f['p_fewer_than_best_kt']:.2f}"
-            for name, f in boot["families"].items()))
+        print(f"  seeds resampled {boot['draws']} times:{'all/sur 95%':>22s}{'P(>=3x)':>9s}{'P(<best KT)':>13s}")
+        for name, f in boot["families"].items():
+            interval = f["measure_all_over_surrogate_95"]
+            span = f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "—"
+            print(f"    {name:30s}{span:>16s}{f['p_three_times']:9.2f}{f['p_fewer_than_best_kt']:13.2f}")
         print(f"  P(>= 3x on {boot['most']}+ of {len(verdicts)}) = {boot['p_three_times_on_most']:.2f}; "
               f"P(fewer than the best Kernel Tuner on {boot['most']}+) = {boot['p_fewer_than_best_kt_on_most']:.2f}\n")
 

@@ -5,7 +5,7 @@
         result = runner.measure(problem, candidate, seed=1)
 """
 from .candidate import Candidate, check_candidate, reference_candidate, source_hash
-from .family import enumerate_variants, render_variant, variant_id
+from .family import enumerate_variants, render_variant, valid_variants, variant_id
 from .result import (CompileDiagnostic, CompileReport, CompilerFacts, Energy, Hardware, MeasurementResult,
                      TimingStats)
 from .runner import Runner, gpu_present
@@ -16,7 +16,7 @@ __all__ = [
     "Candidate", "CompileDiagnostic", "CompileReport", "CompilerFacts", "CudaReference", "Energy", "Hardware",
     "MeasureSettings", "MeasurementResult", "Problem", "RECORD_SETTINGS", "Reference", "Runner", "SpecError",
     "TimingStats", "check_candidate", "enumerate_variants", "gpu_present", "load_problem", "parse_problem",
-    "record_family", "reference_candidate", "render_variant", "source_hash", "variant_id",
+    "record_family", "reference_candidate", "render_variant", "source_hash", "valid_variants", "variant_id",
 ]
 
 

@@ -113,11 +113,11 @@ class RunContext:
             family = self.spec.family
             if family is None:
                 raise ServiceError("The template generator needs a problem with knobs.")
-            from gpu_runner.family import enumerate_variants  # the runner's family knows the constraints
+            from gpu_runner.family import valid_variants  # the runner's family knows the constraints
 
             space = KnobSpace(
                 knobs={name: list(values) for name, values in family.knobs.items()},
-                points=list(enumerate_variants(self.spec)),
+                points=valid_variants(self.spec),
             )
             return TemplateGenerator(space, self.render)
         if run.generator == "transform":

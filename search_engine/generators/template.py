@@ -122,8 +122,17 @@ class TemplateGenerator:
         rng = context.rng
         proposals: list[Proposal] = []
         if not parent_knobs or not self.space.valid(parent_knobs):
-            # The reference has no knobs: start from valid random points of the family.
-            for _ in range(self.random_tries):
+            # The reference has no knobs: start from random points of the family, each at most once
+            # (drawing with replacement gave ~175 distinct points where a screening width asked 256).
+            if self.space.points:
+                order = list(range(len(self.space.points)))
+                rng.shuffle(order)
+                for i in order:
+                    if len(proposals) >= n:
+                        break
+                    self._take(dict(self.space.points[i]), None, known, proposals)
+                return proposals
+            for _ in range(max(self.random_tries, 4 * n)):
                 if len(proposals) >= n:
                     break
                 knobs = self.space.random_config(rng)

@@ -16,6 +16,28 @@ def test_it_enumerates_only_variants_that_meet_the_constraints():
     assert variants[0] == {"BLOCK": 128, "ITEMS": 1, "VEC": 1}
 
 
+def test_valid_variants_are_enumerated_once_per_spec_and_handed_out_as_copies(monkeypatch):
+    import dataclasses
+
+    import gpu_runner.family as family
+
+    problem = saxpy_problem()
+    calls = []
+    real = family.enumerate_variants
+    monkeypatch.setattr(family, "enumerate_variants", lambda p: calls.append(p.spec_hash) or real(p))
+    monkeypatch.setattr(family, "_VARIANTS", type(family._VARIANTS)())
+    first = family.valid_variants(problem)
+    assert first == list(real(problem)) and calls == [problem.spec_hash]
+    first[0]["BLOCK"] = -1  # a caller's change does not reach the next caller
+    assert family.valid_variants(problem) == list(real(problem)) and len(calls) == 1
+    changed = parse_problem((PROBLEMS / "saxpy" / "problem.toml").read_text().replace("<= 4096", "<= 2048"),
+                            "x", "// template")
+    assert len(family.valid_variants(changed)) < len(first) and len(calls) == 2  # another spec, another walk
+    unhashed = dataclasses.replace(problem, spec_hash="")
+    family.valid_variants(unhashed), family.valid_variants(unhashed)
+    assert len(calls) == 4  # without a hash nothing is remembered
+
+
 def test_a_rendered_variant_defines_its_knobs_and_binds_them_in_the_launch():
     problem = saxpy_problem()
     candidate = render_variant(problem, {"BLOCK": 256, "ITEMS": 2, "VEC": 4})

@@ -51,6 +51,27 @@ def test_template_starts_from_valid_random_points_when_the_parent_has_no_knobs()
     assert len(proposals) == 4 and all(space().valid(p.candidate["knobs"]) for p in proposals)
 
 
+def test_a_wide_start_screens_as_many_distinct_points_as_it_asks_for():
+    # 300 valid points; drawing with replacement used to stop near 200 tries with ~150 distinct.
+    knobs = {"A": list(range(30)), "B": list(range(10))}
+    sp = KnobSpace(knobs, points=[{"A": a, "B": b} for a in range(30) for b in range(10)])
+
+    def render_point(k):
+        return make_candidate(f"#define A {k['A']}\n#define B {k['B']}\n__global__ void k() {{}}",
+                              [{"kernel": "k", "grid": ["1"], "block": [1], "shared": "0", "args": []}], knobs=k)
+
+    generator = TemplateGenerator(sp, render_point)
+    wide = generator.propose(context(REFERENCE), 256)
+    assert len(wide) == 256 and len({candidate_hash(p.candidate) for p in wide}) == 256
+    known = {candidate_hash(p.candidate) for p in wide}
+    rest = generator.propose(context(REFERENCE, known=known, seed=1), 256)
+    assert len(rest) == 44 and not known & {candidate_hash(p.candidate) for p in rest}  # the family's other 44
+    assert generator.propose(context(REFERENCE, known=known | {candidate_hash(p.candidate) for p in rest}), 8) == []
+    # The same seed draws the same start points.
+    again = TemplateGenerator(sp, render_point).propose(context(REFERENCE), 256)
+    assert [p.candidate["knobs"] for p in again] == [p.candidate["knobs"] for p in wide]
+
+
 def test_a_knob_space_rejects_configurations_that_break_a_constraint():
     sp = KnobSpace({"A": [1, 2], "B": ["x", "y"]}, ["A == 1 or B == 'y'", lambda k: k["A"] < 3])
     assert sp.valid({"A": 1, "B": "x"})
