@@ -659,8 +659,8 @@ def _unpack_sources(state: dict) -> dict:
         raise ValueError(f"Search state sources are in an unknown encoding {packed.get('encoding')!r}.")
     try:
         sources = json.loads(zlib.decompress(base64.b64decode(packed["data"])))
-    except (ValueError, zlib.error) as exc:
-        raise ValueError(f"Search state sources are damaged: {exc}") from None
+    except (KeyError, TypeError, ValueError, zlib.error) as exc:
+        raise ValueError(f"Search state sources are damaged: {exc!r}") from None
     if len(sources) != packed.get("count"):
         raise ValueError(f"Search state holds {len(sources)} sources where it says {packed.get('count')}.")
     nodes = []

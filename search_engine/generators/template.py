@@ -130,7 +130,8 @@ class TemplateGenerator:
                 for i in order:
                     if len(proposals) >= n:
                         break
-                    self._take(dict(self.space.points[i]), None, known, proposals)
+                    if self.space.valid(self.space.points[i]):  # points and constraints may both be given
+                        self._take(dict(self.space.points[i]), None, known, proposals)
                 return proposals
             for _ in range(max(self.random_tries, 4 * n)):
                 if len(proposals) >= n:

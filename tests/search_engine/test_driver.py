@@ -90,7 +90,7 @@ def test_a_version_1_state_with_sources_inline_still_loads():
     assert [n.candidate for n in resumed.tree.nodes.values()] == [n.candidate for n in driver.tree.nodes.values()]
 
 
-@pytest.mark.parametrize("damage", ["encoding", "data", "count", "ref"])
+@pytest.mark.parametrize("damage", ["encoding", "data", "missing", "count", "ref"])
 def test_a_damaged_state_is_refused_with_a_sentence(damage):
     driver = make_driver(seed=5)
     driver.run(max_steps=3)
@@ -99,6 +99,8 @@ def test_a_damaged_state_is_refused_with_a_sentence(damage):
         state["sources"]["encoding"] = "gzip"
     elif damage == "data":
         state["sources"]["data"] = state["sources"]["data"][:40]
+    elif damage == "missing":
+        del state["sources"]["data"]
     elif damage == "count":
         state["sources"]["count"] += 1
     else:
