@@ -187,8 +187,6 @@ def test_a_generator_answer_without_usable_code_is_refused_with_a_reason(answer,
 
 
 def test_a_sparse_enumerated_space_still_yields_start_points_and_nearby_variants():
-    import itertools
-
     knobs = {f"K{i}": list(range(6)) for i in range(8)}  # 1.7 million combinations, 30 of them valid
     rng = random.Random(3)
     points = [{k: rng.choice(v) for k, v in knobs.items()} for _ in range(30)]
