@@ -630,7 +630,7 @@ def _summary(result: dict) -> dict:
 # ---- compact state ---------------------------------------------------------------------------
 # Sources are most of a state (a template variant is ~10 KB, and a run screening 256 candidates at
 # the root holds hundreds of them) and nearly alike, so they are kept apart from the nodes, once
-# each, compressed: an sgemm run of 640 nodes saves 1.8 MB per step instead of 8.4 MB. Everything
+# each, compressed: an sgemm run of 638 nodes saves 1.8 MB per step instead of 8.4 MB. Everything
 # else stays plain JSON that the app (and a person in the admin) can read.
 
 def _pack_sources(tree: dict) -> dict:
