@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from gpu_runner import Candidate, SpecError, load_problem, parse_problem
@@ -105,6 +107,10 @@ def test_vendor_kind_and_inputs_are_checked():
         parse_problem(text.replace("cupy_sum", "cudnn_conv"), source)
     with pytest.raises(SpecError, match="vendor.inputs"):
         parse_problem(text.replace('kind = "cupy_sum"', 'kind = "cublas_sgemm"'), source)
+    with pytest.raises(SpecError, match="cublas_sgemv takes 2 input"):
+        parse_problem(text.replace('kind = "cupy_sum"', 'kind = "cublas_sgemv"'), source)
+    gemv = load_problem(Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "gemv")
+    assert (gemv.vendor.kind, gemv.vendor.inputs, gemv.vendor.output) == ("cublas_sgemv", ("A", "x"), "y")
 
 
 def test_a_candidate_dict_round_trips_and_is_checked_against_the_problem():

@@ -20,7 +20,7 @@ PROBLEMS_DIR = Path(__file__).resolve().parents[2] / "kernellab" / "problems"
 sys.path.insert(0, str(PROBLEMS_DIR / "tools"))
 import variants  # noqa: E402
 
-EXPECTED = {"sgemm", "reduce_sum", "softmax", "rmsnorm", "transpose", "histogram256"}
+EXPECTED = {"sgemm", "reduce_sum", "softmax", "rmsnorm", "transpose", "histogram256", "gemv", "conv2d"}
 PER_FAMILY = (400, 900)
 TOTAL = 3000
 # Extensions of docs/contracts.md ("Bundled problems: extensions to the spec") that
@@ -38,7 +38,7 @@ def knob_spaces(problems) -> dict[str, list[dict]]:
     return {name: p.knob_space() for name, p in problems.items()}
 
 
-def test_the_library_holds_the_six_problems(problems):
+def test_the_library_holds_the_eight_problems(problems):
     assert EXPECTED <= set(problems)
 
 
@@ -46,7 +46,7 @@ def test_every_spec_names_its_parts_consistently(problems):
     for name, problem in problems.items():
         spec = problem.spec
         assert spec["problem"]["name"] == name == problem.folder.name
-        assert spec["vendor"]["kind"] in {"cublas_sgemm", "cupy_sum", "cupy_transpose", "cupy_softmax", "none"}
+        assert spec["vendor"]["kind"] in {"cublas_sgemm", "cublas_sgemv", "cupy_sum", "cupy_transpose", "cupy_softmax", "none"}
         assert {"flops", "bytes"} <= set(spec["roofline"]), name
         arg_names = {a["name"] for a in spec["args"]}
         outputs = [a for a in spec["args"] if a["role"] == "output"]

@@ -49,6 +49,17 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
         return {"y": x * scale * inputs["w"].astype(cp.float64)[None, :]}
     if name == "transpose":
         return {"out": cp.ascontiguousarray(inputs["inp"].T)}
+    if name == "gemv":
+        return {"y": inputs["A"].astype(cp.float64) @ inputs["x"].astype(cp.float64)}
+    if name == "conv2d":
+        x = cp.pad(inputs["inp"].astype(cp.float64), 2)
+        w = inputs["w"].astype(cp.float64)
+        H, W = inputs["inp"].shape
+        out = cp.zeros((H, W), dtype=cp.float64)
+        for a in range(5):
+            for b in range(5):
+                out += w[a, b] * x[a:a + H, b:b + W]
+        return {"out": out}
     if name == "histogram256":
         return {"hist": cp.bincount(inputs["data"].astype(cp.int32), minlength=256).astype(cp.uint32)}
     raise KeyError(name)
@@ -57,6 +68,8 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
 def vendor_call(cp, kind: str, inputs: dict, outputs: dict):
     if kind == "cublas_sgemm":
         return lambda: cp.matmul(inputs["A"], inputs["B"], out=outputs["C"])
+    if kind == "cublas_sgemv":
+        return lambda: cp.matmul(inputs["A"], inputs["x"], out=outputs["y"])
     if kind == "cupy_sum":
         return lambda: cp.sum(inputs["x"], out=outputs["out"].reshape(()))
     if kind == "cupy_transpose":

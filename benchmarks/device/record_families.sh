@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call (kind nvidia-h200), carrying .whl and .cubins (compile_variants.py output):
+#   1. check_families.py on $PROBLEMS (every variant on every size case against float64),
+#   2. gpu_runner.record for each problem that passed, resuming from its records if they exist.
+# Everything lands under $OUT; RECORD_S caps the seconds spent recording each problem.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1
+day=$(date -u +%F)
+PROBLEMS=${PROBLEMS:?set PROBLEMS=a,b}
+nvidia-smi -L | tee "$OUT/nvidia-smi.txt"
+if [ "${CHECK:-1}" = 1 ]; then
+  echo "== check"; SECONDS=0
+  timeout "${CHECK_S:-200}" python3 kernellab/problems/tools/check_families.py --out "$OUT/check" --cubins .cubins \
+    --problems "$PROBLEMS" --nvrtc-sample 4 2>&1 | tee "$OUT/check_log_$day.txt"
+  echo "check took $SECONDS s"
+fi
+for p in ${PROBLEMS//,/ }; do
+  if [ "${CHECK:-1}" = 1 ]; then
+    ok=$(python3 -c "import json,sys; s=json.load(open('$OUT/check/summary_$p.json')); print(int(not s['failed'] and not any(r.get('error') for r in s['reference'])))" 2>/dev/null || echo 0)
+    [ "$ok" = 1 ] || { echo "$p: the check failed, not recording"; continue; }
+  fi
+  echo "== record $p"; SECONDS=0
+  [ -f "kernellab/problems/$p/records/h200.jsonl.gz" ] && cp "kernellab/problems/$p/records/h200.jsonl.gz" "$OUT/${p}_h200.jsonl.gz"
+  timeout "${RECORD_S:-280}" python3 -m gpu_runner.record "kernellab/problems/$p" --out "$OUT/${p}_h200.jsonl.gz" \
+    --profile-sample "${PROFILE_SAMPLE:-50}" 2>&1 | tail -8 | tee "$OUT/${p}_record_log_$day.txt"
+  echo "$p record took $SECONDS s"
+done
