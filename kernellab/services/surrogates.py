@@ -46,7 +46,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
     key = (exclude_problem, gpu)
     with _lock:
         if key not in _learned:
-            cache = settings.DATA_DIR / f"learned-surrogate-{gpu}-without-{exclude_problem}-{_records_stamp()}.pkl"
+            # "centred": models saved before the centred target (an absolute one) are not reused.
+            cache = settings.DATA_DIR / f"learned-surrogate-centred-{gpu}-without-{exclude_problem}-{_records_stamp()}.pkl"
             if cache.exists():
                 model = LearnedSurrogate.load(cache)
             else:

@@ -5,6 +5,14 @@ differences against the reference). The classifier is scikit-learn's HistGradien
 bins, made ordinal-aware by blending with cumulative "S > edge" classifiers, then calibrated with a
 temperature fitted on out-of-fold predictions. CPU only; forecast_many works on a batch at once.
 Retrained online from the run's own measurements through learn(rows).
+
+Targets (`target`): "centred" (the default) trains on each recorded problem's speedups divided by
+that problem's geometric mean, so the model learns which variants of a problem are fast relative to
+the others, not how bad each problem's reference happened to be (which no feature of a new
+problem's candidates tells). Its forecasts are shifted by a level learned from the run's own
+measurements, starting from the recorded problems' average level (for a model trained on one
+problem, that problem's level, so it forecasts its own variants as an absolute model would).
+"absolute" trains on the speedups as measured.
 """
 
 from __future__ import annotations
@@ -56,9 +64,13 @@ class LearnedSurrogate:
                  learning_rate: float = 0.08, max_leaf_nodes: int = 15, l2_regularization: float = 1.0,
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
                  version: str = "1", threads: int | None = 1, online: str = "local",
-                 local_prior_rows: float = 8.0, local_min_sigma: float = 0.15) -> None:
+                 local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
+                 level_prior_rows: float = 1.0) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
+        if target not in ("centred", "absolute"):
+            raise ValueError("The training target must be 'centred' (speedups relative to each problem's "
+                             "geometric mean) or 'absolute'.")
         self.bins = bins
         self.seed = seed
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
@@ -73,6 +85,10 @@ class LearnedSurrogate:
         self.online = online
         self.local_prior_rows = local_prior_rows
         self.local_min_sigma = local_min_sigma
+        self.target = target
+        self.level_prior_rows = level_prior_rows
+        self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
+        self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
         self._local: _Local | None = None
         self._base_X = np.zeros((0, len(feature_names())))
         self._base_y = np.zeros(0, dtype=int)
@@ -82,9 +98,16 @@ class LearnedSurrogate:
 
     # ---- training -----------------------------------------------------------------------------
     def fit(self, rows: list[dict], groups: list | None = None) -> "LearnedSurrogate":
-        """Train from recorded measurements: rows with a positive speedup (failures are skipped)."""
+        """Train from recorded measurements: rows with a positive speedup (failures are skipped).
+        groups names each row's problem; the centred target centres each group on its own."""
+        g_all = list(groups) if groups is not None else [0] * len(rows)
+        self._prior_level = 0.0
+        if self.target == "centred":
+            rows, centres = _centred(rows, g_all)
+            self._prior_level = float(np.mean(np.log(list(centres.values())))) if centres else 0.0
         X, y, kept = self._xy(rows)
-        g = [groups[i] for i in kept] if groups is not None else [0] * len(kept)
+        g = [g_all[i] for i in kept]
+        self._level = self._prior_level
         self._base_X, self._base_y, self._base_groups = X, y, g
         with threadpool_limits(limits=self.threads, user_api="openmp"):
             self._fitted = self._train(X, y, g, np.ones(len(y)))
@@ -98,10 +121,11 @@ class LearnedSurrogate:
         features) predicts log speedup with a spread; its forecast is blended in with the weight
         that _local_weight gives it. refit: the recorded rows are refitted together with the run's.
         """
+        self._learn_level(rows)
         if self.online == "local":
             self._learn_local(rows)
             return
-        X, y, _ = self._xy(rows)
+        X, y, _ = self._xy(_centred(rows, ["__run__"] * len(rows))[0] if self.target == "centred" else rows)
         if len(y) == 0:
             return
         all_X = np.vstack([self._base_X, X])
@@ -111,6 +135,28 @@ class LearnedSurrogate:
         with threadpool_limits(limits=self.threads, user_api="openmp"):
             self._learn(all_X, all_y, groups, weights)
         self.trained_rows = len(all_y)
+
+    def _learn_level(self, rows: list[dict]) -> None:
+        """The centred model's level: the mean gap between the run's log speedups and the model's
+        forecasts of them, shrunk towards the recorded problems' level by level_prior_rows pseudo rows."""
+        if self.target != "centred" or self._fitted is None:
+            self._level = 0.0
+            return
+        kept = [r for r in rows if r.get("speedup") and math.isfinite(r["speedup"]) and r["speedup"] > 0]
+        if not kept:
+            self._level = self._prior_level
+            return
+        X = _matrix([_row_request(r) for r in kept])
+        with threadpool_limits(limits=self.threads, user_api="openmp"):
+            relative = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+        gaps = np.log([r["speedup"] for r in kept]) - relative @ np.log(np.asarray(self.bins.representatives()))
+        k = self.level_prior_rows
+        self._level = float((gaps.sum() + k * self._prior_level) / (len(gaps) + k))
+
+    def _base_probs(self, X: np.ndarray) -> np.ndarray:
+        """The recorded-data model's bin probabilities, tempered and moved to the run's level."""
+        probs = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+        return _shift_bins(probs, self._level, self.bins) if self._level else probs
 
     def _learn_local(self, rows: list[dict]) -> None:
         kept = [r for r in rows if r.get("speedup") and math.isfinite(r["speedup"]) and r["speedup"] > 0]
@@ -164,7 +210,7 @@ class LearnedSurrogate:
             return 1.0 / (1.0 + math.exp(-prior))
         X = _matrix([q for q, s in zip(requests, seen) if s])
         with threadpool_limits(limits=self.threads, user_api="openmp"):
-            base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+            base = self._base_probs(X)
         bins = np.array([self.bins.bin_of(math.exp(v)) for v in y[seen]])
         rows = np.arange(len(bins))
         local = _normal_bins(oob_mu[seen], np.full(len(bins), math.sqrt(error_var)), self.bins)
@@ -179,7 +225,7 @@ class LearnedSurrogate:
         ranks well and overrule it where it does not)."""
         if self._fitted is not None:
             if base is None:
-                base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+                base = self._base_probs(X)
             prior = (base @ np.log(np.asarray(self.bins.representatives())))[:, None]
         else:
             prior = np.zeros((len(requests), 1))
@@ -280,7 +326,7 @@ class LearnedSurrogate:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
         with threadpool_limits(limits=self.threads, user_api="openmp"):
-            base = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature) if self._fitted else None
+            base = self._base_probs(X) if self._fitted else None
             if self._local is None:
                 return base, None, None
             local, mu, sigma = self._local_forecast(requests, X, base)
@@ -335,7 +381,8 @@ class LearnedSurrogate:
         if not isinstance(model, cls):
             raise ValueError(f"{path} does not hold a learned surrogate.")
         for name, value in (("threads", 1), ("online", "local"), ("local_prior_rows", 8.0),
-                            ("local_min_sigma", 0.15), ("_local", None)):
+                            ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
+                            ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -357,6 +404,37 @@ def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarra
     cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
     probs = np.clip(np.diff(cdf, axis=1), 0, None) + _EPS
     return probs / probs.sum(axis=1, keepdims=True)
+
+
+def _centred(rows: list[dict], groups: list) -> tuple[list[dict], dict]:
+    """Rows with each group's speedups divided by the group's geometric mean (failures kept as they
+    are), and the geometric means by group."""
+    logs: dict = {}
+    for row, group in zip(rows, groups):
+        speedup = row.get("speedup")
+        if speedup is not None and math.isfinite(speedup) and speedup > 0:
+            logs.setdefault(group, []).append(math.log(speedup))
+    centre = {group: math.exp(sum(v) / len(v)) for group, v in logs.items()}
+    out = [dict(row, speedup=row["speedup"] / centre[group]) if group in centre and row.get("speedup")
+           and math.isfinite(row["speedup"]) and row["speedup"] > 0 else row for row, group in zip(rows, groups)]
+    return out, centre
+
+
+def _shift_bins(probs: np.ndarray, shift: float, bins: BinTable) -> np.ndarray:
+    """Bin probabilities after adding `shift` to log speedup, each bin's mass spread evenly in log
+    speedup over the bin (the end bins over a span as wide as prob_above gives them)."""
+    k = bins.n_bins
+    edges = np.log(np.asarray(bins.edges, dtype=float))
+    reps = np.log(np.asarray(bins.representatives(), dtype=float))
+    lo = np.concatenate([[2 * reps[0] - edges[0]], edges])
+    hi = np.concatenate([edges, [2 * reps[-1] - edges[-1]]])
+    target_lo = np.concatenate([[-np.inf], edges])
+    target_hi = np.concatenate([edges, [np.inf]])
+    a, b = lo + shift, hi + shift
+    overlap = np.clip(np.minimum(b[:, None], target_hi[None, :]) - np.maximum(a[:, None], target_lo[None, :]), 0, None)
+    transfer = overlap / (hi - lo)[:, None]
+    out = probs @ transfer
+    return out / out.sum(axis=1, keepdims=True)
 
 
 _DEFINE = __import__("re").compile(r"^\s*#\s*define\s+(\w+)\s+(\S+)\s*$", __import__("re").M)

@@ -360,7 +360,8 @@ def _requests_of(rows):
 
 
 def test_the_runs_own_rows_take_over_only_where_the_recorded_data_misjudges_the_problem(trained, tmp_path):
-    model, train, test = trained
+    _, train, test = trained
+    model = LearnedSurrogate(seed=0, target="absolute").fit(train)
     model.save(tmp_path / "m.joblib")
     rows = test[:8]
     agreeing = LearnedSurrogate.load(tmp_path / "m.joblib")
@@ -373,6 +374,54 @@ def test_the_runs_own_rows_take_over_only_where_the_recorded_data_misjudges_the_
     assert contradicting._local.weight > 0.95
     assert contradicting._local.weight > agreeing._local.weight
     assert "weighted" in contradicting.forecast(_requests_of(test[8:9])[0]).reasoning
+
+
+def test_the_centred_model_moves_to_the_runs_level_and_hands_over_a_ranking_it_gets_wrong(trained, tmp_path):
+    model, train, test = trained
+    assert model.target == "centred"
+    # Trained on one problem, it starts at that problem's level: it forecasts like an absolute model.
+    level = math.log(np.exp(np.mean(np.log([r["speedup"] for r in train]))))
+    assert model._level == pytest.approx(level)
+    model.save(tmp_path / "m.joblib")
+    rows, reqs = test[:8], _requests_of(test[:8])
+    others = _requests_of(test[8:40])
+
+    def learnt(speedups):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, speedups)])
+        return m
+
+    agreeing = learnt([r["speedup"] for r in rows])
+    shifted = learnt([40 * r["speedup"] for r in rows])
+    reversed_ = learnt([1 / r["speedup"] for r in rows])
+    # Every variant 40x faster than recorded: the level moves by about log 40 (shrunk by one pseudo
+    # row), the recorded ranking still holds, so the run's rows do not take over.
+    assert shifted._level - agreeing._level == pytest.approx(math.log(40) * 8 / 9, abs=0.15)
+    assert shifted._local.weight < 0.9
+    before = np.array([f.expected_log_speedup() for f in LearnedSurrogate.load(tmp_path / "m.joblib").forecast_many(others)])
+    after = np.array([f.expected_log_speedup() for f in shifted.forecast_many(others)])
+    assert np.median(after - before) > 2.0
+    # The run ranks its variants the other way round: no level explains that, so its rows win.
+    assert reversed_._local.weight > max(agreeing._local.weight, shifted._local.weight)
+
+
+def test_the_centred_target_centres_each_problem_on_its_own():
+    from search_engine.surrogates.learned import _centred, _shift_bins
+
+    rows = [{"speedup": 2.0}, {"speedup": 8.0}, {"speedup": 0.5}, {"speedup": 0.125}, {"speedup": None}]
+    out, centres = _centred(rows, ["a", "a", "b", "b", "b"])
+    assert centres == {"a": pytest.approx(4.0), "b": pytest.approx(0.25)}
+    assert [r["speedup"] for r in out] == [pytest.approx(0.5), pytest.approx(2.0), pytest.approx(2.0),
+                                           pytest.approx(0.5), None]
+    # Moving bin probabilities along log speedup keeps their mass and order; no move changes nothing.
+    probs = np.array([[0.1, 0.2, 0.3, 0.2, 0.1, 0.05, 0.03, 0.02]])
+    assert np.allclose(_shift_bins(probs, 0.0, DEFAULT_BINS), probs)
+    up = _shift_bins(probs, math.log(4.0), DEFAULT_BINS)
+    reps = np.log(DEFAULT_BINS.representatives())
+    assert up.sum() == pytest.approx(1.0) and (up @ reps) > (probs @ reps) + 0.5
+    assert _shift_bins(probs, 50.0, DEFAULT_BINS)[0, -1] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="centred"):
+        LearnedSurrogate(target="median")
 
 
 def test_after_learning_a_forecast_also_gives_a_continuous_log_speedup_that_ranks_within_a_bin(trained, tmp_path):
