@@ -47,7 +47,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
     with _lock:
         if key not in _learned:
             # "centred": models saved before the centred target (an absolute one) are not reused.
-            cache = settings.DATA_DIR / f"learned-surrogate-centred-{gpu}-without-{exclude_problem}-{_records_stamp()}.pkl"
+            name = f"learned-surrogate-centred-{gpu}-without-{exclude_problem}-{_records_stamp()}.pkl"
+            cache = settings.DATA_DIR / name
             if cache.exists():
                 model = LearnedSurrogate.load(cache)
             else:

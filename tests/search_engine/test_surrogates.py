@@ -398,7 +398,8 @@ def test_the_centred_model_moves_to_the_runs_level_and_hands_over_a_ranking_it_g
     # row), the recorded ranking still holds, so the run's rows do not take over.
     assert shifted._level - agreeing._level == pytest.approx(math.log(40) * 8 / 9, abs=0.15)
     assert shifted._local.weight < 0.9
-    before = np.array([f.expected_log_speedup() for f in LearnedSurrogate.load(tmp_path / "m.joblib").forecast_many(others)])
+    fresh = LearnedSurrogate.load(tmp_path / "m.joblib")
+    before = np.array([f.expected_log_speedup() for f in fresh.forecast_many(others)])
     after = np.array([f.expected_log_speedup() for f in shifted.forecast_many(others)])
     assert np.median(after - before) > 2.0
     # The run ranks its variants the other way round: no level explains that, so its rows win.
