@@ -142,24 +142,28 @@ class LearnedSurrogate:
         if self.target != "centred" or self._fitted is None:
             self._level = 0.0
             return
-        kept = [r for r in rows if r.get("speedup") and math.isfinite(r["speedup"]) and r["speedup"] > 0]
+        kept = _measured(rows)
         if not kept:
             self._level = self._prior_level
             return
         X = _matrix([_row_request(r) for r in kept])
         with threadpool_limits(limits=self.threads, user_api="openmp"):
-            relative = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+            relative = self._relative_probs(X)
         gaps = np.log([r["speedup"] for r in kept]) - relative @ np.log(np.asarray(self.bins.representatives()))
         k = self.level_prior_rows
         self._level = float((gaps.sum() + k * self._prior_level) / (len(gaps) + k))
 
+    def _relative_probs(self, X: np.ndarray) -> np.ndarray:
+        """The recorded-data model's tempered bin probabilities, before any move to the run's level."""
+        return _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+
     def _base_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's bin probabilities, tempered and moved to the run's level."""
-        probs = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+        probs = self._relative_probs(X)
         return _shift_bins(probs, self._level, self.bins) if self._level else probs
 
     def _learn_local(self, rows: list[dict]) -> None:
-        kept = [r for r in rows if r.get("speedup") and math.isfinite(r["speedup"]) and r["speedup"] > 0]
+        kept = _measured(rows)
         if len(kept) < 2:
             self._local = None
             return
@@ -406,6 +410,11 @@ def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarra
     return probs / probs.sum(axis=1, keepdims=True)
 
 
+def _measured(rows: list[dict]) -> list[dict]:
+    """The rows with a positive, finite speedup."""
+    return [r for r in rows if r.get("speedup") and math.isfinite(r["speedup"]) and r["speedup"] > 0]
+
+
 def _centred(rows: list[dict], groups: list) -> tuple[list[dict], dict]:
     """Rows with each group's speedups divided by the group's geometric mean (failures kept as they
     are), and the geometric means by group."""
@@ -423,7 +432,6 @@ def _centred(rows: list[dict], groups: list) -> tuple[list[dict], dict]:
 def _shift_bins(probs: np.ndarray, shift: float, bins: BinTable) -> np.ndarray:
     """Bin probabilities after adding `shift` to log speedup, each bin's mass spread evenly in log
     speedup over the bin (the end bins over a span as wide as prob_above gives them)."""
-    k = bins.n_bins
     edges = np.log(np.asarray(bins.edges, dtype=float))
     reps = np.log(np.asarray(bins.representatives(), dtype=float))
     lo = np.concatenate([[2 * reps[0] - edges[0]], edges])
