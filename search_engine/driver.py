@@ -368,8 +368,11 @@ class SearchDriver:
             self._set_state(node, "forecast", forecast.abstain_reason if forecast.abstained else "")
 
     def _apply(self, decisions: list[Decision]) -> list[int]:
+        """Accepts, prunes and parks first; then the verification of a forecast-only best, ahead of
+        the step's other measurements (its priority is above theirs); then those."""
         requested = []
-        for d in decisions:
+        settled = [d for d in decisions if d.action != "measure"]
+        for d in settled:
             node = self.tree.nodes[d.node_id]
             if d.action == "accept":
                 self.counters["accepted_by_forecast"] += 1
@@ -385,12 +388,13 @@ class SearchDriver:
                 self._lesson_from_forecast(node)
             elif d.action == "park":
                 node.reason = d.reason
-            elif d.action == "measure" and self._request_measurement(node, d.reason):
-                requested.append(node.id)
         verify = self.policy.verification_of_best(self.tree)
-        if verify is not None and verify.node_id not in requested:
-            if self._request_measurement(self.tree.nodes[verify.node_id], verify.reason):
-                requested.append(verify.node_id)
+        if verify is not None and self._request_measurement(self.tree.nodes[verify.node_id], verify.reason):
+            requested.append(verify.node_id)
+        for d in decisions:
+            if d.action == "measure" and d.node_id not in requested \
+                    and self._request_measurement(self.tree.nodes[d.node_id], d.reason):
+                requested.append(d.node_id)
         return requested
 
     def _request_measurement(self, node, reason: str) -> bool:

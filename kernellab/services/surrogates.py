@@ -64,12 +64,14 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
 
 
 def _records_stamp() -> str:
-    """Changes whenever a recorded dataset changes, so a cached model is never stale."""
+    """Changes whenever a recorded dataset or the feature set changes, so a cached model is never stale."""
     import hashlib
 
     from kernellab.services.problems import bundled_dir
 
-    digest = hashlib.sha256()
+    from search_engine.surrogates.features import feature_names
+
+    digest = hashlib.sha256(" ".join(feature_names()).encode())
     for path in sorted(bundled_dir().glob("*/records/*.jsonl.gz")):
         stat = path.stat()
         digest.update(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())

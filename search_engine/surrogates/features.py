@@ -85,6 +85,9 @@ LAUNCH_FEATURES = ["launches", "threads_per_block", "grid_blocks", "log_total_th
                    "block_dims", "grid_dims", "waves", "tail_efficiency", "work_per_thread_log"]
 COMPILER_FEATURES = ["registers", "static_shared_bytes", "spill_stores", "spill_loads", "stack_bytes",
                      "occupancy", "blocks_per_sm", "compile_option_fast_math", "compile_option_maxrreg"]
+# Memory-level parallelism, the usual limit of memory-bound kernels (Little's law): the threads
+# resident on an SM, the widest load type, and their product with the literal trip counts.
+PARALLELISM_FEATURES = ["sm_fill", "log_resident_threads_per_sm", "load_bytes", "log_bytes_in_flight_per_sm"]
 HARDWARE_FEATURES = ["sm_count", "bandwidth_gbs", "fp32_tflops", "cc_major"]
 PROBLEM_FEATURES = ["log_flops", "log_bytes", "log_intensity", "log_roofline_ms", "log_reference_headroom",
                     "log_reference_ms"]
@@ -308,6 +311,35 @@ def compiler_features(facts: dict | None, candidate: Candidate, threads_per_bloc
     return out
 
 
+_LOAD_BYTES = {"float4": 16, "int4": 16, "uint4": 16, "double2": 16, "float2": 8, "int2": 8, "uint2": 8,
+               "double": 8, "half2": 4, "__half2": 4, "__nv_bfloat162": 4}
+
+
+@lru_cache(maxsize=8192)
+def _load_bytes(source: str) -> float:
+    code, defines = _preprocess(source)
+    tokens = set(_TOKEN.findall(code))
+    widths = [b for t, b in _LOAD_BYTES.items() if t in tokens]
+    return float(max(widths)) if widths else 4.0
+
+
+def parallelism_features(source: str, launch: dict, comp: dict, hardware: dict) -> dict:
+    hw = _hardware(hardware)
+    tpb, grid = launch.get("threads_per_block"), launch.get("grid_blocks")
+    per_sm = comp.get("blocks_per_sm")
+    nan = {name: math.nan for name in PARALLELISM_FEATURES}
+    if not tpb or not grid or math.isnan(tpb) or math.isnan(grid):
+        return nan
+    sms = float(hw["sm_count"])
+    blocks = min(per_sm, math.ceil(grid / sms)) if per_sm and not math.isnan(per_sm) else math.ceil(grid / sms)
+    resident = max(1.0, blocks * tpb)
+    load = _load_bytes(source)
+    trips = source_features(source)[SOURCE_FEATURES.index("max_trip")]
+    in_flight = resident * load * max(1.0, min(float(trips), 16.0))
+    return {"sm_fill": min(1.0, grid / sms), "log_resident_threads_per_sm": math.log(resident),
+            "load_bytes": load, "log_bytes_in_flight_per_sm": math.log(in_flight)}
+
+
 def problem_features(problem: dict, hardware: dict, reference_ms: float | None) -> dict:
     hw = _hardware(hardware)
     sizes = problem.get("sizes") or {}
@@ -346,7 +378,8 @@ def _maybe_eval(expression, sizes) -> float | None:
 def feature_names() -> list[str]:
     cand = [f"cand_{n}" for n in SOURCE_FEATURES + LAUNCH_FEATURES]
     delta = [f"delta_{n}" for n in SOURCE_FEATURES + LAUNCH_FEATURES]
-    return cand + delta + COMPILER_FEATURES + HARDWARE_FEATURES + PROBLEM_FEATURES + ["delta_registers"]
+    return (cand + delta + COMPILER_FEATURES + HARDWARE_FEATURES + PROBLEM_FEATURES + ["delta_registers"]
+            + PARALLELISM_FEATURES)
 
 
 def request_features(request) -> np.ndarray:
@@ -364,12 +397,14 @@ def request_features(request) -> np.ndarray:
     comp = compiler_features(request.compiler_facts, request.candidate, cand_launch["threads_per_block"],
                              cand_launch["dyn_shared_bytes"], request.hardware)
     ref_regs = (request.reference_compiler_facts or {}).get("registers")
+    parallelism = parallelism_features(request.candidate.get("source", ""), cand_launch, comp, hw)
     hardware = [float(hw["sm_count"]), float(hw["memory_bandwidth_gbs"]), float(hw["fp32_tflops"]),
                 _cc_major(hw.get("compute_capability"))]
     row = np.concatenate([
         cand_src, cand_l, cand_src - ref_src, cand_l - ref_l,
         [comp[n] for n in COMPILER_FEATURES], hardware, [problem[n] for n in PROBLEM_FEATURES],
         [comp["registers"] - ref_regs if ref_regs is not None else math.nan],
+        [parallelism[n] for n in PARALLELISM_FEATURES],
     ])
     return row.astype(float)
 

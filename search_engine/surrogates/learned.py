@@ -109,6 +109,7 @@ class LearnedSurrogate:
         g = [g_all[i] for i in kept]
         self._level = self._prior_level
         self._base_X, self._base_y, self._base_groups = X, y, g
+        self.feature_names = feature_names()
         with threadpool_limits(limits=self.threads, user_api="openmp"):
             self._fitted = self._train(X, y, g, np.ones(len(y)))
         self.trained_rows = len(y)
@@ -384,6 +385,10 @@ class LearnedSurrogate:
         model = joblib.load(path)
         if not isinstance(model, cls):
             raise ValueError(f"{path} does not hold a learned surrogate.")
+        if model._base_X.shape[1] != len(feature_names()) or \
+                model.__dict__.get("feature_names", feature_names()) != feature_names():
+            raise ValueError(f"{path} was trained on another set of features than this version computes; "
+                             "train it again.")
         for name, value in (("threads", 1), ("online", "local"), ("local_prior_rows", 8.0),
                             ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0)):

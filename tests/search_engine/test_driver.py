@@ -183,6 +183,30 @@ def test_the_reported_best_is_always_measured_and_a_forecast_only_best_is_queued
     assert verifications
 
 
+class ConfidentOnlyForVec4(TableSurrogate):
+    """Sure of the true bin for VEC 4 variants, uniform (uncertain) for the rest."""
+
+    def forecast_many(self, requests):
+        out = super().forecast_many(requests)
+        for i, request in enumerate(requests):
+            if (request.candidate.get("knobs") or {}).get("VEC") != 4:
+                out[i] = Forecast.from_probs([1 / 8] * 8, surrogate="table@1", reasoning="no idea")
+        return out
+
+
+def test_a_forecast_only_best_is_verified_before_the_steps_other_measurements():
+    port = FakePort()
+    driver = make_driver(port=port, surrogate=ConfidentOnlyForVec4(confidence=0.99, accuracy=1.0), threshold=0.9,
+                         root_children=24, min_beat_prob=0.01)
+    report = driver.step()
+    assert len(report.measured_requests) >= 2  # the verification and the uncertain ones
+    first = driver.tree.nodes[port.requests[0]]
+    assert first.candidate["knobs"]["VEC"] == 4 and first.forecast["confidence"] >= 0.9
+    reasons = [e["reason"] for e in port.events if e["type"] == "state-changed" and e["node_id"] == first.id]
+    assert any("forecast-only" in r for r in reasons)
+    assert all(driver.tree.nodes[n].candidate["knobs"]["VEC"] != 4 for n in port.requests[1:])
+
+
 def test_confident_slowdowns_are_pruned_and_never_expanded():
     driver = make_driver(surrogate=TableSurrogate(confidence=0.95, accuracy=1.0), threshold=0.5)
     driver.run(max_steps=40)

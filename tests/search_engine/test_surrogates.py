@@ -295,6 +295,14 @@ def test_the_learned_surrogate_saves_and_loads(trained, tmp_path):
     reqs = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
                             reference_ms=0.5) for r in test]
     assert np.allclose(again.predict_proba(reqs), model.predict_proba(reqs))
+    # A model saved before the features changed is refused with a reason, not used with wrong columns.
+    import copy
+
+    older = copy.deepcopy(model)
+    older.feature_names = older.feature_names[:-1] + ["a_feature_of_an_older_version"]
+    older.save(tmp_path / "old.joblib")
+    with pytest.raises(ValueError, match="another set of features"):
+        LearnedSurrogate.load(tmp_path / "old.joblib")
 
 
 @pytest.mark.parametrize("online", ["local", "refit"])
@@ -454,3 +462,40 @@ def test_prob_above_reads_the_continuous_part_where_there_is_one():
     assert prob_above(f, 6.0) > 0.99 and prob_above(g, 6.0) < 0.01
     again = Forecast.from_dict(json.loads(json.dumps(f.to_dict())))
     assert again == f and again.log_mean == pytest.approx(math.log(7.0))
+
+
+def test_the_memory_parallelism_features_follow_the_grid_the_occupancy_and_the_load_width():
+    from search_engine.surrogates.features import feature_names, request_features
+
+    names = feature_names()
+
+    def feats(knobs, n=1 << 24, registers=32):
+        q = request(knobs)
+        q.problem = dict(PROBLEM, sizes={"N": n})
+        q.compiler_facts = {"registers": registers, "shared_bytes": 0}
+        row = request_features(q)
+        return {k: row[names.index(k)] for k in ("sm_fill", "log_resident_threads_per_sm", "load_bytes",
+                                                  "log_bytes_in_flight_per_sm")}
+
+    wide = feats({"BLOCK": 256, "ITEMS": 2, "VEC": 4, "ALGO": "naive"})
+    assert wide["sm_fill"] == 1.0
+    assert math.exp(wide["log_resident_threads_per_sm"]) == pytest.approx(2048)  # 8 blocks of 256 fill an SM
+    # The family's float loads widen only through the loop (no vector type), so the width stays 4 bytes,
+    # and the loop's literal trip count (ITEMS * VEC = 8) multiplies what each thread has in flight.
+    assert wide["load_bytes"] == 4.0
+    assert math.exp(wide["log_bytes_in_flight_per_sm"]) == pytest.approx(2048 * 4 * 8)
+    # A grid of 32 blocks on 132 SMs leaves most SMs idle and one block on each busy one.
+    small = feats({"BLOCK": 256, "ITEMS": 2, "VEC": 4, "ALGO": "naive"}, n=32 * 256 * 8)
+    assert small["sm_fill"] == pytest.approx(32 / 132)
+    assert math.exp(small["log_resident_threads_per_sm"]) == pytest.approx(256)
+    # Registers cap the blocks resident on an SM: 128 registers per thread allow two blocks of 256.
+    heavy = feats({"BLOCK": 256, "ITEMS": 2, "VEC": 4, "ALGO": "naive"}, registers=128)
+    assert math.exp(heavy["log_resident_threads_per_sm"]) == pytest.approx(512)
+
+
+def test_the_load_width_is_the_widest_vector_type_the_variant_keeps():
+    from search_engine.surrogates.features import _load_bytes
+
+    assert _load_bytes("#define V 4\n#if V == 4\ntypedef float4 v_t;\n#else\ntypedef float v_t;\n#endif\n") == 16
+    assert _load_bytes("#define V 2\n#if V == 4\ntypedef float4 v_t;\n#elif V == 2\ntypedef float2 v_t;\n#endif\n") == 8
+    assert _load_bytes("__global__ void k(const float* x) {}") == 4
