@@ -198,10 +198,16 @@ def _fold_products(code: str) -> str:
     return code
 
 
+@lru_cache(maxsize=512)  # sources are ~10 KB; a request reads its own twice in a row
+def _prepared(source: str) -> str:
+    """The code the compiler sees: directives applied, numeric macros substituted, literal products folded."""
+    code, defines = _preprocess(source)
+    return _fold_products(_substitute_defines(code, defines))
+
+
 @lru_cache(maxsize=8192)
 def _source_features_cached(source: str) -> tuple[float, ...]:
-    code, defines = _preprocess(source)
-    code = _fold_products(_substitute_defines(code, defines))
+    code = _prepared(source)
     values = _count_source(code)
     values["lines"] = float(code.count("\n") + 1)
     trips = []
@@ -315,10 +321,8 @@ _LOAD_BYTES = {"float4": 16, "int4": 16, "uint4": 16, "double2": 16, "float2": 8
                "double": 8, "half2": 4, "__half2": 4, "__nv_bfloat162": 4}
 
 
-@lru_cache(maxsize=8192)
 def _load_bytes(source: str) -> float:
-    code, defines = _preprocess(source)
-    tokens = set(_TOKEN.findall(code))
+    tokens = set(_TOKEN.findall(_prepared(source)))
     widths = [b for t, b in _LOAD_BYTES.items() if t in tokens]
     return float(max(widths)) if widths else 4.0
 
