@@ -21,12 +21,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+from .compile_sandbox import sandboxed
+from .directives import allowed_include_dir, find_forbidden_directive
 from .result import CompileDiagnostic, CompileReport, CompilerFacts
 
 DEFAULT_ARCH = "sm_90"
 SOURCE_NAME = "kernel.cu"
-_DIAGNOSTIC = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<severity>error|warning|catastrophic error)"
-                         r"(?: #[\w-]+)?: (?P<message>.*)$")
+# nvcc/NVRTC's front end writes `file(line): error: ...`; the host preprocessor writes `file:line:col: error: ...`.
+_DIAGNOSTIC = re.compile(r"^(?:(?P<file>[^\s()]+)\((?P<line>\d+)\)|(?P<gfile>[^\s:]+):(?P<gline>\d+):\d+): "
+                         r"(?P<severity>error|warning|catastrophic error|fatal error)(?: #[\w-]+)?: (?P<message>.*)$")
 _PTXAS_ERROR = re.compile(r"^ptxas (?:error|fatal)\s*: (?P<message>.*)$")
 _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?(?P<opcode>[A-Z][A-Z0-9_.]*)")
 
@@ -83,14 +86,63 @@ def nvcc_version() -> str:
     return match.group(2) if match else out.stdout.strip().splitlines()[-1]
 
 
-def parse_diagnostics(log: str) -> list[CompileDiagnostic]:
-    """Errors and warnings with line numbers from nvcc, NVRTC or ptxas output."""
+def include_flags() -> list[str]:
+    extra = allowed_include_dir()
+    return ["-I", str(extra)] if extra is not None else []
+
+
+_QUOTED = re.compile(r'"[^"\n]*"|\'[^\'\n]*\'')
+FOREIGN_FILE = "an included header"
+
+
+def _is_submitted(file: str, submitted: str) -> bool:
+    # NVRTC calls the source default_program; cupy and pycuda write it as kern.cu / kernel.cu in a temp folder.
+    return os.path.basename(file) in (submitted, "kern.cu", "kernel.cu", "default_program")
+
+
+def redact_foreign(log: str, submitted: str = SOURCE_NAME) -> str:
+    """The compiler's log with nothing quoted from files other than the submitted one.
+
+    A diagnostic about another file keeps its kind but loses its path, its quoted text and the source
+    lines the compiler echoes after it; the submitted file's own diagnostics are left whole.
+    """
+    out, echoing = [], False
+    for line in log.splitlines():
+        match = _DIAGNOSTIC.match(line.strip())
+        if match:
+            echoing = not _is_submitted(match.group("file") or match.group("gfile"), submitted)
+            if echoing:
+                message = _QUOTED.sub('"…"', match.group("message"))
+                out.append(f"{FOREIGN_FILE}: {match.group('severity')}: {message}")
+                continue
+        elif echoing and (line.startswith((" ", "\t")) or not line.strip() or line.strip() == "^"):
+            continue
+        elif re.match(r"^\s*(?:In file included from|from) ", line) or "detected during" in line:
+            out.append(_QUOTED.sub('"…"', re.sub(r"\S+\(\d+\)", FOREIGN_FILE, line)))
+            continue
+        else:
+            echoing = False
+        out.append(line)
+    return "\n".join(out)
+
+
+def parse_diagnostics(log: str, submitted: str = SOURCE_NAME) -> list[CompileDiagnostic]:
+    """Errors and warnings from nvcc, NVRTC or ptxas output; line numbers only for the submitted file."""
     diagnostics = []
     for line in log.splitlines():
         match = _DIAGNOSTIC.match(line.strip())
         if match:
             severity = "warning" if match.group("severity") == "warning" else "error"
-            diagnostics.append(CompileDiagnostic(int(match.group("line")), match.group("message"), severity))
+            if _is_submitted(match.group("file") or match.group("gfile"), submitted):
+                line_number = int(match.group("line") or match.group("gline"))
+                diagnostics.append(CompileDiagnostic(line_number, match.group("message"), severity))
+            else:
+                diagnostics.append(CompileDiagnostic(None, f"in {FOREIGN_FILE}: "
+                                                     + _QUOTED.sub('"…"', match.group("message")), severity))
+            continue
+        if line.startswith(FOREIGN_FILE + ": "):
+            severity = "warning" if ": warning: " in line else "error"
+            diagnostics.append(CompileDiagnostic(None, f"in {FOREIGN_FILE}: " + line.split(": ", 2)[-1], severity))
             continue
         match = _PTXAS_ERROR.match(line.strip())
         if match:
@@ -196,14 +248,21 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
         except (OSError, ValueError, KeyError, TypeError):
             pass
     started = time.perf_counter()
+    refusal = find_forbidden_directive(source)
+    if refusal is not None:
+        # Refused before any tool reads the source; not cached, so a wider allow-list applies at once.
+        return CompileOutput(CompileReport(ok=False, diagnostics=[CompileDiagnostic(refusal.line, refusal.reason)],
+                                           log=refusal.reason, facts=None, compile_s=0.0,
+                                           compiler=f"nvcc {nvcc_version()}"), None)
     with tempfile.TemporaryDirectory(prefix="kl-nvcc-") as tmp:
         src = os.path.join(tmp, SOURCE_NAME)
         Path(src).write_text(source)
         out_path = os.path.join(tmp, "k.cubin")
+        argv = [find_tool("nvcc"), *flags, *include_flags(), "-o", out_path, src]
         try:
-            proc = subprocess.run([find_tool("nvcc"), *flags, "-o", out_path, src], capture_output=True,
-                                  text=True, timeout=timeout_s, cwd=tmp, env=_tool_env())
-            log = (proc.stdout + proc.stderr).replace(tmp + os.sep, "")
+            proc = subprocess.run(sandboxed(argv, tmp), capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
+                                  env=_tool_env())
+            log = redact_foreign((proc.stdout + proc.stderr).replace(tmp + os.sep, ""), SOURCE_NAME)
             ok = proc.returncode == 0 and os.path.isfile(out_path)
         except subprocess.TimeoutExpired:
             log, ok = f"nvcc did not finish within {timeout_s:.0f} s", False

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from .directives import find_forbidden_directive
 from .evidence import Evidence, OutputCheck
 from .result import Hardware
 from .spec import Problem, SizeCase
@@ -21,14 +22,14 @@ _FORBIDDEN = [
     (re.compile(r"\bcudaMemcpy\w*Async\b"), "copies memory asynchronously from device code ({0})"),
     (re.compile(r"\bcudaDeviceSynchronize\b"), "synchronises from device code ({0})"),
     (re.compile(r"\bcudaGetParameterBuffer\w*\b"), "builds device-side launches ({0})"),
-    (re.compile(r"^\s*#\s*include\s*\"", re.M), "includes a local file (only <...> system headers are allowed)"),
-    (re.compile(r"^\s*#\s*include\s*<\s*/", re.M), "includes a file by absolute path"),
-    (re.compile(r"^\s*#\s*(pragma\s+)?(embed|include_next)\b", re.M), "uses #embed or #include_next"),
 ]
 
 
 def scan_source(source: str) -> str | None:
     """Constructs that let work escape the timer or read the host's files are refused outright."""
+    refusal = find_forbidden_directive(source)
+    if refusal is not None:
+        return refusal.reason
     stripped = _strip_comments(source)
     for pattern, message in _FORBIDDEN:
         match = pattern.search(stripped)

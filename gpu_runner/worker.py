@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 from .backends.base import CompileFailed, Device, DeviceError, classify_cuda_error
 from .candidate import Candidate
+from .compiler import SOURCE_NAME
+from .directives import find_forbidden_directive
 from .evidence import Evidence
 from .plan import Inputs, Side, buffer_bytes
 from .runtime_ops import RuntimeOps, derive_seed
@@ -45,13 +47,21 @@ class WorkerState:
                 raise DeviceError("reference", f"a {reference.kind} reference is not supported yet", False)
             names = sorted({s.kernel for s in reference.launch if hasattr(s, "kernel")})
             try:
-                module = self.device.compile(reference.source, list(reference.compile_options), names)
+                module = compile_checked(self.device, reference.source, list(reference.compile_options), names)
             except CompileFailed as exc:
                 raise DeviceError("reference", f"the reference does not compile: {exc.log[-500:]}", False) from None
             cached = {name: self.device.function(module, name) for name in names}
             self._references = {problem.spec_hash: cached}
             self.reference_timings = {}
         return cached
+
+
+def compile_checked(device: Device, source: str, options: list[str], names: list[str]) -> Any:
+    """The backend's own compiler (NVRTC or pycuda's nvcc) only after the directive check passed."""
+    refusal = find_forbidden_directive(source)
+    if refusal is not None:
+        raise CompileFailed(f"{SOURCE_NAME}({refusal.line}): error: {refusal.reason}")
+    return device.compile(source, options, names)
 
 
 def run_job(state: WorkerState, job: dict) -> Evidence:
@@ -97,7 +107,7 @@ def _candidate_sides(state: WorkerState, job: dict, evidence: Evidence) -> SideF
         if job.get("cubin") is not None:
             module = device.load_cubin(job["cubin"])
         else:
-            module = device.compile(candidate.source, list(candidate.compile_options), names)
+            module = compile_checked(device, candidate.source, list(candidate.compile_options), names)
     except CompileFailed as exc:
         evidence.compile_log = exc.log
         return None

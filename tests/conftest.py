@@ -7,6 +7,12 @@ import pytest
 from tests.samples import SIMPLE_REFERENCE, SIMPLE_SPEC
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # Each fixture user costs a full PBKDF2 hash otherwise (seconds per test on two cores).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def workspace(db):
     from kernellab.models import Workspace

@@ -47,7 +47,12 @@ class DeviceError(RuntimeError):
 
 
 class CompileFailed(RuntimeError):
+    """A backend's compiler refused the source; the log keeps nothing quoted from other files."""
+
     def __init__(self, log: str):
+        from ..compiler import redact_foreign
+
+        log = redact_foreign(log)
         super().__init__(log)
         self.log = log
 

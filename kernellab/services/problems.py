@@ -47,6 +47,12 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
             raise ProblemRejected(f"{label} is not a text file.")
     if not reference_source.strip():
         raise ProblemRejected("The reference kernel source is empty.")
+    from gpu_runner.directives import find_forbidden_directive
+
+    for label, text in (("reference.cu", reference_source), ("family.cu", family_source)):
+        refusal = find_forbidden_directive(text or "")
+        if refusal is not None:
+            raise ProblemRejected(f"{label}: {refusal.reason}", [{"line": refusal.line, "message": refusal.reason}])
     try:
         spec = parse_problem(spec_toml, reference_source, family_source or None)
     except SpecError as exc:

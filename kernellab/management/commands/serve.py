@@ -52,6 +52,14 @@ class Command(BaseCommand):
             check_services()
         except StartupError as exc:
             raise CommandError(str(exc)) from None
+        from gpu_runner.compile_sandbox import SandboxUnavailable, sandbox_status
+
+        try:
+            status = sandbox_status()
+        except SandboxUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        style = self.style.SUCCESS if status.mode == "bwrap" else self.style.WARNING
+        self.stdout.write(style(f"Compiles: {status.reason}."))
         processes: list[subprocess.Popen] = []
         if not no_worker:
             queues = ["search", "replay"]
