@@ -336,7 +336,7 @@ def reference(family: SyntheticFamily) -> dict:
 
 
 def _valid(family: SyntheticFamily, knobs: dict) -> bool:
-    from search_engine.expressions import evaluate
+    from klexpr import evaluate
 
     names = {**family.sizes, **knobs}
     return all(evaluate(c, names) for c in family.constraints)

@@ -5,8 +5,9 @@ import threading
 from collections import OrderedDict
 from typing import Any, Iterator, Mapping
 
+from klexpr import ExpressionError, parse_expression
+
 from .candidate import Candidate
-from .expressions import ExpressionError, parse_expression
 from .spec import ArgSpec, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from klexpr import Expression, ExpressionError, parse_expression
+
 from .dtypes import DEFAULT_TOLERANCE, DTYPES
-from .expressions import Expression, ExpressionError, parse_expression
 
 ROLES = ("input", "output", "inout", "scalar", "temp")
 BUFFER_ROLES = ("input", "output", "inout", "temp")

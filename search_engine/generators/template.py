@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from klexpr import ExpressionError, evaluate
 from search_engine.candidates import Candidate, candidate_hash
-from search_engine.expressions import ExpressionError, evaluate
 from search_engine.generators.base import Proposal, ProposalContext
 
 

@@ -12,8 +12,8 @@ import copy
 import re
 from collections.abc import Callable
 
+from klexpr import ExpressionError, parse_expression
 from search_engine.candidates import Candidate, candidate_hash
-from search_engine.expressions import names_in
 from search_engine.generators.base import Proposal, ProposalContext
 
 BLOCK_SIZES = (64, 128, 256, 512, 1024)
@@ -305,7 +305,11 @@ def _grid_stride_cap(blocks: int) -> Callable[[Candidate], Candidate | None]:
             if not re.search(r"gridDim\.x\s*\*\s*blockDim\.x|blockDim\.x\s*\*\s*gridDim\.x", body):
                 continue
             expr = str(step["grid"][0])
-            if expr.startswith("min(") or not names_in(expr):
+            try:
+                sized = bool(parse_expression(expr).names)
+            except ExpressionError:
+                continue
+            if expr.startswith("min(") or not sized:
                 continue
             step["grid"] = [f"min({expr}, {blocks})"]
             changed = True

@@ -18,14 +18,15 @@ from functools import lru_cache
 
 import numpy as np
 
+from klexpr import ExpressionError, evaluate
 from search_engine.candidates import Candidate
-from search_engine.expressions import ExpressionError, evaluate
 
 # Hopper-class defaults when the hardware dict does not say (an H200: 132 SMs, 4.8 TB/s).
 DEFAULT_HARDWARE = {"sm_count": 132, "memory_bandwidth_gbs": 4800.0, "fp32_tflops": 67.0,
                     "max_threads_per_sm": 2048, "registers_per_sm": 65536, "shared_per_sm_bytes": 233472,
                     "max_blocks_per_sm": 32, "compute_capability": "9.0"}
 
+_MACRO_DEPTH = 8
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
 
@@ -150,36 +151,43 @@ def _condition(text: str, defines: dict[str, str]) -> bool:
     expr = re.sub(r"!(?!=)", " not ", expr)
     expr = re.sub(r"(?<!/)/(?!/)", "//", expr)
     expr = re.sub(r"(\d+)[uUlL]+\b", r"\1", expr)
+    resolved: dict[str, object] = {}
     names = {}
     for name in set(re.findall(r"[A-Za-z_]\w*", expr)) - {"and", "or", "not"}:
-        names[name] = _define_value(name, defines)
+        names[name] = _define_value(name, defines, resolved=resolved)
     try:
         return bool(evaluate(expr, names))
-    except (ExpressionError, TypeError, ZeroDivisionError, SyntaxError, RecursionError):
+    except ExpressionError:
         return False
 
 
-def _define_value(name: str, defines: dict[str, str], depth: int = 0):
+def _define_value(name: str, defines: dict[str, str], depth: int = 0, resolved: dict | None = None):
+    """The number a macro stands for; 0 when it is not an integer expression or when resolving it goes
+    deeper than _MACRO_DEPTH (macros that refer to each other would otherwise never finish).
+    `resolved` remembers macros already worked out, so each is expanded once."""
+    resolved = {} if resolved is None else resolved
+    if name in resolved:
+        return resolved[name]
     value = defines.get(name)
-    if value is None:
+    if value is None or depth > _MACRO_DEPTH:
         return 0
     try:
-        return int(value.rstrip("uUlL"), 0)
+        result = int(value.rstrip("uUlL"), 0)
     except ValueError:
-        pass
-    if depth < 4 and value in defines:
-        return _define_value(value, defines, depth + 1)
-    try:
-        return evaluate(value.replace("/", "//"), {k: _define_value(k, defines, depth + 1)
-                                                    for k in re.findall(r"[A-Za-z_]\w*", value)})
-    except Exception:  # a macro that is not an integer expression
-        return 0
+        names = {k: _define_value(k, defines, depth + 1, resolved) for k in set(re.findall(r"[A-Za-z_]\w*", value))}
+        try:
+            result = evaluate(value.replace("/", "//"), names)
+        except ExpressionError:
+            result = 0
+    resolved[name] = result
+    return result
 
 
 def _substitute_defines(code: str, defines: dict[str, str]) -> str:
     numeric = {}
+    resolved: dict[str, object] = {}
     for name in defines:
-        value = _define_value(name, defines)
+        value = _define_value(name, defines, resolved=resolved)
         if isinstance(value, int) and not isinstance(value, bool):
             numeric[name] = value
     if not numeric:
@@ -259,7 +267,7 @@ def launch_features(candidate: Candidate, sizes: dict, hardware: dict, flops: fl
             block = [int(evaluate(b, sizes)) for b in step.get("block") or [1]]
             grid = [int(evaluate(g, sizes)) for g in step.get("grid") or [1]]
             shared = int(evaluate(step.get("shared", "0") or "0", sizes))
-        except (ExpressionError, TypeError, ZeroDivisionError, ValueError):
+        except (ExpressionError, ValueError):
             continue
         threads.append(math.prod(block))
         blocks.append(math.prod(grid))
@@ -374,7 +382,7 @@ def _maybe_eval(expression, sizes) -> float | None:
         return None
     try:
         value = float(evaluate(expression, sizes))
-    except (ExpressionError, TypeError, ZeroDivisionError, ValueError):
+    except (ExpressionError, ValueError):
         return None
     return value if value > 0 else None
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from gpu_runner import Candidate, load_problem, parse_problem
 from gpu_runner.spec import KernelLaunch
-from gpu_runner.expressions import parse_expression
+from klexpr import parse_expression
 
 PROBLEMS = Path(__file__).parent / "problems"
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gpu_runner import Candidate, MeasureSettings, Runner, parse_problem, reference_candidate, render_variant
-from gpu_runner.expressions import parse_expression
+from klexpr import parse_expression
 from gpu_runner.recorder import record_family
 from gpu_runner.spec import ArgSpec
 from tests.gpu_runner.helpers import PROBLEMS, candidate, reduce_problem, saxpy_problem

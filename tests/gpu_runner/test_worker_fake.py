@@ -136,7 +136,7 @@ def test_a_candidate_over_the_memory_limit_fails_before_allocating():
     state.memory_limit = 1 << 20
     from gpu_runner import Candidate
     from gpu_runner.spec import ArgSpec
-    from gpu_runner.expressions import parse_expression
+    from klexpr import parse_expression
     base = candidate('extern "C" __global__ void cand()', "cand")
     huge = Candidate(source=base.source, launch=base.launch, name="huge",
                      temps=(ArgSpec("scratch", "temp", "float64", (parse_expression("N * 100000", {"N"}),)),))

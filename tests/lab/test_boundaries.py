@@ -16,3 +16,12 @@ def test_the_lab_imports_neither_django_nor_gpu_runner():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]"
+
+
+def test_the_expression_language_imports_only_the_standard_library():
+    code = ("import sys; before = set(sys.modules); import klexpr; "
+            "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+            "- set(sys.stdlib_module_names) - {'klexpr'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "[]"

@@ -1,132 +1,28 @@
 """Read a bundled problem's family, enumerate its variants and render their sources.
 
 A small stand-in for `gpu_runner.spec` used by the bundled-problem checks. It runs with the
-standard library alone (tomllib + ast) so that it also runs on the device machine, where
-Django and the rest of the project are absent. It follows docs/contracts.md, including the
-section "Bundled problems: extensions to the spec".
+standard library and `klexpr` (the project's one expression language, itself standard library
+only) so that it also runs on the device machine, where Django and the rest of the project are
+absent. It follows docs/contracts.md, including the section "Bundled problems: extensions to the
+spec".
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import itertools
 import math
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    from klexpr import ExpressionError, evaluate, evaluate_int, parse_expression
+except ImportError:  # run as a script on the device machine, where the project is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from klexpr import ExpressionError, evaluate, evaluate_int, parse_expression
+
 PROBLEMS_DIR = Path(__file__).resolve().parent.parent
-
-_FUNCTIONS = {
-    "ceil_div": lambda a, b: -(-a // b),
-    "min": min,
-    "max": max,
-}
-
-
-class ExpressionError(ValueError):
-    pass
-
-
-def evaluate(expression: str | int, names: dict[str, int | str]) -> int | bool | str:
-    """Evaluate a spec expression (integers, sizes, knobs, + - * / // %, ceil_div, min, max,
-    comparisons, and/or/not). `/` must divide exactly: launch plans are integers."""
-    if isinstance(expression, bool):
-        return expression
-    if isinstance(expression, int):
-        return expression
-    tree = ast.parse(str(expression), mode="eval")
-    return _eval(tree.body, names, str(expression))
-
-
-def _eval(node: ast.AST, names: dict, text: str):
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str)):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id not in names:
-            raise ExpressionError(f"unknown name {node.id!r} in {text!r}")
-        return names[node.id]
-    if isinstance(node, ast.BinOp):
-        a, b = _eval(node.left, names, text), _eval(node.right, names, text)
-        if isinstance(node.op, ast.Add):
-            return a + b
-        if isinstance(node.op, ast.Sub):
-            return a - b
-        if isinstance(node.op, ast.Mult):
-            return a * b
-        if isinstance(node.op, ast.FloorDiv):
-            return a // b
-        if isinstance(node.op, ast.Mod):
-            return a % b
-        if isinstance(node.op, ast.Div):
-            if a % b:
-                raise ExpressionError(f"{a}/{b} is not exact in {text!r}")
-            return a // b
-    if isinstance(node, ast.UnaryOp):
-        v = _eval(node.operand, names, text)
-        if isinstance(node.op, ast.USub):
-            return -v
-        if isinstance(node.op, ast.Not):
-            return not v
-    if isinstance(node, ast.BoolOp):
-        values = (_eval(v, names, text) for v in node.values)
-        return all(values) if isinstance(node.op, ast.And) else any(values)
-    if isinstance(node, ast.Compare):
-        left = _eval(node.left, names, text)
-        for op, right_node in zip(node.ops, node.comparators):
-            right = _eval(right_node, names, text)
-            ok = {
-                ast.Eq: lambda: left == right,
-                ast.NotEq: lambda: left != right,
-                ast.Lt: lambda: left < right,
-                ast.LtE: lambda: left <= right,
-                ast.Gt: lambda: left > right,
-                ast.GtE: lambda: left >= right,
-            }[type(op)]()
-            if not ok:
-                return False
-            left = right
-        return True
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
-        return _FUNCTIONS[node.func.id](*(_eval(a, names, text) for a in node.args))
-    raise ExpressionError(f"unsupported expression {ast.dump(node)} in {text!r}")
-
-
-def _exact_div(a: int, b: int) -> int:
-    if a % b:
-        raise ExpressionError(f"{a}/{b} is not exact")
-    return a // b
-
-
-_EVAL_GLOBALS = {"__builtins__": {}, "_exact_div": _exact_div, **_FUNCTIONS}
-_ALLOWED = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call, ast.Name,
-            ast.Constant, ast.Load, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod,
-            ast.USub, ast.Not, ast.And, ast.Or, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
-
-
-def compile_expression(text: str):
-    """Check an expression against the spec grammar and compile it; returns (code, names used)."""
-    tree = ast.parse(text, mode="eval")
-    used = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED):
-            raise ExpressionError(f"unsupported syntax {type(node).__name__} in {text!r}")
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS):
-            raise ExpressionError(f"unknown function in {text!r}")
-        if isinstance(node, ast.Name) and node.id not in _FUNCTIONS:
-            used.add(node.id)
-
-    class ExactDiv(ast.NodeTransformer):
-        def visit_BinOp(self, node: ast.BinOp):
-            self.generic_visit(node)
-            if isinstance(node.op, ast.Div):
-                return ast.copy_location(
-                    ast.Call(ast.Name("_exact_div", ast.Load()), [node.left, node.right], []), node)
-            return node
-
-    tree = ast.fix_missing_locations(ExactDiv().visit(tree))
-    return compile(tree, f"<{text}>", "eval"), used
 
 
 @dataclass(frozen=True)
@@ -177,13 +73,13 @@ class Problem:
         cases = list(self.sizes.values())
         checks: list[list] = [[] for _ in names]
         for text in self.family.get("constraints", []):
-            code, used = compile_expression(text)
-            unknown = used - set(names) - set(cases[0])
+            constraint = parse_expression(text, boolean=True)
+            unknown = constraint.names - set(names) - set(cases[0])
             if unknown:
                 raise ExpressionError(f"constraint {text!r} names {sorted(unknown)}: not knobs or sizes")
-            knob_names = used & set(names)
+            knob_names = constraint.names & set(names)
             last = max(names.index(n) for n in knob_names) if knob_names else 0
-            checks[last].append((code, bool(used - knob_names)))
+            checks[last].append((constraint, bool(constraint.names - knob_names)))
         valid: list[dict] = []
         point: dict = {}
 
@@ -193,7 +89,7 @@ class Problem:
                 return
             for value in knobs[names[i]]:
                 point[names[i]] = value
-                if all(_holds(code, point, cases if sized else [{}]) for code, sized in checks[i]):
+                if all(_holds(constraint, point, cases if sized else [{}]) for constraint, sized in checks[i]):
                     bind(i + 1)
             del point[names[i]]
 
@@ -226,24 +122,16 @@ class Problem:
         return [self.render(k) for k in self.knob_space()]
 
 
-def _holds(code, point: dict, cases: list[dict]) -> bool:
+def _holds(constraint, point: dict, cases: list[dict]) -> bool:
     """A constraint naming sizes must hold in every size case."""
-    return all(eval(code, _EVAL_GLOBALS, {**case, **point}) for case in cases)
+    return all(constraint.evaluate({**case, **point}) for case in cases)
 
 
 def _substitute(expression, knobs: dict) -> str:
     """Replace knob names in an expression by their values (sizes stay symbolic)."""
     if isinstance(expression, int):
         return str(expression)
-    tree = ast.parse(str(expression), mode="eval")
-
-    class Knobs(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name):
-            if node.id in knobs:
-                return ast.copy_location(ast.Constant(knobs[node.id]), node)
-            return node
-
-    return ast.unparse(Knobs().visit(tree))
+    return parse_expression(expression).substitute(knobs)
 
 
 def _substitute_step(step: dict, knobs: dict) -> dict:
@@ -271,7 +159,7 @@ def bundled() -> list[Problem]:
 
 
 def shape_of(arg_shape: list, names: dict) -> tuple[int, ...]:
-    return tuple(int(evaluate(s, names)) for s in arg_shape)
+    return tuple(evaluate_int(s, names) for s in arg_shape)
 
 
 def numel(shape: tuple[int, ...]) -> int:
