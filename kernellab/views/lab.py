@@ -1,4 +1,4 @@
-"""The surrogate lab pages: datasets and evaluation reports (JSON files under DATA_DIR), one report with
+"""The surrogate lab pages: the datasets and evaluation reports of the user's workspaces, one report with
 its charts, and two reports side by side."""
 from __future__ import annotations
 
@@ -12,93 +12,84 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from kernellab.management.commands.import_dataset import datasets_dir, reports_dir
-from kernellab.models import Membership, Role
+from kernellab.selectors.lab import lab_dataset_list, lab_report_get, lab_report_list, lab_workspace_list
+from kernellab.services.errors import ServiceError
+from kernellab.services.lab import DATASET_SUFFIXES, DatasetRejected, dataset_import
 from search_engine.bins import DEFAULT_BINS
-from search_engine.lab.datasets import DatasetError, read_dataset, write_dataset
 from search_engine.lab.evaluation import METRIC_ROWS, metric_lines
-from search_engine.lab.reports import ReportNotFound, list_reports, load_report
+from search_engine.lab.reports import ReportNotFound
 
 _UPLOAD_LIMIT = 64 * 1024 * 1024
 
 
-def _datasets() -> list[dict]:
-    folder = datasets_dir()
-    if not folder.is_dir():
-        return []
-    out = []
-    for path in sorted(folder.glob("*.jsonl")):
-        with open(path, "rb") as handle:
-            rows = sum(1 for line in handle if line.strip())
-        out.append({"name": path.stem, "rows": rows, "bytes": path.stat().st_size, "path": str(path)})
-    return out
-
-
-def _can_import(user) -> bool:
-    return user.is_superuser or Membership.objects.filter(
-        user=user, role__in=[Role.ENGINEER, Role.APPROVER, Role.ADMIN]).exists()
+def _index_context(user) -> dict:
+    workspaces = lab_workspace_list(user=user)
+    return {"datasets": lab_dataset_list(workspaces=workspaces), "reports": lab_report_list(workspaces=workspaces)[:10],
+            "import_workspaces": lab_workspace_list(user=user, action="upload")}
 
 
 @login_required
 def lab_index(request):
-    return render(request, "kernellab/lab/index.html", {
-        "datasets": _datasets(), "reports": list_reports(reports_dir())[:10], "can_import": _can_import(request.user),
-    })
+    return render(request, "kernellab/lab/index.html", _index_context(request.user))
 
 
 @login_required
 @require_POST
 def dataset_upload(request):
-    """The import command's checks from the browser: all rows good, or nothing stored and every problem listed."""
-    if not _can_import(request.user):
+    """Check every row from the browser: all rows good, or nothing stored and every problem listed."""
+    import_workspaces = lab_workspace_list(user=request.user, action="upload")
+    if not import_workspaces:
         messages.error(request, "Importing a dataset needs the engineer role in a workspace.")
         return redirect("lab")
+    slug = request.POST.get("workspace") or (import_workspaces[0].slug if len(import_workspaces) == 1 else "")
+    workspace = next((w for w in lab_workspace_list(user=request.user) if w.slug == slug), None)
+    if workspace is None:
+        messages.error(request, "Choose the workspace to import the dataset into.")
+        return redirect("lab")
     upload = request.FILES.get("file")
-    name = (request.POST.get("name") or "").strip()
-    context = {"datasets": _datasets(), "reports": list_reports(reports_dir())[:10], "can_import": True}
     if upload is None:
         messages.error(request, "Choose a .jsonl or .csv file to import.")
         return redirect("lab")
     suffix = re.sub(r"^.*?((\.jsonl|\.ndjson|\.csv)(\.gz)?)$", r"\1", upload.name.lower())
-    if suffix not in (".jsonl", ".ndjson", ".csv", ".jsonl.gz", ".csv.gz"):
+    if suffix not in DATASET_SUFFIXES:
         messages.error(request, "A dataset file ends in .jsonl, .jsonl.gz or .csv.")
-        return redirect("lab")
-    name = name or re.sub(r"\.(jsonl|ndjson|csv)(\.gz)?$", "", Path(upload.name).name)
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,80}", name):
-        messages.error(request, f"Dataset name {name!r}: use letters, digits, '-' and '_' only.")
-        return redirect("lab")
-    target = datasets_dir() / f"{name}.jsonl"
-    if target.exists() and not request.POST.get("replace"):
-        messages.error(request, f"A dataset named {name!r} exists already; tick 'replace' or choose another name.")
         return redirect("lab")
     if upload.size > _UPLOAD_LIMIT:
         messages.error(request, f"The file is larger than {_UPLOAD_LIMIT // (1024 * 1024)} MiB; use manage.py import_dataset.")
         return redirect("lab")
+    name = (request.POST.get("name") or "").strip() or re.sub(r"\.(jsonl|ndjson|csv)(\.gz)?$", "", Path(upload.name).name)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"upload{suffix}"
         with open(path, "wb") as handle:
             for chunk in upload.chunks():
                 handle.write(chunk)
         try:
-            dataset = read_dataset(path, default_source=f"imported:{Path(upload.name).name}")
-        except DatasetError as exc:
-            context.update({"upload_errors": [str(e) for e in exc.errors[:200]], "upload_error_count": len(exc.errors),
-                            "upload_summary": str(exc).splitlines()[0].replace(str(path), upload.name),
-                            "upload_name": upload.name})
+            imported = dataset_import(workspace=workspace, user=request.user, file=path, name=name,
+                                      replace=bool(request.POST.get("replace")), shown_name=Path(upload.name).name)
+        except DatasetRejected as exc:
+            if not exc.errors:
+                messages.error(request, str(exc))
+                return redirect("lab")
+            context = _index_context(request.user)
+            context.update({"upload_errors": exc.errors[:200], "upload_error_count": len(exc.errors),
+                            "upload_summary": str(exc), "upload_name": upload.name})
             return render(request, "kernellab/lab/index.html", context, status=400)
-    write_dataset(target, dataset.rows)
-    messages.success(request, f"Imported {len(dataset)} {dataset.kind} rows as '{name}'.")
+        except ServiceError as exc:
+            messages.error(request, str(exc))
+            return redirect("lab")
+    messages.success(request, f"Imported {imported.rows} {imported.kind} rows as '{imported.name}' in {workspace.name}.")
     return redirect("lab")
 
 
 @login_required
 def report_list(request):
-    return render(request, "kernellab/lab/report_list.html", {"reports": list_reports(reports_dir())})
+    return render(request, "kernellab/lab/report_list.html",
+                  {"reports": lab_report_list(workspaces=lab_workspace_list(user=request.user))})
 
 
-def _report(report_id: str) -> dict:
+def _report(user, report_id: str) -> dict:
     try:
-        return load_report(reports_dir(), report_id)
+        return lab_report_get(user=user, report_id=report_id)
     except ReportNotFound:
         raise Http404("No such report.") from None
 
@@ -126,10 +117,10 @@ def _chart_data(report: dict) -> dict:
 
 @login_required
 def report_detail(request, report_id: str):
-    report = _report(report_id)
+    report = _report(request.user, report_id)
     return render(request, "kernellab/lab/report_detail.html", {
         "report": report, "table": _table(_columns(report)), "charts": _chart_data(report),
-        "others": [r for r in list_reports(reports_dir()) if r["id"] != report_id],
+        "others": [r for r in lab_report_list(workspaces=lab_workspace_list(user=request.user)) if r["id"] != report_id],
     })
 
 
@@ -147,10 +138,10 @@ def _better(label: str, a, b) -> str:
 @login_required
 def report_compare(request):
     a_id, b_id = request.GET.get("a", ""), request.GET.get("b", "")
-    reports = list_reports(reports_dir())
+    reports = lab_report_list(workspaces=lab_workspace_list(user=request.user))
     if not a_id or not b_id:
         return render(request, "kernellab/lab/compare.html", {"reports": reports, "a_id": a_id, "b_id": b_id})
-    a, b = _report(a_id), _report(b_id)
+    a, b = _report(request.user, a_id), _report(request.user, b_id)
     la, lb = dict(metric_lines(a["evaluation"])), dict(metric_lines(b["evaluation"]))
     rows = []
     for label, _ in metric_lines(a["evaluation"]):

@@ -35,7 +35,7 @@ def _save(folder, title: str, spread: float) -> str:
 
 
 def test_a_report_draws_its_charts_and_compares_with_another(server, browser_as, artifacts):
-    folder = os.path.join(server.data_dir, "reports")
+    folder = os.path.join(server.data_dir, "reports", "team")  # the lab keeps reports per workspace
     sharp = _save(folder, "Sharp forecasts", 0.1)
     blunt = _save(folder, "Blunt forecasts", 0.6)
     page = browser_as("viewer")

@@ -84,7 +84,7 @@ def test_export_from_the_database_takes_ok_measurements_and_measured_pairs(node,
     assert pair["parent_code"] == child.parent.kernel.source
 
 
-def test_import_refuses_a_bad_file_whole_and_stores_a_good_one(tmp_path, data_dir):
+def test_import_refuses_a_bad_file_whole_and_stores_a_good_one(tmp_path, data_dir, workspace):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,problem,reference_code,candidate_code,gpu,speedup\n"
                    "a,p,ref,cand,H200,1.5\n"
@@ -93,31 +93,46 @@ def test_import_refuses_a_bad_file_whole_and_stores_a_good_one(tmp_path, data_di
         call_command("import_dataset", str(bad))
     assert "row 2, field 'candidate_code': is missing" in str(err.value)
     assert "row 2, field 'aggregated_speedup': must be a positive finite number, got 'zero'" in str(err.value)
-    assert not (data_dir / "datasets").exists() or not list((data_dir / "datasets").iterdir())
+    assert not (data_dir / "datasets" / "team").exists() or not list((data_dir / "datasets" / "team").iterdir())
     good = tmp_path / "good.csv"
     good.write_text("id,problem,reference_code,candidate_code,gpu,speedup\na,p,ref,cand,H200,1.5\n")
     call_command("import_dataset", str(good), "--name", "mine")
-    stored = read_dataset(data_dir / "datasets" / "mine.jsonl").rows
+    stored = read_dataset(data_dir / "datasets" / "team" / "mine.jsonl").rows
     assert stored[0]["true_bin"] == 6 and stored[0]["source"] == "imported:good.csv"
     with pytest.raises(CommandError, match="exists already"):
         call_command("import_dataset", str(good), "--name", "mine")
 
 
-def test_evaluate_roofline_with_recalibration_and_discovery_saves_a_report(saxpy_dataset, tmp_path, data_dir, capsys):
+def test_with_several_workspaces_a_named_dataset_needs_its_workspace(tmp_path, data_dir, workspace):
+    from kernellab.models import Workspace
+
+    Workspace.objects.create(name="Other", slug="other")
+    good = tmp_path / "good.csv"
+    good.write_text("id,problem,reference_code,candidate_code,gpu,speedup\na,p,ref,cand,H200,1.5\n")
+    with pytest.raises(CommandError, match="Several workspaces exist; pass --workspace \\(one of other, team\\)"):
+        call_command("import_dataset", str(good), "--name", "mine")
+    call_command("import_dataset", str(good), "--name", "mine", "--workspace", "other")
+    assert (data_dir / "datasets" / "other" / "mine.jsonl").is_file()
+    with pytest.raises(CommandError, match="No dataset 'mine'"):
+        call_command("export_rl", "--dataset", "mine", "--workspace", "team", "--out", str(tmp_path / "rl.jsonl"))
+
+
+def test_evaluate_roofline_with_recalibration_and_discovery_saves_a_report(saxpy_dataset, tmp_path, data_dir, workspace,
+                                                                           capsys):
     call_command("evaluate_surrogate", "--dataset", str(saxpy_dataset), "--surrogate", "roofline",
                  "--recalibrate", "temperature,isotonic", "--calibration-fraction", "0.4",
                  "--pairs", str(tmp_path / "saxpy-pairs.jsonl"))
     out = capsys.readouterr().out
     assert "exact accuracy" in out and "+temperature" in out and "discovery detection" in out
-    [summary] = list_reports(data_dir / "reports")
-    report = load_report(data_dir / "reports", summary["id"])
+    [summary] = list_reports(data_dir / "reports" / "team")
+    report = load_report(data_dir / "reports" / "team", summary["id"])
     assert report["recalibration"]["calibration_rows"] == 9 and report["evaluation"]["rows"] == 13
     assert set(report["recalibration"]["methods"]) == {"temperature", "isotonic"}
     assert report["discovery"]["pairs"] > 0 and 0 <= report["discovery"]["base_rate"] <= 1
     assert report["surrogate"]["id"] == "roofline@1"
 
 
-def test_train_then_evaluate_a_learned_surrogate_and_leave_one_problem_out(tmp_path, data_dir, capsys):
+def test_train_then_evaluate_a_learned_surrogate_and_leave_one_problem_out(tmp_path, data_dir, workspace, capsys):
     rows = synthetic_rows({"a": [0.3, 0.6, 1.2, 2.5, 5.0, 0.9], "b": [0.4, 0.7, 1.3, 2.2, 4.5, 1.1],
                            "c": [0.35, 0.65, 1.25, 2.4, 4.8, 1.0]})
     write_dataset(tmp_path / "syn.jsonl", rows)
@@ -128,8 +143,8 @@ def test_train_then_evaluate_a_learned_surrogate_and_leave_one_problem_out(tmp_p
     out = capsys.readouterr().out
     assert "rows 18, answered 18" in out
     call_command("evaluate_surrogate", "--dataset", str(tmp_path / "syn.jsonl"), "--loo", "--recalibrate", "temperature")
-    [summary] = list_reports(data_dir / "reports")
-    report = load_report(data_dir / "reports", summary["id"])
+    [summary] = list_reports(data_dir / "reports" / "team")
+    report = load_report(data_dir / "reports" / "team", summary["id"])
     assert report["protocol"].startswith("leave one problem out")
     assert report["recalibration"]["calibration"].startswith("nested")
     # a candidate's speedup grows with its BLOCK in every problem, so a held-out problem's ranking is learnable
@@ -177,7 +192,7 @@ def fake_endpoint():
 
 
 def test_evaluate_an_llm_endpoint_counts_tokens_and_cost_and_caches(saxpy_dataset, tmp_path, data_dir, fake_endpoint,
-                                                                     capsys):
+                                                                     workspace, capsys):
     args = ["evaluate_surrogate", "--dataset", str(saxpy_dataset), "--surrogate", "llm", "--llm-model", "fake",
             "--base-url", fake_endpoint, "--concurrency", "4", "--price-in", "0.5", "--price-out", "2",
             "--cache", str(tmp_path / "cache.sqlite3")]
@@ -188,7 +203,7 @@ def test_evaluate_an_llm_endpoint_counts_tokens_and_cost_and_caches(saxpy_datase
     assert "forecast 22/22" in out.err
     call_command(*args)
     assert _FakeChat.requests == 22  # all from the cache the second time
-    reports = [load_report(data_dir / "reports", r["id"]) for r in list_reports(data_dir / "reports")]
+    reports = [load_report(data_dir / "reports" / "team", r["id"]) for r in list_reports(data_dir / "reports" / "team")]
     costs = sorted((r["cost"]["cached"], r["cost"]["tokens_in"]) for r in reports)
     assert costs == [(0, 22000), (22, 0)]
     assert all(r["evaluation"]["predicted_bin_counts"][4] == 22 for r in reports)

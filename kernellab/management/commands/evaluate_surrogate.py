@@ -7,7 +7,7 @@ Protocols:
   or of the problems with --split-by problem) and reported on the rest, before and after; under --loo
   the calibration is nested leave-one-problem-out instead;
 - --pairs FILE: discovery detection on parent -> child pairs.
-The report is saved under DATA_DIR/reports/ and shown at /lab/reports/<id>/.
+The report is saved under DATA_DIR/reports/<workspace>/ and shown at /lab/reports/<id>/ to the workspace's members.
 """
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from kernellab.management.commands.import_dataset import load_dataset, reports_dir
+from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
+from kernellab.services.errors import ServiceError
+from kernellab.services.lab import lab_workspace_for_command, report_save
 from search_engine.lab import recalibration
 from search_engine.lab.datasets import PAIR, split_rows, training_rows
 from search_engine.lab.evaluation import cost_summary, evaluate, format_table
 from search_engine.lab.experiment import (dataset_summary, discovery_block, forecast_rows, loo_forecasts,
                                           loo_recalibrated, new_report, recalibration_block)
-from search_engine.lab.reports import save_report
 
 
 def add_surrogate_arguments(parser) -> None:
@@ -93,6 +94,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dataset", required=True, help="a .jsonl/.csv file or an imported dataset's name")
+        add_workspace_argument(parser)
         add_surrogate_arguments(parser)
         parser.add_argument("--train", help="learned: train on this dataset first")
         parser.add_argument("--loo", action="store_true", help="learned: leave one problem out")
@@ -137,13 +139,19 @@ class Command(BaseCommand):
             raise CommandError("--loo trains a surrogate per held-out problem: it needs --surrogate learned.")
         if options["loo"] and (options["model"] or options["train"]):
             raise CommandError("--loo trains its own models; leave out --model and --train.")
-        path, dataset = load_dataset(options["dataset"])
+        path, dataset = load_dataset(options["dataset"], workspace=options["workspace"])
         rows = dataset.rows[: options["limit"]] if options["limit"] else dataset.rows
         surrogate, description = build_surrogate(options)
+        workspace = None
+        if not options["no_save"]:
+            try:
+                workspace = lab_workspace_for_command(options["workspace"])
+            except ServiceError as exc:
+                raise CommandError(f"{exc} (or pass --no-save)") from None
         if options["surrogate"] == "learned" and not options["model"] and not options["loo"]:
             if not options["train"]:
                 raise CommandError("A learned surrogate needs --model (from train_surrogate), --train DATASET, or --loo.")
-            train_path, train_set = load_dataset(options["train"])
+            train_path, train_set = load_dataset(options["train"], workspace=options["workspace"])
             started = time.monotonic()
             surrogate.fit(training_rows(train_set.rows), groups=[r.get("pack") for r in train_set.rows])
             description["settings"].update({"trained_on": str(train_path), "trained_rows": surrogate.trained_rows,
@@ -201,13 +209,13 @@ class Command(BaseCommand):
         if options["pairs"]:
             if options["loo"]:
                 self._log("discovery detection under --loo: each problem's pairs forecast by its held-out model")
-                pairs_path, pair_set = load_dataset(options["pairs"], kind=PAIR)
+                pairs_path, pair_set = load_dataset(options["pairs"], workspace=options["workspace"], kind=PAIR)
                 pairs = pair_set.rows[: options["limit"]] if options["limit"] else pair_set.rows
                 make = lambda: type(surrogate)(seed=options["seed"])  # noqa: E731
                 pair_forecasts = _loo_pair_forecasts(rows, pairs, make)
                 discovery, _ = discovery_block(None, pairs, forecasts=pair_forecasts)
             else:
-                pairs_path, pair_set = load_dataset(options["pairs"], kind=PAIR)
+                pairs_path, pair_set = load_dataset(options["pairs"], workspace=options["workspace"], kind=PAIR)
                 pairs = pair_set.rows[: options["limit"]] if options["limit"] else pair_set.rows
                 discovery, pair_forecasts = discovery_block(surrogate, pairs, batch_size=options["batch_size"],
                                                             progress=self._progress)
@@ -220,9 +228,9 @@ class Command(BaseCommand):
                             protocol=protocol, evaluation=evaluation, cost=cost, recalibration_result=recal,
                             discovery=discovery, command="manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]))
         self.stdout.write(self._text(report))
-        if not options["no_save"]:
-            report_id = save_report(reports_dir(), report)
-            self.stdout.write(f"\nSaved report {report_id} ({reports_dir() / (report_id + '.json')}); "
+        if workspace is not None:
+            report_id, report_path = report_save(workspace=workspace, report=report)
+            self.stdout.write(f"\nSaved report {report_id} in {workspace.name} ({report_path}); "
                               f"in the browser: /lab/reports/{report_id}/")
 
     def _text(self, report: dict) -> str:

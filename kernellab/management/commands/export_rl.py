@@ -10,7 +10,7 @@ from collections import Counter
 
 from django.core.management.base import BaseCommand, CommandError
 
-from kernellab.management.commands.import_dataset import load_dataset
+from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from search_engine.lab.datasets import split_rows, write_dataset
 from search_engine.lab.rl import rl_examples
 
@@ -20,13 +20,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dataset", required=True, help="a .jsonl/.csv file or an imported dataset's name")
+        add_workspace_argument(parser)
         parser.add_argument("--out", required=True, help="output .jsonl (or .jsonl.gz)")
         parser.add_argument("--eval-out", help="also hold out --eval-fraction of the problems into this file")
         parser.add_argument("--eval-fraction", type=float, default=0.2)
         parser.add_argument("--seed", type=int, default=0)
 
-    def handle(self, *args, dataset, out, eval_out, eval_fraction, seed, **options):
-        path, data = load_dataset(dataset)
+    def handle(self, *args, dataset, out, eval_out, eval_fraction, seed, workspace, **options):
+        path, data = load_dataset(dataset, workspace=workspace)
         rows, held = data.rows, []
         if eval_out:
             try:

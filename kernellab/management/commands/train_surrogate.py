@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from kernellab.management.commands.evaluate_surrogate import add_surrogate_arguments, build_surrogate
-from kernellab.management.commands.import_dataset import load_dataset
+from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from search_engine.lab import recalibration
 from search_engine.lab.datasets import row_problem, training_rows
 from search_engine.lab.experiment import forecast_rows
@@ -26,6 +26,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dataset", required=True, help="a .jsonl/.csv file or an imported dataset's name")
+        add_workspace_argument(parser)
         add_surrogate_arguments(parser)
         parser.add_argument("--exclude-problem", action="append", default=[], help="leave a problem out (repeatable)")
         parser.add_argument("--recalibrate", choices=recalibration.METHODS, default="temperature",
@@ -39,7 +40,7 @@ class Command(BaseCommand):
 
         if options["surrogate"] == "learned" and options["model"]:
             raise CommandError("--model loads a trained surrogate; train_surrogate makes a new one (leave it out).")
-        path, dataset = load_dataset(options["dataset"])
+        path, dataset = load_dataset(options["dataset"], workspace=options["workspace"])
         rows = [r for r in dataset.rows if row_problem(r) not in set(options["exclude_problem"])]
         if not rows:
             raise CommandError("No rows left to train on after --exclude-problem.")
