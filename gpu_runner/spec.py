@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tomllib
 from abc import ABC, abstractmethod
@@ -24,6 +25,10 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KNOB_STRING = re.compile(r"^[A-Za-z0-9_]+$")
 _INIT = re.compile(r"^(normal|uniform|ones|zeros|randint:-?\d+:-?\d+|uniform:-?[\d.eE+-]+:-?[\d.eE+-]+)$")
 VENDOR_KINDS = ("cublas_sgemm", "cublas_sgemv", "cupy_sum", "cupy_transpose", "cupy_softmax")
+MAX_PROBLEM_BYTES_VARIABLE = "KERNELLAB_MAX_PROBLEM_BYTES"
+DEFAULT_MAX_PROBLEM_BYTES = 64 * 1024**3
+_BYTE_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
+               "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}
 
 
 class SpecError(ValueError):
@@ -33,6 +38,30 @@ class SpecError(ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}")
+
+
+def max_problem_bytes() -> int:
+    """The most device memory one size case of a problem may ask for (buffers and temps together).
+
+    Read from KERNELLAB_MAX_PROBLEM_BYTES on every call, as a byte count or with a unit ("64GiB")."""
+    raw = os.environ.get(MAX_PROBLEM_BYTES_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_MAX_PROBLEM_BYTES
+    match = re.fullmatch(r"(\d+)\s*([A-Za-z]*)", raw.replace("_", ""))
+    if not match or match.group(2).upper() not in _BYTE_UNITS or int(match.group(1)) <= 0:
+        raise ValueError(f"{MAX_PROBLEM_BYTES_VARIABLE} must be a positive number of bytes such as "
+                         f"68719476736 or 64GiB, not {raw!r}.")
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2).upper()]
+
+
+def describe_bytes(count: int) -> str:
+    """'1099511627776 bytes (1 TiB)'; enormous counts as a power of ten."""
+    if count >= 10**30:
+        return f"about 10^{len(str(count)) - 1} bytes"
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count >= size:
+            return f"{count} bytes ({count / size:.3g} {unit})"
+    return f"{count} bytes"
 
 
 @dataclass(frozen=True)
@@ -442,6 +471,8 @@ def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
 def _check_evaluates(args: list[ArgSpec], launch: list[LaunchStep], case: SizeCase, prefix: str,
                      extra: Mapping[str, Any] | None = None) -> None:
     env = {**case.sizes, **(extra or {})}
+    cap = max_problem_bytes()
+    buffer_bytes: dict[str, int] = {}
     for i, arg in enumerate(args):
         try:
             if arg.role == "scalar":
@@ -449,8 +480,21 @@ def _check_evaluates(args: list[ArgSpec], launch: list[LaunchStep], case: SizeCa
             elif arg.numel(env) <= 0:
                 raise SpecError(f"{prefix}args[{i}] ('{arg.name}').shape",
                                 f"has no elements for size case '{case.name}'")
+            else:
+                buffer_bytes[arg.name] = arg.nbytes(env)
         except ExpressionError as exc:
             raise SpecError(f"{prefix}args[{i}] ('{arg.name}')", f"{exc} (size case '{case.name}')") from None
+        if buffer_bytes.get(arg.name, 0) > cap:
+            raise SpecError(f"{prefix}args[{i}] ('{arg.name}').shape",
+                            f"argument '{arg.name}' needs {describe_bytes(buffer_bytes[arg.name])} for size case "
+                            f"'{case.name}', more than the per-problem memory cap of {describe_bytes(cap)} "
+                            f"({MAX_PROBLEM_BYTES_VARIABLE})")
+    if sum(buffer_bytes.values()) > cap:
+        largest = max(buffer_bytes, key=buffer_bytes.__getitem__)
+        raise SpecError(f"{prefix}args", f"the arguments need {describe_bytes(sum(buffer_bytes.values()))} together "
+                                         f"for size case '{case.name}' (the largest, '{largest}', "
+                                         f"{describe_bytes(buffer_bytes[largest])}), more than the per-problem "
+                                         f"memory cap of {describe_bytes(cap)} ({MAX_PROBLEM_BYTES_VARIABLE})")
     for i, step in enumerate(launch):
         if isinstance(step, KernelLaunch):
             try:
