@@ -1,6 +1,9 @@
 from django.contrib import admin
 
 from kernellab import models
+from kernellab.forms import AdminLoginForm
+
+admin.site.login_form = AdminLoginForm
 
 
 class MembershipInline(admin.TabularInline):

@@ -6,6 +6,8 @@ import json
 
 from django import forms
 from django.conf import settings
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
 
 from kernellab.models import ApprovalMode
 from kernellab.services.runs import BACKENDS, FEEDBACK, GENERATORS, OBJECTIVES, SURROGATES
@@ -162,3 +164,39 @@ class HumanChildForm(forms.Form):
         if not isinstance(launch, list) or not all(isinstance(step, dict) for step in launch):
             raise forms.ValidationError("The launch plan must be a JSON list of launch objects.")
         return launch
+
+
+class _ThrottledLogin:
+    """Refuses a log-in, with a sentence, once a user name from one address has failed too often."""
+
+    throttled = ""
+
+    def clean(self):
+        from django.core.exceptions import ValidationError
+
+        from kernellab.services.login_throttle import (LoginThrottled, login_failure_record, login_failures_clear,
+                                                       login_throttle_check)
+
+        # REMOTE_ADDR, not X-Forwarded-For: a client can write that header, so it cannot key a limit.
+        attempt = {"username": str(self.data.get("username", "")),
+                   "address": self.request.META.get("REMOTE_ADDR", "") if self.request else ""}
+        try:
+            login_throttle_check(**attempt)
+        except LoginThrottled as exc:
+            self.throttled = str(exc)
+            raise ValidationError(self.throttled, code="throttled") from None
+        try:
+            cleaned = super().clean()
+        except ValidationError:
+            login_failure_record(**attempt)
+            raise
+        login_failures_clear(**attempt)
+        return cleaned
+
+
+class LoginForm(_ThrottledLogin, AuthenticationForm):
+    pass
+
+
+class AdminLoginForm(_ThrottledLogin, AdminAuthenticationForm):
+    pass

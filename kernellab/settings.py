@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from django.utils.csp import CSP
+
 from kernellab import config
 
 BASE_DIR = config.BASE_DIR
@@ -46,6 +48,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -66,6 +69,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.csp",
                 "kernellab.context_processors.navigation",
             ]
         },
@@ -81,6 +85,44 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Production behind TLS, login throttling and the problem size cap. The TLS settings are off by default
+# so that the embedded setup works over plain HTTP; `manage.py check --deploy` names those still off.
+try:
+    SECURE_HSTS_SECONDS = config.env_int("KERNELLAB_HSTS_SECONDS", 0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = config.env_bool("KERNELLAB_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = config.env_bool("KERNELLAB_HSTS_PRELOAD", False)
+    SECURE_SSL_REDIRECT = config.env_bool("KERNELLAB_SSL_REDIRECT", False)
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = config.env_bool("KERNELLAB_SECURE_COOKIES", False)
+    if config.env_bool("KERNELLAB_BEHIND_TLS_PROXY", False):
+        # Only safe when the proxy sets this header itself and strips it from what clients send.
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    KERNELLAB_LOGIN_MAX_FAILURES = config.env_int("KERNELLAB_LOGIN_MAX_FAILURES", 5, minimum=1)
+    KERNELLAB_LOGIN_LOCKOUT_S = config.env_int("KERNELLAB_LOGIN_LOCKOUT_S", 900, minimum=1)
+    from gpu_runner.spec import max_problem_bytes
+
+    try:
+        # gpu_runner reads the cap itself on every spec check; reading it here stops start-up on a bad value.
+        KERNELLAB_MAX_PROBLEM_BYTES = max_problem_bytes()
+    except ValueError as exc:
+        raise config.StartupError(str(exc)) from None
+except config.StartupError as exc:
+    sys.stderr.write(f"KernelLab cannot start: {exc}\n")
+    raise SystemExit(2) from None
+
+# Scripts only from our own static files or inline blocks that carry the response's nonce. Styles
+# allow inline: plotly and htmx set style elements and attributes at run time.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

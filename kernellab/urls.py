@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from kernellab.forms import LoginForm
 from kernellab.views import explorer, lab, pages, problems, runs
 
 urlpatterns = [
     path("", pages.home, name="home"),
     path("health", pages.health, name="health"),
-    path("accounts/login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
+    path("accounts/login/", auth_views.LoginView.as_view(template_name="registration/login.html",
+                                                         authentication_form=LoginForm), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("w/<slug:slug>/", pages.workspace_detail, name="workspace"),
