@@ -55,6 +55,8 @@ def browser_as(chromium, server):
         contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda error: script_errors.append(f"{page.url}: {error}"))
+        page.on("console", lambda message: script_errors.append(f"{page.url}: {message.text}")
+                if "Content Security Policy" in message.text else None)
         page.set_default_timeout(15000)
         login(page, server, role, PASSWORDS[role])
         return page

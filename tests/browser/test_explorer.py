@@ -13,7 +13,8 @@ ONEHOT_6 = [0.0, 0.0, 0.0, 0.02, 0.08, 0.8, 0.1, 0.0]
 
 
 def wait_for(page, expression: str, timeout: float = 15000):
-    page.wait_for_function(expression, timeout=timeout)
+    # as a function: a bare expression would be eval'ed in the page, which its Content-Security-Policy forbids
+    page.wait_for_function(f"() => ({expression})", timeout=timeout)
 
 
 def open_explorer(page, server, run: int, node: str | None = None):

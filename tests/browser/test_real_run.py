@@ -46,8 +46,9 @@ def test_a_replay_run_started_from_the_page_grows_live(searching_server, chromiu
     page.fill("input[name=max_steps]", "6")
     page.click("button:has-text('Create run')")
     expect(page.locator("h1")).to_contain_text("replay run")
-    page.wait_for_function("window.klExplorer && window.klExplorer.size > 4", timeout=180000)
-    page.wait_for_function("Number(document.querySelector('[data-count=measured]').textContent) >= 2", timeout=300000)
+    page.wait_for_function("() => window.klExplorer && window.klExplorer.size > 4", timeout=180000)
+    page.wait_for_function("() => Number(document.querySelector('[data-count=measured]').textContent) >= 2",
+                           timeout=300000)
     measured = page.evaluate("window.klExplorer.keys().map(k => window.klExplorer.node(k))"
                              ".filter(n => n.state === 'measured' && n.origin !== 'root').map(n => n.key)")
     assert measured
@@ -77,6 +78,7 @@ def test_a_replay_run_started_from_the_page_grows_live(searching_server, chromiu
     notice = page.locator(".panel-notice")
     expect(notice).to_contain_text("Added your candidate as node")
     child = notice.text_content().rsplit(" ", 1)[-1].rstrip(".")
-    page.wait_for_function(f"window.klExplorer.node({child!r}) && window.klExplorer.node({child!r}).origin === 'human'", timeout=30000)
+    page.wait_for_function(f"() => window.klExplorer.node({child!r}) && window.klExplorer.node({child!r}).origin === 'human'",
+                           timeout=30000)
     context.close()
     assert not errors
