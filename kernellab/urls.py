@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from kernellab.forms import LoginForm
-from kernellab.views import explorer, lab, pages, problems, runs
+from kernellab.views import explorer, lab, members, pages, problems, runs
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -16,6 +16,13 @@ urlpatterns = [
     path("w/<slug:slug>/runs/", pages.run_index, name="run-list"),
     path("w/<slug:slug>/verifications/", pages.verification_index, name="verification-queue"),
     path("w/<slug:slug>/verifications/decide", pages.verification_decide, name="verification-decide"),
+    path("w/<slug:slug>/members/", members.member_list, name="member-list"),
+    path("w/<slug:slug>/members/add", members.member_add, name="member-add"),
+    path("w/<slug:slug>/members/invite", members.member_invite, name="member-invite"),
+    path("w/<slug:slug>/members/<int:membership_id>/role", members.member_change_role, name="member-role"),
+    path("w/<slug:slug>/members/<int:membership_id>/remove", members.member_remove, name="member-remove"),
+    path("w/<slug:slug>/invitations/<int:invitation_id>/withdraw", members.invitation_withdraw, name="invitation-withdraw"),
+    path("invitations/<str:token>/", members.invitation_page, name="invitation"),
     path("discoveries/", pages.discovery_index, name="discoveries"),
     path("discoveries.jsonl", pages.discovery_export, name="discoveries-export"),
     # Explorer pages (issue 6)

@@ -39,6 +39,8 @@ def workspace_detail(request, slug: str):
             "problems": workspace.problems.select_related("reference").all(),
             "runs": run_list(workspaces=[workspace])[:30],
             "pending_count": verification_pending(workspace=workspace).count(),
+            "can_upload": user_can(user=request.user, workspace=workspace, action="upload"),
+            "member_count": workspace.memberships.count(),
         },
     )
 
