@@ -146,6 +146,10 @@ class LLMEndpoint:
     api_key: str | None
     surrogate_model: str | None
     generator_model: str | None
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    call_budget: int = 500  # LLM calls one run may make, generator and surrogate together
+    max_answer_chars: int = 256 * 1024
 
     @property
     def configured(self) -> bool:
@@ -163,6 +167,10 @@ def llm_endpoint() -> LLMEndpoint:
         api_key=os.environ.get("OPENAI_API_KEY", "").strip() or None,
         surrogate_model=os.environ.get("KERNELLAB_SURROGATE_MODEL", "").strip() or None,
         generator_model=os.environ.get("KERNELLAB_GENERATOR_MODEL", "").strip() or None,
+        timeout_s=env_float("KERNELLAB_LLM_TIMEOUT_S", 120.0, minimum=0.1),
+        max_retries=env_int("KERNELLAB_LLM_RETRIES", 3),
+        call_budget=env_int("KERNELLAB_LLM_CALL_BUDGET", 500, minimum=1),
+        max_answer_chars=env_int("KERNELLAB_LLM_MAX_ANSWER_KB", 256, minimum=1) * 1024,
     )
 
 

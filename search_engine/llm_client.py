@@ -14,6 +14,15 @@ from typing import Callable
 
 import openai
 
+try:  # the HTTP library the installed openai client is built on (httpx2 from openai 3, httpx before)
+    import httpx2 as httpx
+except ImportError:  # pragma: no cover - older openai
+    import httpx
+
+# An answer longer than this is refused unread: a kernel and its rationale fit in a few KiB, and
+# every reader after this one (JSON, regular expressions) would otherwise spend time in proportion.
+DEFAULT_MAX_ANSWER_CHARS = 256 * 1024
+
 _RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
               openai.InternalServerError)
 
@@ -33,6 +42,60 @@ class ChatAnswer:
     error: str | None = None  # a sentence when no answer came back
 
 
+class LLMCallBudget:
+    """How many LLM calls a run may still make; shared by its generator and its surrogate."""
+
+    def __init__(self, limit: int, used: int = 0) -> None:
+        self.limit = max(0, int(limit))
+        self.used = max(0, int(used))
+        self._lock = threading.Lock()
+
+    @property
+    def spent(self) -> bool:
+        return self.used >= self.limit
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+
+class AnswerTooLarge(Exception):
+    """The HTTP body of an answer passed the size cap while it was being read."""
+
+
+class _CappedStream(httpx.SyncByteStream):
+    def __init__(self, stream, max_bytes: int) -> None:
+        self.stream = stream
+        self.max_bytes = max_bytes
+
+    def __iter__(self):
+        read = 0
+        for chunk in self.stream:
+            read += len(chunk)
+            if read > self.max_bytes:
+                raise AnswerTooLarge(f"The LLM answer is larger than the {self.max_bytes // 1024} KiB limit.")
+            yield chunk
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class _CappedTransport(httpx.HTTPTransport):
+    """Stops reading an HTTP body at max_bytes, so a runaway answer cannot fill the worker's memory."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__()
+        self.max_bytes = max_bytes
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        response.stream = _CappedStream(response.stream, self.max_bytes)
+        return response
+
+
 @dataclass
 class LLMClient:
     base_url: str | None
@@ -48,15 +111,20 @@ class LLMClient:
     seed: int | None = None
     extra_body: dict | None = None
     fold_system: bool = False  # for chat templates without a system role (Gemma): prepend it to the user turn
+    max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS
+    budget: LLMCallBudget | None = None
     sleep: Callable[[float], None] = time.sleep
     client: object | None = None
     _semaphore: threading.BoundedSemaphore = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.client is None:
+            # JSON escapes (\n, \") make the body of an answer longer than its text: room for twice.
+            http_client = httpx.Client(transport=_CappedTransport(2 * self.max_answer_chars + 64 * 1024),
+                                       timeout=self.timeout_s)
             # The openai client's own retries are off: this class retries with its own back-off.
             self.client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "not-needed",
-                                        timeout=self.timeout_s, max_retries=0)
+                                        timeout=self.timeout_s, max_retries=0, http_client=http_client)
         self._semaphore = threading.BoundedSemaphore(max(1, self.max_concurrency))
 
     def chat(self, messages: list[dict], *, tool: dict | None = None, max_tokens: int | None = None,
@@ -83,9 +151,17 @@ class LLMClient:
             if use_tools:
                 kwargs["tools"] = [tool]
                 kwargs["tool_choice"] = {"type": "function", "function": {"name": tool["function"]["name"]}}
+            if self.budget is not None and not self.budget.take():
+                answer.error = f"The run's budget of {self.budget.limit} LLM calls is spent."
+                attempt -= 1
+                break
             try:
                 with self._semaphore:
                     response = self.client.chat.completions.create(**kwargs)
+                self._read(response, answer)
+            except AnswerTooLarge as exc:
+                answer.error = str(exc)
+                break
             except openai.BadRequestError as exc:
                 if use_tools:
                     # Some servers refuse tools outright; ask again for a JSON object in the content.
@@ -94,6 +170,10 @@ class LLMClient:
                 answer.error = f"The LLM endpoint refused the request: {_short(exc)}"
                 break
             except _RETRYABLE as exc:
+                too_large = _cause(exc, AnswerTooLarge)
+                if too_large is not None:
+                    answer.error = str(too_large)
+                    break
                 if attempt > self.max_retries:
                     answer.error = f"The LLM endpoint did not answer after {attempt} attempts: {_short(exc)}"
                     break
@@ -102,37 +182,135 @@ class LLMClient:
             except openai.APIError as exc:
                 answer.error = f"The LLM endpoint answered with an error: {_short(exc)}"
                 break
-            except Exception as exc:  # a malformed response must not stop a search
-                answer.error = f"The LLM call failed: {type(exc).__name__}: {_short(exc)}"
+            except RecursionError:
+                answer.error = "The LLM answer is nested too deeply to read."
                 break
-            self._read(response, answer)
+            except Exception as exc:  # a malformed response must not stop a search
+                answer.error = f"The LLM answer could not be read: {type(exc).__name__}: {_short(exc)}"
+                break
             answer.used_tools = use_tools
             break
         answer.attempts = attempt
         answer.latency_s = time.monotonic() - started
         return answer
 
-    @staticmethod
-    def _read(response, answer: ChatAnswer) -> None:
-        usage = getattr(response, "usage", None)
-        answer.tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        answer.tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        choices = getattr(response, "choices", None) or []
+    def _read(self, response, answer: ChatAnswer) -> None:
+        """Copy what the answer holds into `answer`; a field of the wrong shape becomes answer.error.
+
+        Servers answer with anything (the openai client builds its objects without validating), so
+        every field is read as if it may be missing, null, or of another type."""
+        usage = _field(response, "usage")
+        answer.tokens_in = _count(_field(usage, "prompt_tokens"))
+        answer.tokens_out = _count(_field(usage, "completion_tokens"))
+        choices = _field(response, "choices")
+        if not isinstance(choices, (list, tuple)):
+            answer.error = ("The LLM endpoint returned no choices." if choices is None else
+                            f"The LLM answer's choices are {_kind(choices)}, not a list.")
+            return
         if not choices:
             answer.error = "The LLM endpoint returned no choices."
             return
         choice = choices[0]
-        message = choice.message
-        answer.finish_reason = choice.finish_reason
-        answer.content = message.content
-        answer.refusal = getattr(message, "refusal", None)
-        calls = getattr(message, "tool_calls", None) or []
-        if calls:
-            answer.tool_name = calls[0].function.name
-            answer.tool_arguments = calls[0].function.arguments
-        elif getattr(message, "function_call", None) is not None:
-            answer.tool_name = message.function_call.name
-            answer.tool_arguments = message.function_call.arguments
+        message = _field(choice, "message")
+        if message is None or isinstance(message, (str, int, float, bool, list)):
+            answer.error = f"The LLM answer has {_kind(message)} where its message should be."
+            return
+        finish = _field(choice, "finish_reason")
+        answer.finish_reason = finish if isinstance(finish, str) else None
+        content = _field(message, "content")
+        refusal = _field(message, "refusal")
+        answer.refusal = refusal[: self.max_answer_chars] if isinstance(refusal, str) else None
+        calls = _field(message, "tool_calls")
+        function = None
+        if isinstance(calls, (list, tuple)) and calls:
+            function = _field(calls[0], "function")
+            if function is None or isinstance(function, (str, int, float, bool, list)):
+                answer.error = f"The LLM answer's tool call has {_kind(function)} where its function should be."
+                return
+        elif calls not in (None, [], ()):
+            answer.error = f"The LLM answer's tool calls are {_kind(calls)}, not a list."
+            return
+        elif _field(message, "function_call") is not None:
+            function = _field(message, "function_call")
+        if function is not None:
+            name, arguments = _field(function, "name"), _field(function, "arguments")
+            if isinstance(arguments, dict):
+                arguments = _dumps(arguments)
+            if arguments is not None and not isinstance(arguments, str):
+                answer.error = f"The LLM answer's tool arguments are {_kind(arguments)}, not text."
+                return
+            answer.tool_name = name if isinstance(name, str) else None
+            answer.tool_arguments = arguments
+        if content is not None and not isinstance(content, str):
+            if answer.tool_arguments is None:
+                answer.error = f"The LLM answer's content is {_kind(content)}, not text."
+                return
+            content = None
+        answer.content = content
+        for text in (answer.content, answer.tool_arguments):
+            if text is not None and len(text) > self.max_answer_chars:
+                answer.content = answer.tool_arguments = None
+                answer.error = (f"The LLM answer is {len(text) // 1024} KiB long, over the "
+                                f"{self.max_answer_chars // 1024} KiB limit.")
+                return
+
+
+def _field(obj, name: str):
+    """obj.name or obj[name], or None when obj has no such field (objects, dicts and anything else)."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    if isinstance(obj, (str, bytes, int, float, bool, list, tuple)):
+        return None
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def _count(value) -> int:
+    """A token count, or 0 when the server sent something that is not a plain non-negative integer."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, min(value, 2**31 - 1))
+    if isinstance(value, float) and value == value and 0 <= value < 2**31:
+        return int(value)
+    return 0
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "a true/false value"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "an object"
+
+
+def _dumps(value) -> str | None:
+    import json
+
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _cause(exc: BaseException, kind: type) -> BaseException | None:
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, kind):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 def fold_system_message(messages: list[dict]) -> list[dict]:
@@ -149,5 +327,7 @@ def fold_system_message(messages: list[dict]) -> list[dict]:
 
 
 def _short(exc: Exception, limit: int = 300) -> str:
-    text = str(exc).strip().replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """The exception's message as the end of a sentence (it follows a colon in every use)."""
+    text = str(exc).strip().replace("\n", " ") or type(exc).__name__
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if text.endswith((".", "…")) else text + "."

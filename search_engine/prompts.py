@@ -155,46 +155,74 @@ class AnswerError(ValueError):
     """The answer cannot be used; the message is the reason stored with the abstention."""
 
 
-def find_json_object(text: str) -> dict | None:
-    """The first JSON object in a text (a ```json block first, else the first balanced {...})."""
-    if not text:
+# Readers below look at no more than this much of an answer (the client refuses longer ones anyway).
+MAX_ANSWER_CHARS = 256 * 1024
+# How many balanced {...} spans are handed to the JSON parser before giving up on an answer.
+MAX_JSON_CANDIDATES = 64
+
+
+def find_json_object(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> dict | None:
+    """The first JSON object in a text (a ```json block first, else the first balanced {...}).
+
+    Linear in the text: one scan pairs the braces, and at most MAX_JSON_CANDIDATES spans are parsed."""
+    if not isinstance(text, str) or not text:
         return None
-    for block in re.findall(r"```(?:json)?\s*(.*?)```", text, re.S):
-        obj = _first_object(block)
-        if obj is not None:
-            return obj
+    text = text[:max_chars]
+    fence = text.find("```")
+    if fence != -1:
+        for match in re.finditer(r"```(?:json)?\s*(.*?)```", text[fence:], re.S):
+            obj = _first_object(match.group(1))
+            if obj is not None:
+                return obj
     return _first_object(text)
 
 
 def _first_object(text: str) -> dict | None:
-    start = text.find("{")
-    while start != -1:
-        depth, in_string, escape = 0, False, False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if in_string:
-                if escape:
-                    escape = False
-                elif ch == "\\":
-                    escape = True
-                elif ch == '"':
-                    in_string = False
-            elif ch == '"':
-                in_string = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        obj = json.loads(text[start : i + 1])
-                    except json.JSONDecodeError:
-                        break
-                    if isinstance(obj, dict):
-                        return obj
-                    break
-        start = text.find("{", start + 1)
+    spans = _balanced_spans(text)
+    spans.sort()
+    for start, end in spans[:MAX_JSON_CANDIDATES]:
+        obj = _loads(text[start : end + 1])
+        if isinstance(obj, dict):
+            return obj
     return None
+
+
+def _balanced_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every balanced {...} in one pass; quotes count only inside braces."""
+    spans: list[tuple[int, int]] = []
+    opened: list[int] = []
+    in_string = False
+    escaped_at = -1
+    for match in re.finditer(r'[{}"\\]', text):
+        ch = match.group()
+        i = match.start()
+        if in_string:
+            if i == escaped_at:
+                continue
+            if ch == "\\":
+                escaped_at = i + 1
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = bool(opened)
+        elif ch == "{":
+            opened.append(i)
+        elif ch == "}" and opened:
+            spans.append((opened.pop(), i))
+    return spans
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _loads(text: str):
+    """json.loads, or None for text that is not JSON, nests too deeply, or holds NaN/Infinity."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
 
 
 def parse_forecast(tool_arguments: str | dict | None, content: str | None, bins: BinTable = DEFAULT_BINS,
@@ -202,12 +230,20 @@ def parse_forecast(tool_arguments: str | dict | None, content: str | None, bins:
     """Read a forecast from the tool call, else from a JSON object in the content; raise AnswerError."""
     k = bins.n_bins
     obj = None
+    if tool_arguments is not None and not isinstance(tool_arguments, (str, dict)):
+        raise AnswerError("The tool call's arguments are not text.")
+    if content is not None and not isinstance(content, str):
+        raise AnswerError("The answer's content is not text.")
+    if isinstance(tool_arguments, str) and len(tool_arguments) > MAX_ANSWER_CHARS:
+        raise AnswerError(f"The tool call's arguments are over the {MAX_ANSWER_CHARS // 1024} KiB limit.")
     if isinstance(tool_arguments, dict):
         obj = tool_arguments
     elif tool_arguments:
         try:
-            obj = json.loads(tool_arguments)
-        except json.JSONDecodeError:
+            obj = json.loads(tool_arguments, parse_constant=_reject_constant)
+        except RecursionError:
+            raise AnswerError("The tool call's arguments are nested too deeply to read.") from None
+        except ValueError:
             obj = find_json_object(tool_arguments)
             if obj is None:
                 raise AnswerError("The tool call's arguments are not valid JSON (garbled or cut off).") from None
@@ -230,6 +266,8 @@ def parse_forecast(tool_arguments: str | dict | None, content: str | None, bins:
     for p in probs:
         if isinstance(p, bool) or not isinstance(p, (int, float)):
             raise AnswerError("A probability is not a number.")
+        if isinstance(p, int) and not 0 <= p <= 1:
+            raise AnswerError("A probability is out of range [0, 1].")
         p = float(p)
         if not math.isfinite(p) or p < 0 or p > 1:
             raise AnswerError(f"A probability is out of range [0, 1]: {p:g}.")
@@ -239,15 +277,20 @@ def parse_forecast(tool_arguments: str | dict | None, content: str | None, bins:
         raise AnswerError("The probabilities sum to zero.")
     stated = obj.get("predicted_bin", obj.get("bin"))
     if stated is not None:
-        if isinstance(stated, bool) or not isinstance(stated, (int, float)) or int(stated) != stated \
+        if isinstance(stated, bool) or not isinstance(stated, (int, float)) \
+                or (isinstance(stated, float) and not math.isfinite(stated)) or int(stated) != stated \
                 or not 1 <= int(stated) <= k:
-            raise AnswerError(f"The predicted bin {stated!r} is not an integer within 1..{k}.")
+            shown = repr(stated) if len(repr(stated)) <= 40 else repr(stated)[:40] + "…"
+            raise AnswerError(f"The predicted bin {shown} is not an integer within 1..{k}.")
         stated = int(stated)
     normalised = [p / raw_sum for p in values]
     predicted = max(range(k), key=lambda i: (normalised[i], -i)) + 1
     reasoning = obj.get("reasoning") or obj.get("analysis") or ""
     if not isinstance(reasoning, str):
-        reasoning = json.dumps(reasoning)
+        try:
+            reasoning = json.dumps(reasoning)
+        except (TypeError, ValueError, RecursionError):
+            reasoning = "(the reasoning is not text)"
     if stated is not None and stated != predicted:
         reasoning = (reasoning + f" [stated bin {stated} differs from the most probable bin {predicted}]").strip()
     return ParsedForecast(normalised, predicted, reasoning, raw_sum, stated)
@@ -319,8 +362,12 @@ class GeneratedKernel:
 
 def parse_generated(content: str | None) -> GeneratedKernel:
     """Read a generator answer; raise AnswerError with a reason when it holds no usable code."""
+    if content is not None and not isinstance(content, str):
+        raise AnswerError("The answer's content is not text.")
     if not content or not content.strip():
         raise AnswerError("The answer is empty.")
+    if len(content) > MAX_ANSWER_CHARS:
+        raise AnswerError(f"The answer is over the {MAX_ANSWER_CHARS // 1024} KiB limit.")
     blocks = re.findall(r"```([a-zA-Z+]*)\s*\n(.*?)```", content, re.S)
     code = None
     launch = None
@@ -329,10 +376,9 @@ def parse_generated(content: str | None) -> GeneratedKernel:
         if code is None and (lang in ("cuda", "cu", "cpp", "c++", "c") or "__global__" in body):
             code = body.strip()
         elif launch is None and lang == "json":
-            try:
-                parsed = json.loads(body)
-            except json.JSONDecodeError:
-                raise AnswerError("The launch plan block is not valid JSON.") from None
+            parsed = _loads(body)
+            if parsed is None:
+                raise AnswerError("The launch plan block is not valid JSON.")
             if isinstance(parsed, dict) and "launch" in parsed:
                 parsed = parsed["launch"]
             if not isinstance(parsed, list) or not all(isinstance(s, dict) for s in parsed):

@@ -42,6 +42,7 @@ def run_create(
     energy_cap_j: float | None = None,
     feedback: str = "notes",
     seed: int = 0,
+    llm_call_budget: int | None = None,
     start: bool = True,
 ) -> SearchRun:
     access_require(user=user, workspace=problem.workspace, action="run")
@@ -71,6 +72,9 @@ def run_create(
     if generator == "llm" or surrogate == "llm":
         if not settings.KERNELLAB_LLM.configured:
             raise ServiceError("No LLM endpoint is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY) to use an LLM generator or surrogate.")
+        llm_call_budget = llm_call_budget or settings.KERNELLAB_LLM.call_budget
+        if not 1 <= llm_call_budget <= 1_000_000:
+            raise ServiceError("The LLM call budget must be between 1 and 1,000,000 calls.")
     if backend == "auto" and not settings.KERNELLAB_REDIS_URL:
         from gpu_runner import gpu_present
 
@@ -98,7 +102,8 @@ def run_create(
         energy_cap_j=energy_cap_j,
         feedback=feedback,
         seed=seed,
-        extra={"root_children": screening_width} if screening_width else {},
+        extra=({"root_children": screening_width} if screening_width else {})
+        | ({"llm_call_budget": llm_call_budget, "llm_calls": 0} if generator == "llm" or surrogate == "llm" else {}),
     )
     change_record(run=run, kind="run", payload={"status": run.status})
     if start:

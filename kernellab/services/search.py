@@ -80,6 +80,16 @@ class RunContext:
         return table
 
     @cached_property
+    def llm_budget(self):
+        """The LLM calls this run may still make, shared by its generator and surrogate (None without an LLM)."""
+        from search_engine.llm_client import LLMCallBudget
+
+        extra = self.run.extra or {}
+        if "llm_call_budget" not in extra:
+            return None
+        return LLMCallBudget(limit=int(extra["llm_call_budget"]), used=int(extra.get("llm_calls") or 0))
+
+    @cached_property
     def hardware(self) -> dict:
         for record in self.replay_records.values():
             if record.get("hardware"):
@@ -126,12 +136,12 @@ class RunContext:
             return TransformGenerator()
         from search_engine.generators.llm import LLMGenerator
 
-        return LLMGenerator(llm_client("generator"), feedback=run.feedback)
+        return LLMGenerator(llm_client("generator", budget=self.llm_budget), feedback=run.feedback)
 
     def surrogate(self):
         from kernellab.services.surrogates import surrogate_for_run
 
-        return surrogate_for_run(self.run)
+        return surrogate_for_run(self.run, llm_budget=self.llm_budget)
 
     def search_settings(self):
         from search_engine.driver import SearchSettings
@@ -157,14 +167,16 @@ class RunContext:
         )
 
 
-def llm_client(role: str):
+def llm_client(role: str, *, budget=None):
     from search_engine.llm_client import LLMClient
 
     endpoint = settings.KERNELLAB_LLM
     model = endpoint.generator_model if role == "generator" else endpoint.surrogate_model
     if not endpoint.configured or not model:
         raise ServiceError(f"No LLM {role} is configured: set OPENAI_BASE_URL and KERNELLAB_{role.upper()}_MODEL.")
-    return LLMClient(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", model=model)
+    return LLMClient(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", model=model,
+                     timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries,
+                     max_answer_chars=endpoint.max_answer_chars, budget=budget)
 
 
 # ---- the port --------------------------------------------------------------------------------
@@ -355,6 +367,28 @@ def _release(run_id: int) -> None:
     SearchRun.objects.filter(pk=run_id).update(lease_until=None)
 
 
+def _renew(run_id: int) -> None:
+    # A step that waits on a slow LLM may take minutes: the lease is held from step to step, not per advance.
+    SearchRun.objects.filter(pk=run_id).update(lease_until=timezone.now() + timedelta(seconds=LEASE_S))
+
+
+def _advance_later(run_id: int) -> None:
+    """Another worker holds the lease: try again when it must have let go (it also enqueues a
+    follow-up itself on release; this one covers a worker that died holding the lease)."""
+    from kernellab.celery import app
+
+    if app.conf.task_always_eager:
+        return  # one process: the holder is up the call stack and continues the run itself
+    lease_until = SearchRun.objects.filter(pk=run_id).values_list("lease_until", flat=True).first()
+    if lease_until is None:
+        delay = 1.0
+    else:
+        delay = max(1.0, (lease_until - timezone.now()).total_seconds() + 1.0)
+    from kernellab.tasks import search_run_advance
+
+    search_run_advance.apply_async(args=[run_id], queue="search", countdown=delay)
+
+
 def _load_driver(run: SearchRun, port: DatabasePort):
     from search_engine.driver import SearchDriver
 
@@ -477,16 +511,18 @@ def _outside_events_waiting(run: SearchRun) -> bool:
 def run_advance(*, run_id: int) -> str:
     """Advance a run as far as it can go now. Safe to call any number of times, from anywhere."""
     if not _lease(run_id):
+        _advance_later(run_id)
         return "another worker is advancing this run"
     try:
         outcome = _advance_leased(run_id)
     finally:
         _release(run_id)
     run = SearchRun.objects.get(pk=run_id)
-    if run.status in (RunStatus.RUNNING, RunStatus.WAITING) and _outside_events_waiting(run):
+    # Enqueued only once the lease is let go: a follow-up that started while it was held would find
+    # it taken and stop, leaving the run in "running" with nobody advancing it.
+    if run.status in (RunStatus.RUNNING, RunStatus.WAITING) and (outcome == "stepped" or _outside_events_waiting(run)):
         from kernellab.tasks import search_run_advance
 
-        # Results that arrived while the lease was held would otherwise wait for the next event.
         search_run_advance.apply_async(args=[run_id], queue="search")
     return outcome
 
@@ -509,7 +545,10 @@ def _advance_leased(run_id: int) -> str:
         with transaction.atomic():
             driver = _load_driver(run, port)
             _feed_outside_events(driver, run)
-            _save(run, driver)
+            _save(run, driver, port.context.llm_budget)
+        budget = port.context.llm_budget
+        if budget is not None and budget.spent:
+            return _llm_budget_spent(run, driver, budget)
         if run.status == RunStatus.WAITING:
             run = run_transition(run=run, action="wake")
         for _ in range(STEPS_PER_ADVANCE):
@@ -517,9 +556,12 @@ def _advance_leased(run_id: int) -> str:
                 return "stopped"
             with transaction.atomic():
                 report = driver.step()
-                _save(run, driver)
+                _save(run, driver, budget)
+            _renew(run_id)
             if report.status != "expanded":
                 break
+            if budget is not None and budget.spent:
+                return _llm_budget_spent(run, driver, budget)
     except ServiceError as exc:
         run_transition(run=run, action="fail", reason=str(exc))
         return "failed"
@@ -532,10 +574,7 @@ def _advance_leased(run_id: int) -> str:
     if run.status not in (RunStatus.RUNNING, RunStatus.WAITING):
         return f"run is {run.status}"
     if status == "expanded":
-        from kernellab.tasks import search_run_advance
-
-        search_run_advance.apply_async(args=[run_id], queue="search")
-        return "stepped"
+        return "stepped"  # run_advance enqueues the next advance once the lease is let go
     if status == "waiting":
         if run.status == RunStatus.RUNNING:
             run_transition(run=run, action="wait", reason="waiting for GPU measurements or approvals")
@@ -549,9 +588,26 @@ def _advance_leased(run_id: int) -> str:
     return status
 
 
-def _save(run: SearchRun, driver) -> None:
+def _llm_budget_spent(run: SearchRun, driver, budget) -> str:
+    """No LLM call is left: the run waits for what is already on the GPU, then finishes, saying why."""
+    from kernellab.services.runs import run_transition
+
+    run.refresh_from_db()
+    spent = f"the budget of {budget.limit} LLM calls is spent"
+    if driver.pending():
+        if run.status == RunStatus.RUNNING:
+            run_transition(run=run, action="wait", reason=f"waiting for the last GPU measurements; {spent}")
+        return "waiting"
+    run_transition(run=run, action="finish", reason=spent)
+    return "finished"
+
+
+def _save(run: SearchRun, driver, budget=None) -> None:
     best = driver.best()
     updates = {"driver_state": driver.state_dict()}
+    if budget is not None and (run.extra or {}).get("llm_calls") != budget.used:
+        run.extra = {**(run.extra or {}), "llm_calls": budget.used}
+        updates["extra"] = run.extra
     if best is not None:
         updates["best_speedup"] = best.speedup
     SearchRun.objects.filter(pk=run.pk).update(**updates)
@@ -571,6 +627,11 @@ def node_add_human_child(*, node: Node, user, source: str, launch: list | None =
         raise ServiceError("The candidate source is empty.")
     if len(source.encode()) > settings.KERNELLAB_UPLOAD_MAX_BYTES:
         raise ServiceError(f"The candidate is larger than the {settings.KERNELLAB_UPLOAD_MAX_BYTES // 1024} KiB limit.")
+    from gpu_runner.directives import check_directives
+
+    refused = check_directives(source)
+    if refused:
+        raise ServiceError(refused)
     if run.status in (RunStatus.CANCELLED, RunStatus.FAILED):
         raise ServiceError(f"The run is {run.get_status_display().lower()}; start a new run to add candidates.")
     parent_kernel = node.kernel.as_candidate() if node.kernel else run.problem.reference.as_candidate()
@@ -600,7 +661,7 @@ def node_add_human_child(*, node: Node, user, source: str, launch: list | None =
                                             origin="human", author_id=user.pk)
             if child_id is None:
                 raise ServiceError("This candidate is already in the tree.")
-            _save(run, driver)
+            _save(run, driver, context.llm_budget)
             child = Node.objects.get(run=run, key=str(child_id))
     finally:
         _release(run.pk)

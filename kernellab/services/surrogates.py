@@ -15,7 +15,7 @@ _lock = threading.Lock()
 _learned: dict[tuple[str, str], object] = {}
 
 
-def surrogate_for_run(run):
+def surrogate_for_run(run, *, llm_budget=None):
     kind = run.surrogate
     if kind == "llm":
         from search_engine.surrogates.cache import SqliteCache
@@ -24,7 +24,7 @@ def surrogate_for_run(run):
         from kernellab.services.search import llm_client
 
         cache = SqliteCache(settings.DATA_DIR / "forecast-cache.sqlite3")
-        return LLMSurrogate(llm_client("surrogate"), cache=cache)
+        return LLMSurrogate(llm_client("surrogate", budget=llm_budget), cache=cache)
     if kind == "roofline":
         from search_engine.surrogates.roofline import RooflineSurrogate
 

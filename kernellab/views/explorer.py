@@ -19,6 +19,7 @@ from kernellab.selectors.explorer import (
     node_children_count,
     node_comments,
     node_discovery,
+    node_failed_proposals,
     node_forecast,
     node_measurements,
     node_verifications,
@@ -119,6 +120,7 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
         "comments": node_comments(node=node),
         "discovery": node_discovery(node=node),
         "children_count": node_children_count(node=node),
+        "failed_proposals": node_failed_proposals(node=node),
         "comment_form": forms.get("comment") or CommentForm(),
         "discovery_form": forms.get("discovery") or DiscoveryForm(),
         "child_form": forms.get("child")

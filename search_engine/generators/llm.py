@@ -54,7 +54,14 @@ class LLMGenerator:
         cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}
         if answer.error:
             return Proposal(None, failure=answer.error, **cost)
-        content = answer.content or ""
+        content = answer.content if isinstance(answer.content, str) else ""
+        try:
+            return self._read(context, answer, content, cost)
+        except Exception as exc:  # whatever an answer holds, it becomes a failed proposal, never a crash
+            return Proposal(None, failure=f"The answer could not be used ({type(exc).__name__}: {str(exc)[:200]}).",
+                            raw_excerpt=content[:1000], **cost)
+
+    def _read(self, context: ProposalContext, answer, content: str, cost: dict) -> Proposal:
         try:
             generated = parse_generated(content)
         except AnswerError as exc:

@@ -44,16 +44,20 @@ class LLMSurrogate:
         cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}
         if answer.error:
             return Forecast.abstention(answer.error, surrogate=self.id, **cost)
+        excerpt = answer.tool_arguments or answer.content
+        excerpt = excerpt[:1000] if isinstance(excerpt, str) else ""
         try:
             parsed = parse_forecast(answer.tool_arguments, answer.content, self.bins, refusal=answer.refusal)
+            forecast = Forecast.from_probs(parsed.probs, surrogate=self.id, reasoning=parsed.reasoning,
+                                           raw_sum=parsed.raw_sum, **cost)
         except AnswerError as exc:
             reason = str(exc)
             if answer.finish_reason == "length":
                 reason += " The answer hit the token limit."
-            excerpt = (answer.tool_arguments or answer.content or "")[:1000]
             return Forecast.abstention(reason, surrogate=self.id, reasoning=excerpt, **cost)
-        forecast = Forecast.from_probs(parsed.probs, surrogate=self.id, reasoning=parsed.reasoning,
-                                       raw_sum=parsed.raw_sum, **cost)
+        except Exception as exc:  # whatever an answer holds, it becomes an abstention, never a crash
+            reason = f"The answer could not be used ({type(exc).__name__}: {str(exc)[:200]})."
+            return Forecast.abstention(reason, surrogate=self.id, reasoning=excerpt, **cost)
         # Only usable answers are cached: an abstention may be a passing fault worth asking again.
         self.cache.put(key, forecast.to_dict())
         return forecast
