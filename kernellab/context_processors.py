@@ -4,3 +4,11 @@ def navigation(request) -> dict:
     from kernellab.selectors.workspaces import workspace_list_for_user
 
     return {"nav_workspaces": list(workspace_list_for_user(user=request.user))}
+
+
+def measurement_source(request) -> dict:
+    """Whether measurements here are real: without a live GPU worker they come from recorded data,
+    and every page says so."""
+    from kernellab.selectors.workers import gpu_queues_with_live_worker
+
+    return {"replay_only": not gpu_queues_with_live_worker()}

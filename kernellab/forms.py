@@ -15,14 +15,6 @@ from kernellab.services.runs import BACKENDS, FEEDBACK, GENERATORS, OBJECTIVES, 
 SOURCE_SUFFIXES = (".cu", ".cuh")
 
 
-def _local_gpu() -> bool:
-    try:
-        from gpu_runner import gpu_present
-    except ImportError:
-        return False
-    return gpu_present()
-
-
 def _limit() -> int:
     return settings.KERNELLAB_UPLOAD_MAX_BYTES
 
@@ -126,11 +118,31 @@ class RunCreateForm(forms.Form):
             self.fields["generator"].initial = "template" if problem.family_source else "transform"
             self.fields["screening_width"].initial = 256 if problem.family_source else 0
             self.fields["surrogate"].initial = "learned"
-            # Verifications of an "auto" run go to the target GPU's queue; without a GPU here only the
-            # local worker's replay queue is served, so replay is the default that finishes.
-            self.fields["backend"].initial = "auto" if _local_gpu() else "replay"
+        # Only backends that can measure this problem now are offered; the others say why not.
+        self.backend_choices = []
+        if problem is not None:
+            from kernellab.selectors.backends import run_backend_choices
+
+            target = (self.data.get("target_gpu") if self.is_bound else None) or self.fields["target_gpu"].initial
+            self.backend_choices = run_backend_choices(problem=problem, target_gpu=str(target))
+            offered = [c.name for c in self.backend_choices if c.available]
+            # The widget offers these; any backend still validates, so a stale page gets the service's sentence.
+            self.fields["backend"].widget.choices = [(name, name) for name in offered]
+            if not self.is_bound:
+                # "auto" only where it means a GPU: in the embedded setup without one it would be replay anyway.
+                auto = next(c for c in self.backend_choices if c.name == "auto")
+                preferred = ["auto", "replay"] if auto.measures_with != "replay" else ["replay"]
+                self.fields["backend"].initial = next((name for name in preferred if name in offered), offered[0] if offered else None)
         self.fields["generator"].choices = [(g, self._label(g)) for g in GENERATORS]
         self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
+
+    @property
+    def backends_unavailable(self) -> list:
+        return [c for c in self.backend_choices if not c.available]
+
+    @property
+    def can_measure(self) -> bool:
+        return not self.backend_choices or any(c.available for c in self.backend_choices)
 
     def _label(self, choice: str) -> str:
         if choice == "llm" and not self.llm_configured:

@@ -210,8 +210,11 @@ class NodeState(models.TextChoices):
     FAILED_COMPILE = "failed-compile", "Failed to compile"
     FAILED_CORRECTNESS = "failed-correctness", "Failed correctness"
     FAILED_RUNTIME = "failed-runtime", "Failed at run time"
+    # The replay backend has no recording of this source: nothing is known about the candidate.
+    NOT_RECORDED = "not-recorded", "Not in the recorded data"
     REJECTED = "rejected", "Rejected"
     PRUNED = "pruned", "Pruned"
+    CANCELLED = "cancelled", "Not measured: the run was cancelled"
 
 
 class Node(models.Model):
@@ -303,6 +306,7 @@ class VerificationState(models.TextChoices):
     RUNNING = "running", "Running"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled with its run"
 
 
 VERIFICATION_TRANSITIONS = {
@@ -312,6 +316,7 @@ VERIFICATION_TRANSITIONS = {
     "claim": ({VerificationState.QUEUED, VerificationState.RUNNING}, VerificationState.RUNNING),
     "finish": ({VerificationState.RUNNING}, VerificationState.DONE),
     "fail": ({VerificationState.RUNNING, VerificationState.QUEUED}, VerificationState.FAILED),
+    "cancel": ({VerificationState.PENDING, VerificationState.APPROVED, VerificationState.QUEUED}, VerificationState.CANCELLED),
 }
 
 
@@ -337,6 +342,26 @@ class Verification(models.Model):
 
     class Meta:
         ordering = ["created_at"]
+
+    @property
+    def outcome_label(self) -> str:
+        """The state, except that a replay miss is not a finished measurement."""
+        if self.state == VerificationState.DONE and self.measurement_id and self.measurement.status == "unavailable":
+            return "Not in the recorded data"
+        return self.get_state_display()
+
+
+class WorkerHeartbeat(models.Model):
+    """A Celery worker says every few seconds which queues it consumes; a queue whose workers all
+    went quiet has nobody to answer its verifications."""
+
+    hostname = models.CharField(max_length=200, unique=True)
+    queues = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.hostname} on {', '.join(self.queues)}"
 
 
 class Comment(models.Model):

@@ -71,6 +71,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
                 "kernellab.context_processors.navigation",
+                "kernellab.context_processors.measurement_source",
             ]
         },
     }

@@ -34,6 +34,7 @@ urlpatterns = [
     path("runs/<int:run_id>/tree.json", explorer.run_tree_json, name="run-tree"),
     path("runs/<int:run_id>/action", runs.run_action, name="run-action"),
     path("runs/<int:run_id>/dashboard/", runs.run_dashboard_page, name="run-dashboard"),
+    path("runs/<int:run_id>/cancel", runs.run_cancel_confirm, name="run-cancel"),
     path("runs/<int:run_id>/nodes/<str:key>/", explorer.node_panel, name="node-panel"),
     path("runs/<int:run_id>/nodes/<str:key>/comment", explorer.node_comment_create, name="node-comment"),
     path("runs/<int:run_id>/nodes/<str:key>/discovery", explorer.node_discovery_toggle, name="node-discovery"),

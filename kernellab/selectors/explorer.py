@@ -96,12 +96,19 @@ def node_forecast(*, node: Node) -> Forecast | None:
     return forecasts[0] if forecasts else None
 
 
+def run_measurements(*, run: SearchRun) -> QuerySet[Measurement]:
+    """Measurements of the run's problem by a backend of the run's kind: a replay run sees replayed
+    answers, a GPU run only measurements taken on a GPU, whichever run of the problem asked."""
+    rows = Measurement.objects.filter(problem_id=run.problem_id)
+    return rows.filter(backend="replay") if run.backend == "replay" else rows.exclude(backend="replay")
+
+
 def node_measurements(*, node: Node) -> list[Measurement]:
     """Measurements of the node's kernel for this run's problem, newest first, with expert notes."""
     if node.kernel_id is None:
         return []
     return list(
-        Measurement.objects.filter(kernel_id=node.kernel_id, problem_id=node.run.problem_id)
+        run_measurements(run=node.run).filter(kernel_id=node.kernel_id)
         .prefetch_related(Prefetch("expert_notes", queryset=ExpertNote.objects.order_by("pk")))
         .order_by("-created_at", "-pk")
     )
@@ -297,11 +304,12 @@ def run_dashboard(*, run: SearchRun) -> dict:
         coverage, risk = scoring.risk_coverage(confidences, losses)
         risk_coverage = {"coverage": [float(c) for c in coverage], "risk": [float(r) for r in risk], "aurc": scoring.aurc(confidences, losses)}
 
-    # Energy against runtime for measured nodes (the latest ok measurement of each node's kernel).
+    # Energy against runtime for measured nodes: the latest ok measurement of each node's kernel
+    # among those its panel lists (node_measurements), so a dot and its node tell the same story.
     energy = {"runtime_ms": [], "j_per_call": [], "key": [], "speedup": []}
     kernel_to_node = {k: key for key, k in Node.objects.filter(run=run, state=NodeState.MEASURED).values_list("key", "kernel_id")}
     seen = set()
-    for m in Measurement.objects.filter(problem=run.problem, kernel_id__in=kernel_to_node, status="ok").order_by("-created_at"):
+    for m in run_measurements(run=run).filter(kernel_id__in=kernel_to_node, status="ok").order_by("-created_at", "-pk"):
         if m.kernel_id in seen:
             continue
         seen.add(m.kernel_id)

@@ -15,6 +15,26 @@ FEEDBACK = ("notes", "raw", "none")
 BACKENDS = ("auto", "replay", "cupy", "pycuda")
 
 
+def backend_resolve(backend: str) -> str:
+    """The backend a run stores: "auto" stays auto (the worker picks) except in the embedded setup
+    without a GPU, whose one local worker can only answer from recorded data."""
+    if backend == "auto" and not settings.KERNELLAB_REDIS_URL:
+        from gpu_runner import gpu_present
+
+        if not gpu_present():
+            return "replay"
+    return backend
+
+
+def _require_measurable(run: SearchRun) -> None:
+    from kernellab.selectors.backends import backend_choice
+
+    choice = backend_choice(problem=run.problem, backend=run.backend, target_gpu=run.target_gpu)
+    if not choice.available:
+        raise ServiceError(f"The {run.backend} backend cannot measure {run.problem.title}: {choice.unavailable}. "
+                           "Choose a backend that can, or start a worker for its queue.")
+
+
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ServiceError(f"The {name} must be one of {', '.join(allowed)}; {value!r} is not.")
@@ -75,12 +95,7 @@ def run_create(
         llm_call_budget = llm_call_budget or settings.KERNELLAB_LLM.call_budget
         if not 1 <= llm_call_budget <= 1_000_000:
             raise ServiceError("The LLM call budget must be between 1 and 1,000,000 calls.")
-    if backend == "auto" and not settings.KERNELLAB_REDIS_URL:
-        from gpu_runner import gpu_present
-
-        # The embedded setup has one local worker: without a GPU here, only recorded data can answer.
-        if not gpu_present():
-            backend = "replay"
+    backend = backend_resolve(backend)
     if not target_gpu.replace("-", "").replace("_", "").isalnum():
         raise ServiceError("The target GPU must be a model name such as h200 or a100.")
     run = SearchRun.objects.create(
@@ -122,6 +137,12 @@ def run_transition(*, run: SearchRun, action: str, user=None, reason: str = "") 
     allowed, target = RUN_TRANSITIONS[action]
     if run.status not in allowed:
         raise IllegalTransition(f"The run is {run.get_status_display().lower()}, so it cannot {action}.")
+    if action == "start":
+        _require_measurable(run)  # otherwise every candidate would wait, or fail, and burn the budget
+    if target == RunStatus.CANCELLED:
+        from kernellab.services.verifications import verifications_cancel_for_run
+
+        verifications_cancel_for_run(run=run)
     run.status = target
     run.status_reason = reason[:2000]
     run.save(update_fields=["status", "status_reason", "updated_at"])

@@ -303,6 +303,8 @@ class DatabasePort:
         ):
             node.state_reason = (event.get("reason") or "")[:2000]
             return  # the verification's own services move these states
+        if state == NodeState.FAILED_CORRECTNESS and Node.objects.filter(pk=node.pk, state=NodeState.NOT_RECORDED).exists():
+            return  # a replay miss says nothing about the kernel; the verification labelled it already
         node.state = state
         node.state_reason = (event.get("reason") or "")[:2000]
         node.save(update_fields=["state", "state_reason", "updated_at"])

@@ -235,6 +235,7 @@ NODE_STATE_FOR_STATUS = {
     "failed-runtime": NodeState.FAILED_RUNTIME,
     "failed-timeout": NodeState.FAILED_RUNTIME,
     "rejected-guard": NodeState.REJECTED,
+    "unavailable": NodeState.NOT_RECORDED,
 }
 
 
@@ -316,6 +317,26 @@ def verification_fail(*, verification: Verification, reason: str) -> bool:
         return False
     _fail_locked(row, reason[:2000])
     return True
+
+
+@transaction.atomic
+def verifications_cancel_for_run(*, run) -> int:
+    """A cancelled run leaves nothing to measure: every verification still waiting for an approver
+    or a worker is cancelled (a worker that takes its message finds nothing to claim). One already
+    on a GPU finishes and is kept. Returns how many were cancelled."""
+    rows = list(
+        Verification.objects.select_for_update(of=("self",)).select_related("node__run")
+        .filter(node__run=run, state__in=VERIFICATION_TRANSITIONS["cancel"][0]).order_by("pk")
+    )
+    now = timezone.now()
+    for row in rows:
+        _transition(row, "cancel")
+        row.reason = "The run was cancelled before this was measured."
+        row.finished_at = now
+        row.save(update_fields=["state", "reason", "finished_at"])
+        _node_set(row.node, NodeState.CANCELLED, row.reason)
+        _verification_changed(row)
+    return len(rows)
 
 
 def verification_requeue_stale() -> int:

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from kernellab.forms import CommentForm, DiscoveryForm, HumanChildForm
 from kernellab.models import Verification, VerificationState
+from kernellab.selectors.backends import run_wait_reason
 from kernellab.selectors.explorer import (
     bin_midpoints,
     node_children_count,
@@ -43,7 +44,7 @@ def run_explorer(request, run_id: int):
     workspace = run.workspace
     can_run = user_can(user=request.user, workspace=workspace, action="run")
     if request.GET.get("part") == "controls":
-        return render(request, "kernellab/runs/controls.html", {"run": run, "can_run": can_run})
+        return render(request, "kernellab/runs/controls.html", {"run": run, "can_run": can_run, "wait_reason": run_wait_reason(run=run)})
     return render(
         request,
         "kernellab/explorer/explorer.html",
@@ -53,6 +54,7 @@ def run_explorer(request, run_id: int):
             "selected": request.GET.get("node", ""),
             "bin_midpoints": bin_midpoints(),
             "can_run": can_run,
+            "wait_reason": run_wait_reason(run=run),
             "role": membership_role(user=request.user, workspace=workspace),
         },
     )

@@ -58,7 +58,7 @@ def verification_index(request, slug: str):
         "workspace": workspace,
         "pending": verification_pending(workspace=workspace),
         "active": verification_active(workspace=workspace),
-        "recent": verification_queue(workspace=workspace, states=["done", "failed", "rejected"])[:30],
+        "recent": verification_queue(workspace=workspace, states=["done", "failed", "rejected", "cancelled"])[:30],
         "can_approve": user_can(user=request.user, workspace=workspace, action="approve"),
     }
     if request.htmx and request.GET.get("part") == "active":

@@ -5,7 +5,7 @@ import logging
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 from django.shortcuts import redirect, render
 
 from kernellab.forms import ProblemUploadForm
@@ -24,7 +24,7 @@ def problem_list(request, slug: str):
     workspace = workspace_for(request, slug)
     problems = (
         workspace.problems.select_related("created_by")
-        .annotate(run_count=Count("runs", distinct=True), best_speedup=Max("runs__best_speedup"))
+        .annotate(run_count=Count("runs", distinct=True), best_speedup=Max("runs__best_speedup", filter=~Q(runs__best_node__origin="root")))
         .order_by("name")
     )
     return render(

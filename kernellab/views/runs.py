@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from kernellab.forms import RunCreateForm
+from kernellab.selectors.backends import run_open_verification_count, run_wait_reason
 from kernellab.selectors.explorer import run_dashboard
 from kernellab.services import ServiceError
 from kernellab.services.access import user_can
@@ -45,7 +46,11 @@ def run_new(request, problem_id: int):
 def run_action(request, run_id: int):
     run = run_for(request, run_id)
     action = request.POST.get("action", "")
-    if action not in PERSON_ACTIONS:
+    if action == "cancel" and request.POST.get("confirmed") != "yes":
+        if not request.htmx:
+            return redirect("run-cancel", run_id=run.pk)
+        error = "Confirm the cancellation first; nothing was cancelled."
+    elif action not in PERSON_ACTIONS:
         error = f"{action or 'Nothing'} is not something a person can do to a run; choose start, pause, resume or cancel."
     else:
         try:
@@ -58,12 +63,23 @@ def run_action(request, run_id: int):
         return render(
             request,
             "kernellab/runs/controls.html",
-            {"run": run, "error": error, "can_run": user_can(user=request.user, workspace=run.workspace, action="run")},
+            {"run": run, "error": error, "can_run": user_can(user=request.user, workspace=run.workspace, action="run"),
+             "wait_reason": run_wait_reason(run=run)},
             status=200,
         )
     if error:
         messages.error(request, error)
     return redirect("run-explorer", run_id=run.pk)
+
+
+@login_required
+def run_cancel_confirm(request, run_id: int):
+    """The confirmation step of a cancel, for a browser without scripts (htmx asks in a dialog)."""
+    run = run_for(request, run_id)
+    return render(request, "kernellab/runs/cancel.html", {
+        "run": run, "workspace": run.workspace, "open_verifications": run_open_verification_count(run=run),
+        "can_run": user_can(user=request.user, workspace=run.workspace, action="run"),
+    })
 
 
 @login_required

@@ -15,6 +15,10 @@
     el.textContent = sentence;
   }
 
+  // A legend above the plot area: below it, plotly puts it on top of the x-axis title.
+  const legendAbove = { showlegend: true, legend: { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" } };
+  const withLegend = (layout, margin) => Object.assign({}, legendAbove, layout, { margin: Object.assign({}, base.margin, { t: 40 }, margin || {}) });
+
   function plot(id, traces, layout) {
     Plotly.newPlot(id, traces, Object.assign({}, base, layout), config);
   }
@@ -26,9 +30,8 @@
     plot("chart-considered", [
       { x: p.gpu, y: p.candidates, mode: "lines", name: "candidates considered" },
       { x: p.gpu, y: p.per_gpu, mode: "lines", name: "per GPU measurement", yaxis: "y2" },
-    ], { xaxis: { title: { text: "GPU measurements used" } }, yaxis: { title: { text: "candidates (cumulative)" } },
-         yaxis2: { title: { text: "candidates per measurement" }, overlaying: "y", side: "right" }, legend: { orientation: "h", y: -0.25 },
-         margin: { l: 55, r: 60, t: 10, b: 70 } });
+    ], withLegend({ xaxis: { title: { text: "GPU measurements used" } }, yaxis: { title: { text: "candidates (cumulative)" } },
+         yaxis2: { title: { text: "candidates per measurement" }, overlaying: "y", side: "right" } }, { r: 60 }));
   } else {
     empty("chart-progress", "No GPU measurement has finished yet.");
     empty("chart-considered", "No GPU measurement has finished yet.");
@@ -49,7 +52,7 @@
     plot("chart-reliability", [
       { x: r.confidence, y: r.accuracy, type: "bar", name: "accuracy", text: r.count.map(c => c + " node(s)"), width: 0.08 },
       { x: [0, 1], y: [0, 1], mode: "lines", name: "perfect calibration", line: { dash: "dash", color: "#888" } },
-    ], { xaxis: { title: { text: "mean confidence in bucket" }, range: [0, 1] }, yaxis: { title: { text: "accuracy" }, range: [0, 1] }, legend: { orientation: "h" } });
+    ], withLegend({ xaxis: { title: { text: "mean confidence in bucket" }, range: [0, 1] }, yaxis: { title: { text: "accuracy" }, range: [0, 1] } }));
     const rc = data.risk_coverage;
     plot("chart-risk", [{ x: rc.coverage, y: rc.risk, mode: "lines", name: "risk" }],
       { xaxis: { title: { text: "coverage (most confident first)" }, range: [0, 1] }, yaxis: { title: { text: "risk (bin error rate)" }, range: [0, 1] } });
@@ -67,7 +70,7 @@
                  name: "time–energy Pareto front", line: { color: "#c0392b", width: 2 }, marker: { symbol: "diamond-open", size: 13, color: "#c0392b" },
                  hovertemplate: "Pareto: node %{text}<extra></extra>" };
       })()],
-      { showlegend: true, legend: { orientation: "h" }, xaxis: { title: { text: "median runtime (ms)" } }, yaxis: { title: { text: "energy per call (J)" } } });
+      withLegend({ xaxis: { title: { text: "median runtime (ms)" } }, yaxis: { title: { text: "energy per call (J)" } } }));
   } else {
     empty("chart-energy", "No measured node has an energy reading yet.");
   }

@@ -235,7 +235,8 @@
     let measured = 0, forecast = 0, pending = 0, gpu = 0, failed = 0;
     anyMeasuring = false;
     for (const n of nodes.values()) {
-      if (n.state === "measured") measured++;
+      // The reference is 1.00x by definition, not by a measurement: it never counts as measured.
+      if (n.state === "measured") { if (n.origin !== "root") measured++; }
       else if (n.bin) forecast++;
       if (n.state === "awaiting-approval") pending++;
       if (n.state === "queued" || n.state === "measuring") gpu++;
@@ -246,7 +247,8 @@
     set("nodes", nodes.size); set("measured", measured); set("forecast", forecast); set("pending", pending);
     set("gpu", gpu); set("failed", failed);
     const best = bestKey ? nodes.get(bestKey) : null;
-    set("best", best && best.speedup ? best.speedup.toFixed(2) + "× (" + (best.name || best.key) + ")" : "—");
+    // Until a candidate is measured there is no best, only the reference.
+    set("best", measured && best && best.speedup ? best.speedup.toFixed(2) + "× (" + (best.origin === "root" ? "the reference" : best.name || best.key) + ")" : "—");
     document.getElementById("tree-empty").hidden = nodes.size > 0;
   }
 

@@ -94,11 +94,23 @@ def test_an_engineer_uploads_a_kernel_and_a_broken_one(server, feed, browser_as,
     assert feed("counts")["problems"] == before["problems"]
 
 
+def test_an_uploaded_kernel_without_a_gpu_worker_cannot_start_a_run_that_burns_its_budget(server, feed, browser_as):
+    page = browser_as("engineer")
+    page.goto(f"{server.url}/problems/{server.world['problem']}/runs/new")
+    expect(page.locator("#replay-label")).to_be_visible()
+    expect(page.locator("#no-backend")).to_contain_text("No backend can measure Vector scale now")
+    expect(page.locator("#backends-unavailable")).to_contain_text("replay is not offered: no recorded measurements for this problem.")
+    expect(page.locator("#backends-unavailable")).to_contain_text("cupy is not offered: no GPU worker listening on gpu.h200 (never seen).")
+    expect(page.locator("button:has-text('Create run')")).to_be_disabled()
+
+
 def test_an_engineer_starts_a_run_with_the_default_settings(server, feed, browser_as):
+    feed("worker_heartbeat", hostname="browser@gpu", queues=["gpu.h200"])
     page = browser_as("engineer")
     page.goto(f"{server.url}/problems/{server.world['problem']}/")
     page.click("text=Start a search run")
     expect(page.locator("select[name=generator]")).to_have_value("transform")
+    expect(page.locator("select[name=backend]")).to_have_value("cupy")  # the only kind a listening worker answers
     page.fill("input[name=name]", "browser run")
     page.click("button:has-text('Create run')")
     expect(page.locator("h1")).to_contain_text("browser run")
@@ -108,6 +120,32 @@ def test_an_engineer_starts_a_run_with_the_default_settings(server, feed, browse
     page.click("#run-controls button:has-text('Pause')")
     expect(page.locator("#run-status")).to_have_text("Paused")
     assert feed("run_status", run=run) == "paused"
+    feed("worker_forget", hostname="browser@gpu")
+
+
+def test_a_waiting_run_says_why_and_cancel_asks_first_and_leaves_nothing_queued(server, feed, browser_as):
+    run = feed("create_run", name="waiting run", backend="cupy")
+    feed("add_node", run=run, key="w1", parent="n0", bin=6, confidence=0.6, probabilities=ONEHOT_6)
+    feed("add_node", run=run, key="w2", parent="n0", bin=6, confidence=0.6, probabilities=ONEHOT_6)
+    feed("worker_heartbeat", hostname="waiting@gpu", queues=["gpu.h200"])
+    feed("run_transition", run=run, action="start")
+    feed("request_verification", run=run, key="w1")
+    feed("request_verification", run=run, key="w2")
+    feed("worker_forget", hostname="waiting@gpu")  # the GPU worker went away
+    page = browser_as("engineer")
+    open_explorer(page, server, run)
+    expect(page.locator("#run-wait-reason")).to_have_text(
+        "2 verifications queued, but no GPU worker listening on gpu.h200 (never seen).")
+    dialogs = []
+    page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.click("#run-cancel")
+    expect(page.locator("#run-status")).to_have_text("Running")
+    assert dialogs and "queued GPU verifications are cancelled with it" in dialogs[0]
+    assert feed("queued_verifications", run=run) == ["queued", "queued"]
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#run-cancel")
+    expect(page.locator("#run-status")).to_have_text("Cancelled")
+    assert feed("queued_verifications", run=run) == ["cancelled", "cancelled"]
 
 
 def test_nodes_appear_and_change_state_live(server, feed, browser_as, artifacts):
@@ -115,6 +153,9 @@ def test_nodes_appear_and_change_state_live(server, feed, browser_as, artifacts)
     page = browser_as("viewer")
     open_explorer(page, server, run)
     assert page.evaluate("window.klExplorer.size") == 1
+    # The reference is 1.00x by definition: nothing is measured and there is no best yet.
+    expect(page.locator('[data-count="measured"]')).to_have_text("0")
+    expect(page.locator('[data-count="best"]')).to_have_text("—")
     for i in range(1, 13):
         feed("add_node", run=run, key=f"c{i}", parent="n0" if i <= 4 else f"c{(i - 1) % 4 + 1}", bin=5 + i % 3,
              confidence=0.3 + 0.05 * i, probabilities=ONEHOT_6)
@@ -123,7 +164,7 @@ def test_nodes_appear_and_change_state_live(server, feed, browser_as, artifacts)
     expect(page.locator('[data-count="forecast"]')).to_have_text("12")
     feed("set_node", run=run, key="c6", state="measured", speedup=2.5)
     wait_for(page, "window.klExplorer.node('c6').state === 'measured'")
-    expect(page.locator('[data-count="measured"]')).to_have_text("2")
+    expect(page.locator('[data-count="measured"]')).to_have_text("1")
     expect(page.locator('[data-count="best"]')).to_contain_text("2.50×")
     assert page.evaluate("window.klExplorer.bestPath()") == ["c6", "c2", "n0"]
     feed("set_node", run=run, key="c7", state="failed-compile")
@@ -273,6 +314,23 @@ def test_the_dashboard_draws_its_charts_from_measured_forecasts(server, feed, br
     for chart in ("progress", "considered", "confusion", "scatter", "reliability", "risk", "energy"):
         expect(page.locator(f"#chart-{chart} .main-svg").first).to_be_visible()
     page.screenshot(path=str(artifacts / "dashboard.png"), full_page=True)
+    # Every legend stands clear of the axis titles of its chart.
+    layout = page.evaluate("""() => {
+      const boxes = [], overlaps = [];
+      for (const chart of document.querySelectorAll('.chart')) {
+        const legend = chart.querySelector('g.legend');
+        if (!legend) continue;
+        const l = legend.getBoundingClientRect();
+        boxes.push(chart.id);
+        for (const title of chart.querySelectorAll('.xtitle, .ytitle, .y2title')) {
+          const t = title.getBoundingClientRect();
+          if (l.left < t.right && t.left < l.right && l.top < t.bottom && t.top < l.bottom) overlaps.push(chart.id + ': ' + title.textContent);
+        }
+      }
+      return {legends: boxes, overlaps};
+    }""")
+    assert set(layout["legends"]) >= {"chart-considered", "chart-reliability", "chart-energy"}
+    assert layout["overlaps"] == []
 
 
 def test_an_empty_dashboard_explains_itself(server, feed, browser_as):
@@ -284,13 +342,15 @@ def test_an_empty_dashboard_explains_itself(server, feed, browser_as):
 
 
 def test_what_others_do_shows_up_without_a_reload(server, feed, browser_as):
-    run = feed("create_run", name="together run")
+    run = feed("create_run", name="together run", backend="cupy")
     feed("add_node", run=run, key="t1", parent="n0", bin=6, confidence=0.6, probabilities=ONEHOT_6)
     page = browser_as("viewer")
     open_explorer(page, server, run, node="t1")
     page.wait_for_selector("#node-panel .panel[data-node='t1']")
     expect(page.locator("#run-status")).to_have_text("Created")
+    feed("worker_heartbeat", hostname="together@gpu", queues=["gpu.h200"])  # a run starts only if it can be measured
     feed("run_transition", run=run, action="start")
+    feed("worker_forget", hostname="together@gpu")
     expect(page.locator("#run-status")).to_have_text("Running")
     feed("comment", run=run, key="t1", body="Looks memory bound to me.")
     expect(page.locator("#panel-comments")).to_contain_text("Looks memory bound to me.")

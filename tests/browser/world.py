@@ -32,7 +32,7 @@ def setup() -> dict:
     return {"workspace": workspace.slug, "problem": problem.pk}
 
 
-def create_run(*, approval_mode: str = "auto", name: str = "", with_root: bool = True) -> int:
+def create_run(*, approval_mode: str = "auto", name: str = "", with_root: bool = True, backend: str = "auto") -> int:
     from django.contrib.auth import get_user_model
 
     from kernellab.models import Node, NodeState, Problem
@@ -41,7 +41,8 @@ def create_run(*, approval_mode: str = "auto", name: str = "", with_root: bool =
 
     problem = Problem.objects.get(name="vector_scale")
     user = get_user_model().objects.get(username="engineer")
-    run = run_create(problem=problem, user=user, generator="transform", approval_mode=approval_mode, name=name, start=False)
+    run = run_create(problem=problem, user=user, generator="transform", approval_mode=approval_mode, name=name, start=False,
+                     backend=backend)
     if with_root:
         root = Node.objects.create(run=run, key="n0", kernel=problem.reference, origin="root", state=NodeState.MEASURED, speedup=1.0, value=1.0)
         node_changed(node=root)
@@ -274,3 +275,22 @@ def comment(*, run: int, key: str, body: str, username: str = "approver") -> int
     user = get_user_model().objects.get(username=username)
     node = Node.objects.select_related("run__problem__workspace").get(run_id=run, key=key)
     return comment_create(node=node, author=user, body=body).pk
+
+
+def worker_heartbeat(*, hostname: str, queues: list[str]) -> None:
+    """A GPU worker says it is alive, as a real one does every 15 s."""
+    from kernellab.services.workers import worker_heartbeat_record
+
+    worker_heartbeat_record(hostname=hostname, queues=queues)
+
+
+def worker_forget(*, hostname: str) -> None:
+    from kernellab.services.workers import worker_heartbeat_forget
+
+    worker_heartbeat_forget(hostname=hostname)
+
+
+def queued_verifications(*, run: int) -> list[str]:
+    from kernellab.models import Verification
+
+    return sorted(Verification.objects.filter(node__run_id=run).values_list("state", flat=True))

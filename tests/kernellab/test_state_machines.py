@@ -110,7 +110,10 @@ def test_a_node_cannot_have_two_open_verifications(node, members):
     ],
 )
 def test_legal_run_transitions(run, members, start, action, end):
-    run.status = start
+    from kernellab.services.workers import worker_heartbeat_record
+
+    worker_heartbeat_record(hostname="gpu0@box", queues=["gpu.h200"])  # a run starts only if it can be measured
+    run.status, run.backend = start, "cupy"
     run.save()
     assert run_transition(run=run, action=action, user=members["engineer"]).status == end
 

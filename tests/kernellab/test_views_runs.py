@@ -16,22 +16,95 @@ def no_broker(monkeypatch):
     return sent
 
 
-@pytest.mark.parametrize("gpu", ["0", "1"])
-def test_the_form_offers_defaults_that_create_a_run(client, members, problem, django_capture_on_commit_callbacks, monkeypatch, gpu):
-    monkeypatch.setenv("KERNELLAB_GPU", gpu)  # gpu_runner.gpu_present() honours it
-    client.force_login(members["engineer"])
-    page = client.get(reverse("run-new", args=[problem.pk]))
-    form = page.context["form"]
+@pytest.fixture
+def recorded(problem, settings, tmp_path):
+    """The problem as a bundled one with recorded H200 measurements (what replay needs)."""
+    import gzip
+
+    folder = tmp_path / "problems" / problem.name / "records"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "h200.jsonl.gz", "wt") as handle:
+        handle.write("")
+    settings.KERNELLAB_PROBLEMS_DIR = str(tmp_path / "problems")
+    problem.bundled = True
+    problem.save()
+    return problem
+
+
+def _defaults(form) -> dict:
     data = {name: field.initial for name, field in form.fields.items() if field.initial is not None}
-    data["generator"] = form.fields["generator"].initial
     data["start"] = "on"
+    return data
+
+
+@pytest.mark.parametrize("gpu", ["0", "1"])
+def test_the_form_offers_defaults_that_create_a_run(client, members, recorded, django_capture_on_commit_callbacks, monkeypatch, gpu):
+    from kernellab.services.workers import worker_heartbeat_record
+
+    monkeypatch.setenv("KERNELLAB_GPU", gpu)  # gpu_runner.gpu_present() honours it
+    if gpu == "1":
+        worker_heartbeat_record(hostname="gpu0@box", queues=["gpu.h200"])
+    client.force_login(members["engineer"])
+    page = client.get(reverse("run-new", args=[recorded.pk]))
+    data = _defaults(page.context["form"])
     assert data["generator"] == "transform"  # the problem has no knobs, so no template generator
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.post(reverse("run-new", args=[problem.pk]), data)
+        response = client.post(reverse("run-new", args=[recorded.pk]), data)
     run = SearchRun.objects.get()
     assert response.status_code == 302 and response["Location"] == reverse("run-explorer", args=[run.pk])
     # Without a GPU here, only replay has a worker (the local one) to answer verifications.
     assert run.status == "running" and run.generator == "transform" and run.backend == ("auto" if gpu == "1" else "replay")
+
+
+def test_an_uploaded_problem_without_a_gpu_worker_is_told_no_backend_can_measure_it(client, members, problem, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    client.force_login(members["engineer"])
+    page = client.get(reverse("run-new", args=[problem.pk]))
+    html = page.content.decode()
+    assert page.context["form"].fields["backend"].widget.choices == []
+    assert "No backend can measure Vector scale now" in html
+    assert "<strong>replay</strong> is not offered: no recorded measurements for this problem." in html
+    assert "<strong>cupy</strong> is not offered: no GPU worker listening on gpu.h200 (never seen)." in html
+    assert '<button type="submit" disabled>Create run</button>' in html
+
+
+def test_a_gpu_backend_is_offered_only_while_a_worker_listens_on_its_queue(client, members, problem, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from kernellab.models import WorkerHeartbeat
+    from kernellab.services.workers import worker_heartbeat_record
+
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    client.force_login(members["engineer"])
+    worker_heartbeat_record(hostname="gpu0@box", queues=["gpu.h200"])
+    form = client.get(reverse("run-new", args=[problem.pk])).context["form"]
+    assert [name for name, _ in form.fields["backend"].widget.choices] == ["cupy", "pycuda"]
+    WorkerHeartbeat.objects.update(last_seen=timezone.now() - timedelta(minutes=3))
+    html = client.get(reverse("run-new", args=[problem.pk])).content.decode()
+    assert "no GPU worker listening on gpu.h200 (last seen 3\xa0minutes ago)" in html
+
+
+def test_the_service_refuses_to_start_a_run_that_nothing_can_measure(client, members, problem, monkeypatch):
+    from kernellab.services import ServiceError
+    from kernellab.services.runs import run_create
+
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    with pytest.raises(ServiceError, match="The replay backend cannot measure Vector scale: no recorded measurements for this problem"):
+        run_create(problem=problem, user=members["engineer"], generator="transform", backend="replay")
+    with pytest.raises(ServiceError, match="no GPU worker listening on gpu.h200 \\(never seen\\)"):
+        run_create(problem=problem, user=members["engineer"], generator="transform", backend="cupy")
+    assert not SearchRun.objects.exists()
+    # A form posted anyway (an old page, a script) gets the same sentence.
+    client.force_login(members["engineer"])
+    response = client.post(reverse("run-new", args=[problem.pk]),
+                           {"generator": "transform", "surrogate": "learned", "confidence_threshold": 0.6, "gpu_budget": 10,
+                            "children_per_step": 4, "max_gpu_per_step": 2, "max_steps": 10, "approval_mode": "auto",
+                            "target_gpu": "h200", "backend": "replay", "objective": "time", "feedback": "notes", "seed": 0,
+                            "start": "on"})
+    assert response.status_code == 400 and not SearchRun.objects.exists()
+    assert "The replay backend cannot measure Vector scale" in response.content.decode()
 
 
 def test_a_service_refusal_is_shown_as_a_sentence(client, members, problem):
@@ -60,7 +133,7 @@ def test_a_viewer_cannot_create_a_run(client, members, problem):
     assert not SearchRun.objects.exists()
 
 
-def test_pause_resume_and_cancel_move_the_run(client, members, run):
+def test_pause_resume_and_cancel_move_the_run(client, members, recorded, run):
     client.force_login(members["engineer"])
     url = reverse("run-action", args=[run.pk])
     client.post(url, {"action": "start"}, HTTP_HX_REQUEST="true")
@@ -68,12 +141,79 @@ def test_pause_resume_and_cancel_move_the_run(client, members, run):
     assert 'data-status="paused"' in response.content.decode()
     response = client.post(url, {"action": "resume"}, HTTP_HX_REQUEST="true")
     assert 'data-status="running"' in response.content.decode()
-    response = client.post(url, {"action": "cancel"}, HTTP_HX_REQUEST="true")
+    response = client.post(url, {"action": "cancel", "confirmed": "yes"}, HTTP_HX_REQUEST="true")
     assert 'data-status="cancelled"' in response.content.decode()
     response = client.post(url, {"action": "resume"}, HTTP_HX_REQUEST="true")
     assert "The run is cancelled, so it cannot resume." in response.content.decode()
     run.refresh_from_db()
     assert run.status == "cancelled"
+
+
+def test_cancel_asks_for_confirmation_before_it_cancels(client, members, recorded, run):
+    client.force_login(members["engineer"])
+    url = reverse("run-action", args=[run.pk])
+    client.post(url, {"action": "start"}, HTTP_HX_REQUEST="true")
+    explorer = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    assert 'hx-confirm="Cancel this run? Its queued GPU verifications are cancelled with it' in explorer
+    response = client.post(url, {"action": "cancel"})  # a browser without scripts: no dialog
+    assert response.status_code == 302 and response["Location"] == reverse("run-cancel", args=[run.pk])
+    response = client.post(url, {"action": "cancel"}, HTTP_HX_REQUEST="true")
+    assert "Confirm the cancellation first; nothing was cancelled." in response.content.decode()
+    run.refresh_from_db()
+    assert run.status == "running"
+    page = client.get(reverse("run-cancel", args=[run.pk])).content.decode()
+    assert 'name="confirmed" value="yes"' in page and "cannot be resumed" in page
+    client.post(url, {"action": "cancel", "confirmed": "yes"})
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+
+
+def test_cancelling_a_run_leaves_no_verification_queued_and_a_late_message_measures_nothing(members, recorded, run, no_broker):
+    from kernellab.models import ApprovalMode
+    from kernellab.services.kernels import kernel_get_or_create
+    from kernellab.services.runs import run_transition
+    from kernellab.services.verifications import verification_claim, verification_request
+    from kernellab.tasks import verification_execute
+
+    root = Node.objects.create(run=run, key="0", kernel=run.problem.reference, origin="root", state=NodeState.MEASURED, speedup=1.0)
+    nodes = []
+    for i in range(3):
+        kernel = kernel_get_or_create(candidate={"source": f"// {i}\n" + root.kernel.source, "launch": root.kernel.launch, "name": f"c{i}"})
+        nodes.append(Node.objects.create(run=run, key=str(i + 1), parent=root, kernel=kernel, depth=1, state=NodeState.FORECAST))
+    queued = [verification_request(node=nodes[0], user=members["engineer"]), verification_request(node=nodes[1], user=members["engineer"])]
+    run.approval_mode = ApprovalMode.MANUAL
+    run.save()
+    pending = verification_request(node=nodes[2], user=members["engineer"])
+    assert {v.state for v in Verification.objects.all()} == {"queued", "pending-approval"}
+    run_transition(run=run, user=members["engineer"], action="cancel")
+    assert set(Verification.objects.values_list("state", flat=True)) == {"cancelled"}
+    assert set(Node.objects.filter(pk__in=[n.pk for n in nodes]).values_list("state", flat=True)) == {"cancelled"}
+    # The broker may still hold a message for a cancelled verification: the worker finds nothing to claim.
+    assert verification_claim(verification_id=queued[0].pk, token="late") is None
+    assert verification_execute.run(queued[1].pk) == "nothing to do"
+    assert not Measurement.objects.exists()
+    assert pending.pk in Verification.objects.filter(state="cancelled").values_list("pk", flat=True)
+
+
+def test_a_waiting_run_says_why_it_waits(client, members, recorded, run):
+    from kernellab.services.kernels import kernel_get_or_create
+    from kernellab.services.verifications import verification_request
+
+    run.backend, run.status = "cupy", "waiting"
+    run.save()
+    root = Node.objects.create(run=run, key="0", kernel=run.problem.reference, origin="root", state=NodeState.MEASURED, speedup=1.0)
+    for i in range(2):
+        kernel = kernel_get_or_create(candidate={"source": f"// {i}\n" + root.kernel.source, "launch": root.kernel.launch, "name": f"c{i}"})
+        node = Node.objects.create(run=run, key=str(i + 1), parent=root, kernel=kernel, depth=1, state=NodeState.FORECAST)
+        verification_request(node=node, user=members["engineer"])
+    client.force_login(members["viewer"])
+    html = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    assert "2 verifications queued, but no GPU worker listening on gpu.h200 (never seen)." in html
+    from kernellab.services.workers import worker_heartbeat_record
+
+    worker_heartbeat_record(hostname="gpu0@box", queues=["gpu.h200"])
+    html = client.get(reverse("run-explorer", args=[run.pk]) + "?part=controls").content.decode()
+    assert "2 verifications queued on gpu.h200." in html and "no GPU worker" not in html
 
 
 def test_a_viewer_sees_no_controls_and_is_refused(client, members, run):

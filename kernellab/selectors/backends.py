@@ -1,0 +1,87 @@
+"""Which backends can measure a problem now, and why a waiting run waits.
+
+Replay answers only for problems with recorded measurements on the target GPU; a GPU backend
+answers only while a worker listens on the target GPU's queue."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernellab.models import Problem, SearchRun, Verification, VerificationState
+from kernellab.selectors.workers import queue_has_live_worker, queue_worker_sentence
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str            # what the run form offers: auto, replay, cupy, pycuda
+    measures_with: str   # auto resolved: replay, or the GPU backend the worker picks
+    queue: str
+    unavailable: str     # why it cannot measure this problem now; empty when it can
+
+    @property
+    def available(self) -> bool:
+        return not self.unavailable
+
+
+def problem_has_recordings(*, problem: Problem, gpu: str) -> bool:
+    if not problem.bundled:
+        return False
+    from kernellab.services.problems import bundled_dir
+
+    return (bundled_dir() / problem.name / "records" / f"{gpu}.jsonl.gz").is_file()
+
+
+def backend_choice(*, problem: Problem, backend: str, target_gpu: str) -> BackendChoice:
+    from kernellab.services.runs import backend_resolve
+
+    gpu = target_gpu.lower()
+    resolved = backend_resolve(backend)
+    if resolved == "replay":
+        unavailable = ""
+        if not problem_has_recordings(problem=problem, gpu=gpu):
+            unavailable = ("no recorded measurements for this problem" if not problem.bundled
+                           else f"no recorded measurements of this problem on {gpu}")
+        if backend == "auto" and unavailable:
+            unavailable = f"no GPU on this machine, so it would replay, and there are {unavailable}"
+        return BackendChoice(backend, "replay", "replay", unavailable)
+    queue = f"gpu.{gpu}"
+    unavailable = "" if queue_has_live_worker(queue=queue) else queue_worker_sentence(queue=queue)
+    return BackendChoice(backend, resolved, queue, unavailable)
+
+
+def run_backend_choices(*, problem: Problem, target_gpu: str) -> list[BackendChoice]:
+    from kernellab.services.runs import BACKENDS
+
+    return [backend_choice(problem=problem, backend=name, target_gpu=target_gpu) for name in BACKENDS]
+
+
+def run_wait_reason(*, run: SearchRun) -> str:
+    """Why a live run is not moving, in one sentence; empty when nothing holds it up."""
+    if run.status not in ("running", "waiting"):
+        return ""
+    states = dict.fromkeys((VerificationState.QUEUED, VerificationState.PENDING, VerificationState.RUNNING), 0)
+    for state in Verification.objects.filter(node__run=run, state__in=list(states)).values_list("state", flat=True):
+        states[state] += 1
+    queued, pending, running = (states[VerificationState.QUEUED], states[VerificationState.PENDING],
+                                states[VerificationState.RUNNING])
+    parts = []
+    if queued:
+        plural = "s" if queued != 1 else ""
+        if queue_has_live_worker(queue=run.gpu_queue):
+            parts.append(f"{queued} verification{plural} queued on {run.gpu_queue}")
+        else:
+            parts.append(f"{queued} verification{plural} queued, but {queue_worker_sentence(queue=run.gpu_queue)}")
+    if running:
+        parts.append(f"{running} being measured")
+    if pending:
+        parts.append(f"{pending} awaiting an approver")
+    if not parts:
+        return ""
+    sentence = "; ".join(parts)
+    return sentence[0].upper() + sentence[1:] + "."
+
+
+def run_open_verification_count(*, run: SearchRun) -> int:
+    """Verifications that cancelling the run would cancel: waiting for an approver or a worker."""
+    from kernellab.models import VERIFICATION_TRANSITIONS
+
+    return Verification.objects.filter(node__run=run, state__in=VERIFICATION_TRANSITIONS["cancel"][0]).count()
