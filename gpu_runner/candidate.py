@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .spec import (ArgSpec, CudaReference, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError,
-                   _check_evaluates, parse_args, parse_launch)
+                   _check_evaluates, check_launch_signatures, parse_args, parse_launch)
 
 # Options a candidate may pass to the compiler; each maps to its NVRTC spelling.
 _OPTION_PATTERNS = [
@@ -128,6 +128,7 @@ def check_candidate(problem: Problem, candidate: Candidate) -> None:
     for case in problem.sizes:
         _check_evaluates(list(problem.args) + list(candidate.temps), list(candidate.launch), case,
                          "candidate.")
+    check_launch_signatures(candidate.launch, "candidate.launch", all_args, candidate.source, "the candidate's source")
 
 
 def reference_candidate(problem: Problem) -> Candidate:

@@ -12,11 +12,13 @@ import tomllib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from klexpr import Expression, ExpressionError, parse_expression
 
 from .dtypes import DEFAULT_TOLERANCE, DTYPES
+from .signature import fitting_signature, kernel_signatures, launch_mismatches
+from .toml_lines import field_line, syntax_error_line, toml_positions
 
 ROLES = ("input", "output", "inout", "scalar", "temp")
 BUFFER_ROLES = ("input", "output", "inout", "temp")
@@ -32,12 +34,62 @@ _BYTE_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB"
 
 
 class SpecError(ValueError):
-    """A problem spec or a candidate is malformed; `field` says where, `message` what."""
+    """A problem spec or a candidate is malformed; `field` says where, `message` what, and `line`
+    (set for problem.toml) the TOML line it is written on."""
 
-    def __init__(self, field: str, message: str):
+    def __init__(self, field: str, message: str, line: int | None = None):
         self.field = field
         self.message = message
+        self.line = line
         super().__init__(f"{field}: {message}")
+
+    @property
+    def errors(self) -> list["SpecError"]:
+        """Every mistake this error stands for (one here; several for SpecErrors)."""
+        return [self]
+
+
+class SpecErrors(SpecError):
+    """Every mistake found in one reading of a spec, in the order found; `field`, `message` and
+    `line` are the first one's."""
+
+    def __init__(self, errors: Iterable[SpecError]):
+        self._errors = [e for error in errors for e in error.errors]
+        first = self._errors[0]
+        super().__init__(first.field, first.message, first.line)
+        self.args = ("; ".join(f"{e.field}: {e.message}" for e in self._errors),)
+
+    @property
+    def errors(self) -> list[SpecError]:
+        return list(self._errors)
+
+
+_T = TypeVar("_T")
+
+
+class _Mistakes:
+    """Collects SpecErrors so that one reading reports all of them; one error per field."""
+
+    def __init__(self) -> None:
+        self.errors: list[SpecError] = []
+
+    def add(self, error: SpecError) -> None:
+        for one in error.errors:
+            if all(one.field != known.field for known in self.errors):
+                self.errors.append(one)
+
+    def attempt(self, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T | None:
+        try:
+            return work(*args, **kwargs)
+        except SpecError as exc:
+            self.add(exc)
+            return None
+
+    def raise_if_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise SpecErrors(self.errors)
 
 
 def max_problem_bytes() -> int:
@@ -254,39 +306,63 @@ def _read_toml(toml_text: str) -> dict:
     try:
         return tomllib.loads(toml_text)
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError("problem.toml", f"not valid TOML ({exc})") from None
+        raise SpecError("problem.toml", f"not valid TOML ({exc})",
+                        syntax_error_line(str(exc), toml_text)) from None
 
 
 def parse_problem(toml_text: str, reference_source: str, family_source: str | None = None) -> Problem:
+    """Read a spec, reporting every mistake at once: one SpecError, or SpecErrors for several, each
+    with the TOML line it is on."""
     table = _read_toml(toml_text)
-    unknown = set(table) - {"problem", "sizes", "args", "launch", "tolerance", "roofline", "family", "vendor"}
-    if unknown:
-        raise SpecError(sorted(unknown)[0], "unknown table (known: problem, sizes, args, launch, "
-                                            "tolerance, roofline, family, vendor)")
-    head = _table(table, "problem", required=True)
-    name = _string(head, "name", "problem.name")
-    if not _SLUG.match(name):
-        raise SpecError("problem.name", f"'{name}' must be a slug of a-z, 0-9 and _")
-    if not reference_source.strip():
-        raise SpecError("problem.reference", "the reference source is empty")
+    mistakes = _Mistakes()
+    try:
+        problem = _parse_problem(table, toml_text, reference_source, family_source, mistakes)
+    except SpecError as exc:
+        mistakes.add(exc)
+    positions = toml_positions(toml_text)
+    for error in mistakes.errors:
+        if error.line is None:
+            error.line = field_line(toml_text, error.field, positions)
+    mistakes.raise_if_any()
+    return problem
 
-    sizes = _parse_sizes(_table(table, "sizes", required=True))
-    size_names = frozenset(sizes[0].sizes)
-    args = parse_args(table.get("args"), "args", size_names, allow_temps=True)
-    arg_names = {a.name for a in args}
-    collisions = arg_names & size_names
+
+def _parse_problem(table: dict, toml_text: str, reference_source: str, family_source: str | None,
+                   mistakes: _Mistakes) -> Problem:
+    for unknown in sorted(set(table) - {"problem", "sizes", "args", "launch", "tolerance", "roofline", "family",
+                                        "vendor"}):
+        mistakes.add(SpecError(unknown, "unknown table (known: problem, sizes, args, launch, "
+                                        "tolerance, roofline, family, vendor)"))
+    head = mistakes.attempt(_table, table, "problem", required=True) or {}
+    name = mistakes.attempt(_problem_name, head) if head else None
+    if not reference_source.strip():
+        mistakes.add(SpecError("problem.reference", "the reference source is empty"))
+
+    sizes = mistakes.attempt(lambda: _parse_sizes(_table(table, "sizes", required=True)))
+    size_names = frozenset(sizes[0].sizes) if sizes else _written_size_names(table.get("sizes"))
+    args = parse_args(table.get("args"), "args", size_names, allow_temps=True, mistakes=mistakes)
+    written_args = _written_arg_names(table.get("args"))
+    collisions = {a.name for a in args} & size_names
     if collisions:
-        raise SpecError("args", f"'{sorted(collisions)[0]}' is both an argument and a size")
-    if not any(a.role in ("output", "inout") for a in args):
-        raise SpecError("args", "no argument has role 'output' or 'inout': nothing to compare")
-    launch = parse_launch(table.get("launch"), "launch", size_names, {a.name: a for a in args})
-    for case in sizes:
-        _check_evaluates(args, launch, case, "")
-    tolerance = _parse_tolerance(table.get("tolerance", {}))
-    roofline = _parse_roofline(table.get("roofline", {}), size_names, sizes)
-    family = _parse_family(table.get("family"), family_source, size_names, args, sizes)
-    vendor = _parse_vendor(table.get("vendor"), args)
-    options = _string_list(head.get("compile_options", []), "problem.compile_options")
+        mistakes.add(SpecError("args", f"'{sorted(collisions)[0]}' is both an argument and a size"))
+    if isinstance(table.get("args"), list) and not any(
+            isinstance(item, dict) and item.get("role") in ("output", "inout") for item in table["args"]):
+        mistakes.add(SpecError("args", "no argument has role 'output' or 'inout': nothing to compare"))
+    errors_before_launch = len(mistakes.errors)
+    launch = parse_launch(table.get("launch"), "launch", size_names, {a.name: a for a in args},
+                          mistakes=mistakes, written_args=written_args)
+    launch_complete = len(mistakes.errors) == errors_before_launch
+    check_launch_signatures(launch, "launch", {a.name: a for a in args}, reference_source, "reference.cu",
+                            mistakes=mistakes)
+    for case in sizes or []:
+        mistakes.attempt(_check_evaluates, args, launch if launch_complete else [], case, "")
+    tolerance = mistakes.attempt(_parse_tolerance, table.get("tolerance", {}))
+    roofline = mistakes.attempt(_parse_roofline, table.get("roofline", {}), size_names, sizes or [])
+    family = mistakes.attempt(_parse_family, table.get("family"), family_source, size_names, args, sizes or [],
+                              mistakes, written_args)
+    vendor = mistakes.attempt(_parse_vendor, table.get("vendor"), args) if len(args) == len(written_args) else None
+    options = mistakes.attempt(_string_list, head.get("compile_options", []), "problem.compile_options")
+    mistakes.raise_if_any()
     digest = hashlib.sha256("\0".join([toml_text, reference_source, family_source or ""]).encode())
     return Problem(
         name=name,
@@ -302,6 +378,82 @@ def parse_problem(toml_text: str, reference_source: str, family_source: str | No
         vendor=vendor,
         spec_hash=digest.hexdigest(),
     )
+
+
+def _problem_name(head: Mapping) -> str:
+    name = _string(head, "name", "problem.name")
+    if not _SLUG.match(name):
+        raise SpecError("problem.name", f"'{name}' must be a slug of a-z, 0-9 and _")
+    return name
+
+
+def _written_size_names(sizes: Any) -> frozenset[str]:
+    """The size names a broken [sizes] table still names, so that the rest of the spec is checked."""
+    if not isinstance(sizes, dict):
+        return frozenset()
+    return frozenset(name for case in sizes.values() if isinstance(case, dict) for name in case
+                     if isinstance(name, str) and _IDENT.match(name))
+
+
+def _written_arg_names(items: Any) -> frozenset[str]:
+    if not isinstance(items, list):
+        return frozenset()
+    return frozenset(item["name"] for item in items if isinstance(item, dict) and isinstance(item.get("name"), str))
+
+
+def check_launch_signatures(launch: Iterable[LaunchStep], where: str, args: Mapping[str, ArgSpec], source: str,
+                            source_label: str, *, mistakes: _Mistakes | None = None) -> None:
+    """Refuse kernel steps whose arguments do not fit the kernel's parameters in `source`: their
+    number, pointer or value, dtype and constness (gpu_runner.signature). A kernel whose name is
+    not in the source at all is refused; one the parser cannot find a definition of (made by a
+    macro) is left to the compiler."""
+    own = _Mistakes() if mistakes is None else mistakes
+    signatures = kernel_signatures(source)
+    # output name -> (step index, position, parameter) of each kernel parameter it is passed to
+    writes: dict[str, list[tuple[int, int, Any]]] = {}
+    for i, kernel, kernel_args in _kernel_calls(launch):
+        definitions = signatures.get(kernel)
+        if not definitions:
+            if not re.search(rf"\b{re.escape(kernel)}\b", source):
+                defined = ", ".join(signatures) or "none"
+                own.add(SpecError(f"{where}[{i}].kernel", f"{source_label} defines no __global__ function "
+                                                          f"'{kernel}' (it defines: {defined})"))
+            continue
+        for mismatch in launch_mismatches(kernel, kernel_args, args, definitions):
+            field_name = f"{where}[{i}].args" + (f"[{mismatch.position}]" if mismatch.position is not None else "")
+            own.add(SpecError(field_name, f"{mismatch.message} ({source_label})"))
+        signature = fitting_signature(kernel_args, args, definitions)
+        for position, name in enumerate(kernel_args if signature else ()):
+            if name in args and args[name].role in ("output", "inout"):
+                writes.setdefault(name, []).append((i, position, signature))
+    # A step may read an output another step wrote, but some kernel must be able to write it.
+    for name, uses in writes.items():
+        if all(signature.parameters[position].const_pointee for _, position, signature in uses):
+            i, position, signature = uses[0]
+            param = signature.parameters[position]
+            own.add(SpecError(f"{where}[{i}].args[{position}]",
+                              f"the {args[name].role} '{name}' is passed only as const (parameter {position + 1} "
+                              f"'{param.name}' of kernel {signature.name}, line {signature.line}, declared "
+                              f"'{param.text}'), so no kernel can write it ({source_label})"))
+    if mistakes is None:
+        own.raise_if_any()
+
+
+class _IndexedSteps(list):
+    """Launch steps that remember their index in the file (some may have been refused), and the
+    kernel calls — (index, kernel, args) — of every step whose kernel and args are well written, so
+    that a step with a bad grid is still checked against its kernel."""
+
+    def __init__(self, pairs: Iterable[tuple[int, LaunchStep]], calls: list[tuple[int, str, tuple[str, ...]]]):
+        super().__init__(step for _, step in pairs)
+        self.calls = calls
+
+
+def _kernel_calls(launch: Iterable[LaunchStep]) -> list[tuple[int, str, tuple[str, ...]]]:
+    calls = getattr(launch, "calls", None)
+    if calls is not None:
+        return calls
+    return [(i, step.kernel, step.args) for i, step in enumerate(launch) if isinstance(step, KernelLaunch)]
 
 
 def _table(table: Mapping, key: str, *, required: bool = False) -> dict:
@@ -360,112 +512,165 @@ def _parse_sizes(table: dict) -> list[SizeCase]:
 
 
 def parse_args(items: Any, where: str, names: frozenset[str], *, allow_temps: bool,
-               roles: tuple[str, ...] = ROLES) -> list[ArgSpec]:
+               roles: tuple[str, ...] = ROLES, mistakes: _Mistakes | None = None) -> list[ArgSpec]:
+    """The arguments that are well written; every mistake goes to `mistakes`, or is raised (all of
+    them) when none is given."""
+    own = _Mistakes() if mistakes is None else mistakes
     if items is None:
-        raise SpecError(where, "is missing: declare the kernel arguments with [[args]]")
-    if not isinstance(items, list):
-        raise SpecError(where, "must be an array of tables ([[args]])")
+        own.add(SpecError(where, "is missing: declare the kernel arguments with [[args]]"))
+    elif not isinstance(items, list):
+        own.add(SpecError(where, "must be an array of tables ([[args]])"))
     args: list[ArgSpec] = []
     seen: set[str] = set()
-    for i, item in enumerate(items):
-        at = f"{where}[{i}]"
-        if not isinstance(item, dict):
-            raise SpecError(at, "must be a table")
-        name = _string(item, "name", f"{at}.name")
-        at = f"{where}[{i}] ('{name}')"
-        if not _IDENT.match(name):
-            raise SpecError(f"{at}.name", "must be a C identifier")
-        if name in seen:
-            raise SpecError(f"{at}.name", "is declared twice")
-        seen.add(name)
-        role = item.get("role", "temp" if not allow_temps or roles == ("temp",) else None)
-        if role not in roles:
-            raise SpecError(f"{at}.role", f"must be one of {', '.join(roles)}, not {role!r}")
-        dtype = item.get("dtype")
-        if dtype not in DTYPES:
-            raise SpecError(f"{at}.dtype", f"must be one of {', '.join(DTYPES)}, not {dtype!r}")
-        extra = set(item) - {"name", "role", "dtype", "shape", "init", "value"}
-        if extra:
-            raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
-        if role == "scalar":
-            if "value" not in item:
-                raise SpecError(f"{at}.value", "a scalar needs a value (an expression of sizes)")
-            if "shape" in item:
-                raise SpecError(f"{at}.shape", "a scalar has no shape")
-            args.append(ArgSpec(name, role, dtype, (), None, _expr(item["value"], f"{at}.value", names)))
-            continue
-        if "value" in item:
-            raise SpecError(f"{at}.value", "only scalars have a value")
-        shape = item.get("shape")
-        if not isinstance(shape, list) or not shape:
-            raise SpecError(f"{at}.shape", "must be a non-empty list of expressions")
-        dims = tuple(_expr(d, f"{at}.shape[{j}]", names) for j, d in enumerate(shape))
-        init = item.get("init")
-        if init is not None and role not in ("input", "inout"):
-            raise SpecError(f"{at}.init", "only inputs are initialised")
-        if role in ("input", "inout"):
-            init = init or ("normal" if DTYPES[dtype].is_float else "randint:0:100")
-            if not isinstance(init, str) or not _INIT.match(init):
-                raise SpecError(f"{at}.init", "must be normal, uniform, uniform:LO:HI, "
-                                              f"randint:LO:HI, ones or zeros, not {init!r}")
-        args.append(ArgSpec(name, role, dtype, dims, init, None))
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        arg = own.attempt(_parse_arg, item, f"{where}[{i}]", names, seen, allow_temps, roles)
+        if arg is not None:
+            args.append(arg)
+    if mistakes is None:
+        own.raise_if_any()
     return args
 
 
+def _parse_arg(item: Any, at: str, names: frozenset[str], seen: set[str], allow_temps: bool,
+               roles: tuple[str, ...]) -> ArgSpec:
+    if not isinstance(item, dict):
+        raise SpecError(at, "must be a table")
+    name = _string(item, "name", f"{at}.name")
+    at = f"{at} ('{name}')"
+    if not _IDENT.match(name):
+        raise SpecError(f"{at}.name", "must be a C identifier")
+    if name in seen:
+        raise SpecError(f"{at}.name", "is declared twice")
+    seen.add(name)
+    role = item.get("role", "temp" if not allow_temps or roles == ("temp",) else None)
+    if role not in roles:
+        raise SpecError(f"{at}.role", f"must be one of {', '.join(roles)}, not {role!r}")
+    dtype = item.get("dtype")
+    if dtype not in DTYPES:
+        raise SpecError(f"{at}.dtype", f"must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    extra = set(item) - {"name", "role", "dtype", "shape", "init", "value"}
+    if extra:
+        raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
+    if role == "scalar":
+        if "value" not in item:
+            raise SpecError(f"{at}.value", "a scalar needs a value (an expression of sizes)")
+        if "shape" in item:
+            raise SpecError(f"{at}.shape", "a scalar has no shape")
+        return ArgSpec(name, role, dtype, (), None, _expr(item["value"], f"{at}.value", names))
+    if "value" in item:
+        raise SpecError(f"{at}.value", "only scalars have a value")
+    shape = item.get("shape")
+    if not isinstance(shape, list) or not shape:
+        raise SpecError(f"{at}.shape", "must be a non-empty list of expressions")
+    dims = tuple(_expr(d, f"{at}.shape[{j}]", names) for j, d in enumerate(shape))
+    init = item.get("init")
+    if init is not None and role not in ("input", "inout"):
+        raise SpecError(f"{at}.init", "only inputs are initialised")
+    if role in ("input", "inout"):
+        init = init or ("normal" if DTYPES[dtype].is_float else "randint:0:100")
+        if not isinstance(init, str) or not _INIT.match(init):
+            raise SpecError(f"{at}.init", "must be normal, uniform, uniform:LO:HI, "
+                                          f"randint:LO:HI, ones or zeros, not {init!r}")
+    return ArgSpec(name, role, dtype, dims, init, None)
+
+
 def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
-                 args: Mapping[str, ArgSpec], when_names: frozenset[str] | set[str] | None = None
+                 args: Mapping[str, ArgSpec], when_names: frozenset[str] | set[str] | None = None, *,
+                 mistakes: _Mistakes | None = None, written_args: frozenset[str] = frozenset()
                  ) -> list[LaunchStep]:
-    """Launch steps; `when_names` (family plans only) allows a `when` condition over those names."""
+    """Launch steps; `when_names` (family plans only) allows a `when` condition over those names.
+
+    Mistakes go to `mistakes` (the well-written steps are returned, remembering their index) or are
+    all raised. A name in `written_args` is declared but refused, so naming it is no new mistake."""
+    own = _Mistakes() if mistakes is None else mistakes
+    pairs: list[tuple[int, LaunchStep]] = []
+    calls: list[tuple[int, str, tuple[str, ...]]] = []
     if items is None:
-        raise SpecError(where, "is missing: give at least one launch step")
-    if not isinstance(items, list) or not items:
-        raise SpecError(where, "must be a non-empty array of tables")
-    steps: list[LaunchStep] = []
-    for i, item in enumerate(items):
-        at = f"{where}[{i}]"
-        if not isinstance(item, dict):
-            raise SpecError(at, "must be a table")
-        when = None
-        if "when" in item and when_names is not None:
-            when = _expr(item["when"], f"{at}.when", when_names, boolean=True)
-        if "memset" in item:
-            extra = set(item) - {"memset", "value"} - ({"when"} if when_names is not None else set())
-            if extra:
-                raise SpecError(f"{at}.{sorted(extra)[0]}", "a memset step has only memset and value")
-            target = item["memset"]
-            if target not in args:
-                raise SpecError(f"{at}.memset", f"unknown argument {target!r}")
-            if args[target].role in ("input", "scalar"):
-                raise SpecError(f"{at}.memset", f"'{target}' is an {args[target].role}; "
-                                                "only outputs and temporaries may be set")
-            value = item.get("value", 0)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SpecError(f"{at}.value", f"must be a number, not {value!r}")
-            steps.append(MemsetStep(target, value, when))
-            continue
-        extra = set(item) - {"kernel", "grid", "block", "shared", "args"} - (
-            {"when"} if when_names is not None else set())
+        own.add(SpecError(where, "is missing: give at least one launch step"))
+    elif not isinstance(items, list) or not items:
+        own.add(SpecError(where, "must be a non-empty array of tables"))
+    else:
+        for i, item in enumerate(items):
+            step = own.attempt(_parse_step, item, f"{where}[{i}]", names, args, when_names, written_args,
+                               lambda kernel, kernel_args, i=i: calls.append((i, kernel, kernel_args)))
+            if step is not None:
+                pairs.append((i, step))
+    if mistakes is None:
+        own.raise_if_any()
+    return _IndexedSteps(pairs, calls)
+
+
+def _parse_step(item: Any, at: str, names: frozenset[str] | set[str], args: Mapping[str, ArgSpec],
+                when_names: frozenset[str] | set[str] | None, written_args: frozenset[str],
+                call_found: Callable[[str, tuple[str, ...]], None]) -> LaunchStep:
+    if not isinstance(item, dict):
+        raise SpecError(at, "must be a table")
+    when = None
+    if "when" in item and when_names is not None:
+        when = _expr(item["when"], f"{at}.when", when_names, boolean=True)
+    if "memset" in item:
+        extra = set(item) - {"memset", "value"} - ({"when"} if when_names is not None else set())
         if extra:
-            raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
-        kernel = _string(item, "kernel", f"{at}.kernel")
-        if not _IDENT.match(kernel):
-            raise SpecError(f"{at}.kernel", f"'{kernel}' is not a C identifier")
-        dims = {}
-        for key in ("grid", "block"):
-            value = item.get(key)
-            if not isinstance(value, list) or not 1 <= len(value) <= 3:
-                raise SpecError(f"{at}.{key}", "must be a list of 1 to 3 expressions")
-            dims[key] = tuple(_expr(v, f"{at}.{key}[{j}]", names) for j, v in enumerate(value))
-        shared = _expr(item.get("shared", "0"), f"{at}.shared", names)
-        kernel_args = item.get("args")
-        if not isinstance(kernel_args, list) or not all(isinstance(a, str) for a in kernel_args):
-            raise SpecError(f"{at}.args", "must be a list of argument names")
-        for j, name in enumerate(kernel_args):
-            if name not in args:
-                known = ", ".join(args) or "none"
-                raise SpecError(f"{at}.args[{j}]", f"unknown argument '{name}' (known: {known})")
-        steps.append(KernelLaunch(kernel, dims["grid"], dims["block"], shared, tuple(kernel_args), when))
-    return steps
+            raise SpecError(f"{at}.{sorted(extra)[0]}", "a memset step has only memset and value")
+        target = item["memset"]
+        if target not in args:
+            if target in written_args:
+                raise _Skipped()
+            raise SpecError(f"{at}.memset", f"unknown argument {target!r}")
+        if args[target].role in ("input", "scalar"):
+            raise SpecError(f"{at}.memset", f"'{target}' is an {args[target].role}; "
+                                            "only outputs and temporaries may be set")
+        value = item.get("value", 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f"{at}.value", f"must be a number, not {value!r}")
+        return MemsetStep(target, value, when)
+    extra = set(item) - {"kernel", "grid", "block", "shared", "args"} - (
+        {"when"} if when_names is not None else set())
+    if extra:
+        raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
+    step_mistakes = _Mistakes()
+    kernel = step_mistakes.attempt(_kernel_name, item, at)
+    dims = {key: step_mistakes.attempt(_dims, item.get(key), f"{at}.{key}", names) for key in ("grid", "block")}
+    shared = step_mistakes.attempt(_expr, item.get("shared", "0"), f"{at}.shared", names)
+    kernel_args = step_mistakes.attempt(_kernel_args, item.get("args"), f"{at}.args", args, written_args)
+    if kernel is not None and kernel_args is not None:
+        call_found(kernel, kernel_args)
+    step_mistakes.raise_if_any()
+    return KernelLaunch(kernel, dims["grid"], dims["block"], shared, kernel_args, when)
+
+
+def _kernel_name(item: Mapping, at: str) -> str:
+    kernel = _string(item, "kernel", f"{at}.kernel")
+    if not _IDENT.match(kernel):
+        raise SpecError(f"{at}.kernel", f"'{kernel}' is not a C identifier")
+    return kernel
+
+
+def _dims(value: Any, at: str, names: frozenset[str] | set[str]) -> tuple[Expression, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= 3:
+        raise SpecError(at, "must be a list of 1 to 3 expressions")
+    return tuple(_expr(v, f"{at}[{j}]", names) for j, v in enumerate(value))
+
+
+def _kernel_args(value: Any, at: str, args: Mapping[str, ArgSpec], written_args: frozenset[str]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise SpecError(at, "must be a list of argument names")
+    for j, name in enumerate(value):
+        if name not in args and name not in written_args:
+            known = ", ".join(args) or "none"
+            raise SpecError(f"{at}[{j}]", f"unknown argument '{name}' (known: {known})")
+    return tuple(value)
+
+
+class _Skipped(SpecError):
+    """A step that names a refused argument: already reported, so it adds no error of its own."""
+
+    def __init__(self) -> None:
+        super().__init__("", "")
+
+    @property
+    def errors(self) -> list[SpecError]:
+        return []
 
 
 def _check_evaluates(args: list[ArgSpec], launch: list[LaunchStep], case: SizeCase, prefix: str,
@@ -546,7 +751,7 @@ def _parse_roofline(table: Any, names: frozenset[str], sizes: list[SizeCase]) ->
 
 
 def _parse_family(table: Any, source: str | None, size_names: frozenset[str], args: list[ArgSpec],
-                  sizes: list[SizeCase]) -> Family | None:
+                  sizes: list[SizeCase], mistakes: _Mistakes, written_args: frozenset[str]) -> Family | None:
     if table is None:
         return None
     if not isinstance(table, dict):
@@ -560,36 +765,48 @@ def _parse_family(table: Any, source: str | None, size_names: frozenset[str], ar
     knobs_table = table.get("knobs")
     if not isinstance(knobs_table, dict) or not knobs_table:
         raise SpecError("family.knobs", "must be a table of knob names to lists of values")
+    errors_before = len(mistakes.errors)
     knobs: dict[str, tuple] = {}
     for knob, values in knobs_table.items():
-        at = f"family.knobs.{knob}"
-        if not _IDENT.match(knob):
-            raise SpecError(at, "is not a C identifier")
-        if knob in size_names or knob in {a.name for a in args}:
-            raise SpecError(at, "has the name of a size or an argument")
-        if not isinstance(values, list) or not values:
-            raise SpecError(at, "must be a non-empty list of values")
-        for value in values:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise SpecError(at, f"{value!r} is not an integer, number or string")
-            if isinstance(value, str) and not _KNOB_STRING.match(value):
-                raise SpecError(at, f"the string {value!r} must be letters, digits and _ only")
-        if len(set(values)) != len(values):
-            raise SpecError(at, "lists a value twice")
-        knobs[knob] = tuple(values)
-    names = size_names | set(knobs)
-    constraints = tuple(_expr(c, f"family.constraints[{i}]", names, boolean=True)
-                        for i, c in enumerate(_string_list(table.get("constraints", []), "family.constraints")))
+        checked = mistakes.attempt(_parse_knob, knob, values, size_names, args)
+        if checked is not None:
+            knobs[knob] = checked
+    names = size_names | set(knobs_table)
+    constraints = tuple(mistakes.attempt(_expr, c, f"family.constraints[{i}]", names, boolean=True)
+                        for i, c in enumerate(mistakes.attempt(_string_list, table.get("constraints", []),
+                                                               "family.constraints") or []))
     temps = parse_args(table.get("temps", []), "family.temps", frozenset(names), allow_temps=True,
-                       roles=("temp",))
+                       roles=("temp",), mistakes=mistakes)
     clash = {t.name for t in temps} & {a.name for a in args}
     if clash:
-        raise SpecError("family.temps", f"'{sorted(clash)[0]}' is already an argument")
+        mistakes.add(SpecError("family.temps", f"'{sorted(clash)[0]}' is already an argument"))
     all_args = {a.name: a for a in args} | {t.name: t for t in temps}
-    launch = parse_launch(table.get("launch"), "family.launch", names, all_args, when_names=names)
-    options = _string_list(table.get("compile_options", []), "family.compile_options")
+    launch = parse_launch(table.get("launch"), "family.launch", names, all_args, when_names=names,
+                          mistakes=mistakes, written_args=written_args | _written_arg_names(table.get("temps")))
+    check_launch_signatures(launch, "family.launch", all_args, source, "family.cu", mistakes=mistakes)
+    options = mistakes.attempt(_string_list, table.get("compile_options", []), "family.compile_options")
+    if len(mistakes.errors) > errors_before:
+        return None
     return Family(source=source, knobs=knobs, constraints=constraints, temps=tuple(temps),
                   launch=tuple(launch), compile_options=tuple(options))
+
+
+def _parse_knob(knob: str, values: Any, size_names: frozenset[str], args: list[ArgSpec]) -> tuple:
+    at = f"family.knobs.{knob}"
+    if not _IDENT.match(knob):
+        raise SpecError(at, "is not a C identifier")
+    if knob in size_names or knob in {a.name for a in args}:
+        raise SpecError(at, "has the name of a size or an argument")
+    if not isinstance(values, list) or not values:
+        raise SpecError(at, "must be a non-empty list of values")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise SpecError(at, f"{value!r} is not an integer, number or string")
+        if isinstance(value, str) and not _KNOB_STRING.match(value):
+            raise SpecError(at, f"the string {value!r} must be letters, digits and _ only")
+    if len(set(values)) != len(values):
+        raise SpecError(at, "lists a value twice")
+    return tuple(values)
 
 
 def _parse_vendor(table: Any, args: list[ArgSpec]) -> Vendor | None:

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from kernellab.forms import LoginForm
-from kernellab.views import explorer, lab, members, pages, problems, runs
+from kernellab.views import docs, explorer, lab, members, pages, problems, runs
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -28,6 +28,7 @@ urlpatterns = [
     # Explorer pages (issue 6)
     path("w/<slug:slug>/problems/", problems.problem_list, name="problem-list"),
     path("w/<slug:slug>/problems/new", problems.problem_upload, name="problem-upload"),
+    path("docs/spec", docs.spec_reference, name="spec-reference"),
     path("problems/<int:problem_id>/", problems.problem_detail, name="problem-detail"),
     path("problems/<int:problem_id>/runs/new", runs.run_new, name="run-new"),
     path("runs/<int:run_id>/", explorer.run_explorer, name="run-explorer"),

@@ -21,11 +21,13 @@ def bundled_dir() -> Path:
 
 
 class ProblemRejected(ServiceError):
-    """The upload was checked and refused; `compile_errors` holds [{line, message}] for the page."""
+    """The upload was checked and refused; `compile_errors` holds [{line, message}] of reference.cu
+    and `spec_errors` [{line, field, message}] of problem.toml, every one found, for the page."""
 
-    def __init__(self, message: str, compile_errors: list[dict] | None = None):
+    def __init__(self, message: str, compile_errors: list[dict] | None = None, spec_errors: list[dict] | None = None):
         super().__init__(message)
         self.compile_errors = compile_errors or []
+        self.spec_errors = spec_errors or []
 
 
 @dataclass
@@ -56,7 +58,11 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
     try:
         spec = parse_problem(spec_toml, reference_source, family_source or None)
     except SpecError as exc:
-        raise ProblemRejected(f"The problem spec is not valid: {exc}") from None
+        spec_errors = [{"line": e.line, "field": e.field, "message": e.message} for e in exc.errors]
+        if len(spec_errors) == 1:
+            raise ProblemRejected(f"The problem spec is not valid: {exc}", spec_errors=spec_errors) from None
+        raise ProblemRejected(f"The problem spec has {len(spec_errors)} mistakes, each listed with its line of problem.toml",
+                              spec_errors=spec_errors) from None
     from gpu_runner import reference_candidate
 
     reference = reference_candidate(spec)

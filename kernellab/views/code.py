@@ -17,11 +17,13 @@ _FORMATTER_OPTIONS = {"nowrap": False, "cssclass": "hl", "linenos": "table", "li
 
 def highlight_cuda(source: str, *, mark_lines: set[int] | None = None, anchor: str = "L") -> SafeString:
     formatter = HtmlFormatter(cssclass="hl", linenos="table", hl_lines=sorted(mark_lines or ()), lineanchors=anchor, anchorlinenos=True)
-    return mark_safe(highlight(source or "", CudaLexer(), formatter))
+    return mark_safe(highlight(source or "", CudaLexer(stripnl=False), formatter))
 
 
-def highlight_toml(text: str) -> SafeString:
-    return mark_safe(highlight(text or "", TOMLLexer(), HtmlFormatter(cssclass="hl", linenos="table")))
+def highlight_toml(text: str, *, mark_lines: set[int] | None = None, anchor: str = "") -> SafeString:
+    formatter = HtmlFormatter(cssclass="hl", linenos="table", hl_lines=sorted(mark_lines or ()), lineanchors=anchor,
+                              anchorlinenos=bool(anchor))
+    return mark_safe(highlight(text or "", TOMLLexer(stripnl=False), formatter))
 
 
 def diff_unified(before: str, after: str, *, before_name: str = "parent", after_name: str = "this node") -> tuple[SafeString, int, int]:

@@ -13,6 +13,7 @@ from kernellab.selectors.explorer import problem_roofline, problem_runs
 from kernellab.services import ServiceError
 from kernellab.services.access import membership_role, user_can
 from kernellab.services.problems import ProblemRejected, problem_create, problem_spec
+from kernellab.spec_guide import ROLE_EXAMPLES, TEMPLATE_REFERENCE, TEMPLATE_TOML
 from kernellab.views.code import highlight_cuda, highlight_toml
 from kernellab.views.common import problem_for, workspace_for
 
@@ -49,16 +50,24 @@ def problem_upload(request, slug: str):
         "rejection": None,
         "compile_errors": [],
         "marked_source": None,
+        "spec_errors": [],
+        "marked_spec": None,
+        "kept_files": [],
         "upload_limit_kib": settings.KERNELLAB_UPLOAD_MAX_BYTES // 1024,
+        "template_toml": TEMPLATE_TOML,
+        "template_reference": TEMPLATE_REFERENCE,
+        "role_examples": ROLE_EXAMPLES,
     }
     if request.method != "POST":
-        context["form"] = ProblemUploadForm()
+        initial = {"spec_toml": TEMPLATE_TOML, "reference_source": TEMPLATE_REFERENCE} if request.GET.get("template") else {}
+        context["form"] = ProblemUploadForm(initial=initial)
         return render(request, "kernellab/problems/upload.html", context)
     form = ProblemUploadForm(request.POST, request.FILES)
     context["form"] = form
     if not form.is_valid():
         return render(request, "kernellab/problems/upload.html", context, status=400)
     data = form.cleaned_data
+    context["kept_files"] = _keep_in_text_boxes(form)
     try:
         problem = problem_create(
             workspace=workspace,
@@ -73,6 +82,10 @@ def problem_upload(request, slug: str):
         lines = {e["line"] for e in exc.compile_errors if isinstance(e.get("line"), int)}
         if exc.compile_errors:
             context["marked_source"] = highlight_cuda(data["reference_source"], mark_lines=lines, anchor="src")
+        if exc.spec_errors:
+            context["spec_errors"] = sorted(exc.spec_errors, key=lambda e: (e["line"] is None, e["line"] or 0))
+            spec_lines = {e["line"] for e in exc.spec_errors if isinstance(e.get("line"), int)}
+            context["marked_spec"] = highlight_toml(data["spec_toml"], mark_lines=spec_lines, anchor="spec")
         return render(request, "kernellab/problems/upload.html", context, status=400)
     except ServiceError as exc:
         context["rejection"] = _sentence(str(exc))
@@ -82,6 +95,21 @@ def problem_upload(request, slug: str):
         context["rejection"] = f"The compile check cannot run on this server ({exc}); nothing was saved."
         return render(request, "kernellab/problems/upload.html", context, status=503)
     return redirect("problem-detail", problem_id=problem.pk)
+
+
+def _keep_in_text_boxes(form: ProblemUploadForm) -> list[str]:
+    """Put what was checked (an uploaded file's text too) back in the text boxes, so that a refused
+    upload is fixed by editing it there; returns the labels of the files that were moved."""
+    kept = form.data.copy()
+    moved = []
+    for text_field, file_field, label in (("spec_toml", "spec_file", "problem.toml"),
+                                          ("reference_source", "reference_file", "reference.cu"),
+                                          ("family_source", "family_file", "family.cu")):
+        kept[text_field] = form.cleaned_data.get(text_field) or ""
+        if form.cleaned_data.get(file_field):
+            moved.append(label)
+    form.data = kept
+    return moved
 
 
 def _sentence(text: str) -> str:

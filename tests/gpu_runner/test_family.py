@@ -6,6 +6,10 @@ from gpu_runner import SpecError, enumerate_variants, render_variant, parse_prob
 from gpu_runner.candidate import check_candidate
 from tests.gpu_runner.helpers import PROBLEMS, saxpy_problem
 
+# A spec is checked against its kernels' parameters, so these tests pass the real sources.
+REFERENCE = (PROBLEMS / "saxpy" / "reference.cu").read_text()
+TEMPLATE = (PROBLEMS / "saxpy" / "family.cu").read_text()
+
 
 def test_it_enumerates_only_variants_that_meet_the_constraints():
     problem = saxpy_problem()
@@ -31,7 +35,7 @@ def test_valid_variants_are_enumerated_once_per_spec_and_handed_out_as_copies(mo
     first[0]["BLOCK"] = -1  # a caller's change does not reach the next caller
     assert family.valid_variants(problem) == list(real(problem)) and len(calls) == 1
     changed = parse_problem((PROBLEMS / "saxpy" / "problem.toml").read_text().replace("<= 4096", "<= 2048"),
-                            "x", "// template")
+                            REFERENCE, TEMPLATE)
     assert len(family.valid_variants(changed)) < len(first) and len(calls) == 2  # another spec, another walk
     unhashed = dataclasses.replace(problem, spec_hash="")
     family.valid_variants(unhashed), family.valid_variants(unhashed)
@@ -54,7 +58,7 @@ def test_string_knobs_become_defined_flags_and_family_temps_use_knobs():
         'constraints = ["BLOCK*ITEMS*VEC <= 4096"]',
         'constraints = ["BLOCK*ITEMS*VEC <= 4096", "ALGO != \'wide\' or VEC == 4"]\n'
         '[[family.temps]]\nname = "partials"\ndtype = "float32"\nshape = ["ceil_div(N, BLOCK)"]')
-    problem = parse_problem(text, "x", "// template")
+    problem = parse_problem(text, REFERENCE, TEMPLATE)
     variants = list(enumerate_variants(problem))
     assert all(v["ALGO"] != "wide" or v["VEC"] == 4 for v in variants)
     candidate = render_variant(problem, {"BLOCK": 128, "ITEMS": 1, "VEC": 4, "ALGO": "wide"})
@@ -78,13 +82,13 @@ def test_a_family_step_with_when_belongs_only_to_variants_where_it_holds():
         '[[family.launch]]\nkernel = "saxpy_family"',
         '[[family.launch]]\nmemset = "out"\nvalue = 0\nwhen = "ZERO == \'yes\'"\n\n'
         '[[family.launch]]\nkernel = "saxpy_family"')
-    problem = parse_problem(text, "x", "// template")
+    problem = parse_problem(text, REFERENCE, TEMPLATE)
     with_memset = render_variant(problem, {"BLOCK": 128, "ITEMS": 1, "VEC": 1, "ZERO": "yes"})
     without = render_variant(problem, {"BLOCK": 128, "ITEMS": 1, "VEC": 1, "ZERO": "no"})
     assert [type(s).__name__ for s in with_memset.launch] == ["MemsetStep", "KernelLaunch"]
     assert [type(s).__name__ for s in without.launch] == ["KernelLaunch"]
     with pytest.raises(SpecError, match="when"):
-        parse_problem(text.replace("when = \"ZERO == 'yes'\"", "when = \"ZERO == BOGUS\""), "x", "// t")
+        parse_problem(text.replace("when = \"ZERO == 'yes'\"", "when = \"ZERO == BOGUS\""), REFERENCE, TEMPLATE)
 
 
 BUNDLED = Path(__file__).resolve().parents[2] / "kernellab" / "problems"
