@@ -6,10 +6,13 @@ advance (approvals, rejections, finished measurements), steps until the driver m
 saves. Every event the driver publishes becomes rows and a numbered change for the live tree."""
 from __future__ import annotations
 
+import copy
 import logging
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
+from typing import Callable
 
 from django.conf import settings
 from django.db import transaction
@@ -188,6 +191,31 @@ class DatabasePort:
         self.context = context
         self.run = context.run
         self._nodes: dict[str, Node] = {}
+        self._held: list[Callable[[], None]] | None = None
+
+    @contextmanager
+    def holding_writes(self):
+        """While the driver thinks (LLM calls, nvcc, forecasts), its writes wait in memory; `flush`
+        then applies them in the short transaction that also saves its state. A step thus holds no
+        database lock while it runs (SQLite has one writer), and a step that dies leaves nothing."""
+        self._held = []
+        try:
+            yield self
+        except BaseException:
+            self._held = None
+            raise
+
+    def flush(self) -> None:
+        held, self._held = self._held or [], None
+        for write in held:
+            write()
+
+    def _write(self, write: Callable, *args) -> None:
+        if self._held is None:
+            write(*args)
+        else:
+            frozen = copy.deepcopy(args)  # the driver may reuse its dicts after publishing them
+            self._held.append(lambda: write(*frozen))
 
     def node(self, node_id: int) -> Node:
         key = str(node_id)
@@ -201,13 +229,13 @@ class DatabasePort:
         record = self.context.replay_records.get(source_hash(candidate["source"]))
         if record is not None and record.get("compiler"):
             facts = record["compiler"]
-            self._store_facts(node_id, facts, [])
+            self._write(self._store_facts, node_id, facts, [])
             return {"status": "ok", "reason": "", "compiler": facts}
         try:
             parsed = Candidate.from_dict(candidate, self.context.spec)
         except Exception as exc:
             reason = f"The candidate does not fit the problem: {exc}"
-            self._store_facts(node_id, {}, [{"line": None, "message": reason}])
+            self._write(self._store_facts, node_id, {}, [{"line": None, "message": reason}])
             return {"status": "failed-compile", "reason": reason, "compiler": None}
         from dataclasses import asdict
 
@@ -216,7 +244,7 @@ class DatabasePort:
         report = Runner(backend="static").check(self.context.spec, parsed)
         facts = asdict(report.facts) if report.facts else {}
         errors = [{"line": e.line, "message": e.message} for e in report.errors]
-        self._store_facts(node_id, facts, errors)
+        self._write(self._store_facts, node_id, facts, errors)
         if not report.ok:
             return {"status": "failed-compile", "reason": report.summary(), "compiler": facts or None}
         return {"status": "ok", "reason": "", "compiler": facts}
@@ -229,16 +257,19 @@ class DatabasePort:
             kernel.save(update_fields=["compiler_facts", "compile_errors"])
 
     def request_measurement(self, node_id: int, candidate: dict) -> None:
+        self._write(self._enqueue_verification, node_id)
+        return None  # the result arrives through run_advance
+
+    def _enqueue_verification(self, node_id: int) -> None:
         from kernellab.services.verifications import verification_enqueue_for_policy
 
         node = self.node(node_id)
         verification_enqueue_for_policy(node=node, reason=node.state_reason or "the search policy asked")
-        return None  # the result arrives through run_advance
 
     def publish(self, event: dict) -> None:
         handler = getattr(self, "_on_" + event["type"].replace("-", "_"), None)
         if handler is not None:
-            handler(event)
+            self._write(handler, event)
 
     # event handlers
     def _on_node_created(self, event: dict) -> None:
@@ -544,9 +575,11 @@ def _advance_leased(run_id: int) -> str:
     report = None
     try:
         port = DatabasePort(RunContext(run))
-        with transaction.atomic():
+        with port.holding_writes():
             driver = _load_driver(run, port)
             _feed_outside_events(driver, run)
+        with transaction.atomic():
+            port.flush()
             _save(run, driver, port.context.llm_budget)
         budget = port.context.llm_budget
         if budget is not None and budget.spent:
@@ -556,8 +589,10 @@ def _advance_leased(run_id: int) -> str:
         for _ in range(STEPS_PER_ADVANCE):
             if not _running(run_id):
                 return "stopped"
-            with transaction.atomic():
+            with port.holding_writes():
                 report = driver.step()
+            with transaction.atomic():
+                port.flush()
                 _save(run, driver, budget)
             _renew(run_id)
             if report.status != "expanded":
@@ -655,14 +690,16 @@ def node_add_human_child(*, node: Node, user, source: str, launch: list | None =
     if not _lease(run.pk, wait_s=30):
         raise ServiceError("The search is busy with this run; try again in a moment.")
     try:
-        with transaction.atomic():
-            run = SearchRun.objects.select_related("problem__reference", "problem__workspace").get(pk=run.pk)
-            port = DatabasePort(context)
+        run = SearchRun.objects.select_related("problem__reference", "problem__workspace").get(pk=run.pk)
+        port = DatabasePort(context)
+        with port.holding_writes():
             driver = _load_driver(run, port)
             child_id = driver.add_candidate(int(node.key), candidate, rationale or f"hand-written by {user.get_username()}",
                                             origin="human", author_id=user.pk)
-            if child_id is None:
-                raise ServiceError("This candidate is already in the tree.")
+        if child_id is None:
+            raise ServiceError("This candidate is already in the tree.")
+        with transaction.atomic():
+            port.flush()
             _save(run, driver, context.llm_budget)
             child = Node.objects.get(run=run, key=str(child_id))
     finally:

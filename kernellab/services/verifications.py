@@ -96,12 +96,43 @@ def verification_request(*, node: Node, user=None, policy_reason: str = "") -> V
     return verification
 
 
+def _already_measured(node: Node, reason: str) -> Verification | None:
+    """What the search gets instead of a second GPU measurement of the same kernel in this run.
+
+    The node's own finished verification (a person asked first, and it finished before the policy
+    asked) is returned as it is; a finished one of another node with the same kernel (same source,
+    launch and options, so the same Kernel row, in the same run, so the same backend and GPU) is
+    reused as this node's measurement. Either way the run is woken to read it."""
+    own = Verification.objects.filter(node=node, state=VerificationState.DONE, measurement__isnull=False).last()
+    if own is not None:
+        _wake_run(node.run_id)
+        return own
+    twin = (Verification.objects.filter(node__run_id=node.run_id, node__kernel_id=node.kernel_id,
+                                        state=VerificationState.DONE, measurement__isnull=False)
+            .exclude(node=node).select_related("measurement", "node").last())
+    if twin is None:
+        return None
+    now = timezone.now()
+    verification = Verification.objects.create(
+        node=node, requested_by_policy=reason[:200], queue=node.run.gpu_queue, state=VerificationState.DONE,
+        decided_at=now, finished_at=now, measurement=twin.measurement,
+        progress=f"reused node {twin.node.key}'s measurement"[:120],
+    )
+    _node_measured(node, twin.measurement)
+    _verification_changed(verification)
+    _wake_run(node.run_id)
+    return verification
+
+
 @transaction.atomic
 def verification_enqueue_for_policy(*, node: Node, reason: str) -> Verification:
     """The search asks for a measurement that needs no approval (automatic mode, or approved)."""
     open_row = Verification.objects.filter(node=node, state__in=OPEN_STATES).first()
     if open_row is not None:
         return open_row
+    measured = _already_measured(node, reason)
+    if measured is not None:
+        return measured
     verification = Verification.objects.create(
         node=node, requested_by_policy=reason[:200], queue=node.run.gpu_queue, state=VerificationState.APPROVED,
         decided_at=timezone.now(),
@@ -116,6 +147,9 @@ def verification_pending_for_policy(*, node: Node, reason: str) -> Verification:
     open_row = Verification.objects.filter(node=node, state__in=OPEN_STATES).first()
     if open_row is not None:
         return open_row
+    measured = _already_measured(node, reason)
+    if measured is not None:
+        return measured
     verification = Verification.objects.create(node=node, requested_by_policy=reason[:200], queue=node.run.gpu_queue)
     _node_set(node, NodeState.AWAITING_APPROVAL, reason)
     _verification_changed(verification)
@@ -143,6 +177,8 @@ def verification_approve(*, verification: Verification, user) -> Verification:
     verification.decided_at = timezone.now()
     verification.save()
     _enqueue(verification)
+    # The search learns of the approval now, not when the measurement ends: it may go on meanwhile.
+    _wake_run(verification.node.run_id)
     return verification
 
 
@@ -239,6 +275,14 @@ NODE_STATE_FOR_STATUS = {
 }
 
 
+def _node_measured(node: Node, measurement: Measurement) -> None:
+    node.speedup = measurement.speedup if measurement.status == "ok" else None
+    if measurement.status == "ok":
+        node.value = measurement.speedup
+    node.save(update_fields=["speedup", "value", "updated_at"])
+    _node_set(node, NODE_STATE_FOR_STATUS.get(measurement.status, NodeState.FAILED_RUNTIME), measurement.reason)
+
+
 @transaction.atomic
 def verification_finish(*, verification: Verification, result: dict, expert_notes: list[dict] | None = None) -> Measurement | None:
     """Store the runner's result exactly once. Returns None when this attempt lost its claim."""
@@ -252,11 +296,7 @@ def verification_finish(*, verification: Verification, result: dict, expert_note
     measurement = measurement_store(node=node, result=result, expert_notes=expert_notes)
     Verification.objects.filter(pk=verification.pk).update(measurement=measurement)
     verification.measurement = measurement
-    node.speedup = measurement.speedup if measurement.status == "ok" else None
-    if measurement.status == "ok":
-        node.value = measurement.speedup
-    node.save(update_fields=["speedup", "value", "updated_at"])
-    _node_set(node, NODE_STATE_FOR_STATUS.get(measurement.status, NodeState.FAILED_RUNTIME), measurement.reason)
+    _node_measured(node, measurement)
     _verification_changed(verification)
     _wake_run(node.run_id)
     return measurement

@@ -742,13 +742,34 @@
   window.addEventListener("online", () => { if (!socket) { attempt = 0; connect(); } });
 
   // ---- start ----------------------------------------------------------------------------------
+  // A busy server (a search step, a restart) must not leave a dead page: the snapshot is retried
+  // with backoff until it loads; only "no access" stops it.
+  async function loadSnapshot() {
+    for (let attempt = 0; ; attempt++) {
+      setLive("connecting", attempt ? "loading tree (attempt " + (attempt + 1) + ")…" : "loading tree…");
+      let status = 0;
+      try {
+        const response = await fetch(root.dataset.treeUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
+        if (response.ok) return await response.json();
+        status = response.status;
+      } catch (error) {
+        status = 0;
+      }
+      if (status === 401 || status === 403 || status === 404) {
+        setLive("closed", "could not load the tree (" + status + ")");
+        return null;
+      }
+      const delay = Math.min(RECONNECT_MAX_MS, 500 * 2 ** attempt) * (0.5 + Math.random() / 2);
+      setLive("offline", "could not load the tree (" + (status || "no answer") + "); retrying in " + Math.ceil(delay / 1000) + " s");
+      await new Promise(resolve => setTimeout(resolve, delay));
+    }
+  }
+
   async function start() {
     resize();
     new ResizeObserver(resize).observe(canvas.parentElement);
-    setLive("connecting", "loading tree…");
-    const response = await fetch(root.dataset.treeUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
-    if (!response.ok) { setLive("closed", "could not load the tree (" + response.status + ")"); return; }
-    const snapshot = await response.json();
+    const snapshot = await loadSnapshot();
+    if (!snapshot) return;
     for (const p of snapshot.nodes) upsertNode(p);
     searchBest = snapshot.best || null;
     gpuBudget = snapshot.gpu_budget;

@@ -294,3 +294,17 @@ def queued_verifications(*, run: int) -> list[str]:
     from kernellab.models import Verification
 
     return sorted(Verification.objects.filter(node__run_id=run).values_list("state", flat=True))
+
+
+def start_search(*, problem: str, generator: str = "llm", surrogate: str = "roofline", backend: str = "replay",
+                 gpu_budget: int = 6, children_per_step: int = 2) -> int:
+    """A started run on a bundled problem: its first advance goes to the worker at once."""
+    from django.contrib.auth import get_user_model
+
+    from kernellab.models import Problem
+    from kernellab.services.runs import run_create
+
+    run = run_create(problem=Problem.objects.get(name=problem), user=get_user_model().objects.get(username="engineer"),
+                     generator=generator, surrogate=surrogate, backend=backend, gpu_budget=gpu_budget,
+                     children_per_step=children_per_step, name="first steps")
+    return run.pk

@@ -102,5 +102,5 @@ def test_the_source_scanner_ignores_comments_and_names_the_line():
     assert guards.scan_source("// child<<<1,1>>>()\n/* cudaLaunchDevice */\n__global__ void k(){}") is None
     reason = guards.scan_source("__global__ void k(){\n  cudaStreamCreateWithFlags(&s, 0);\n}")
     assert "line 2" in reason and "cudaStreamCreateWithFlags" in reason
-    assert "local file" in guards.scan_source('#include "/etc/passwd"\n')
+    assert "quoted path" in guards.scan_source('#include "/etc/passwd"\n')
     assert guards.scan_source("#include <cuda_fp16.h>\n") is None
