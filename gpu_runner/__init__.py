@@ -10,11 +10,11 @@ from .result import (CompileDiagnostic, CompileReport, CompilerFacts, Energy, Ha
                      TimingStats)
 from .runner import Runner, gpu_present
 from .settings import RECORD_SETTINGS, MeasureSettings
-from .spec import CudaReference, Problem, Reference, SpecError, load_problem, parse_problem
+from .spec import CudaReference, Problem, PytorchReference, Reference, SpecError, load_problem, parse_problem
 
 __all__ = [
     "Candidate", "CompileDiagnostic", "CompileReport", "CompilerFacts", "CudaReference", "Energy", "Hardware",
-    "MeasureSettings", "MeasurementResult", "Problem", "RECORD_SETTINGS", "Reference", "Runner", "SpecError",
+    "MeasureSettings", "MeasurementResult", "Problem", "PytorchReference", "RECORD_SETTINGS", "Reference", "Runner", "SpecError",
     "TimingStats", "check_candidate", "enumerate_variants", "gpu_present", "load_problem", "parse_problem",
     "record_family", "reference_candidate", "render_variant", "source_hash", "valid_variants", "variant_id",
 ]

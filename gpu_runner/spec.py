@@ -211,6 +211,23 @@ class CudaReference(Reference):
 
 
 @dataclass(frozen=True)
+class PytorchReference(Reference):
+    """A KernelBench program (`Model`, `get_inputs`, `get_init_inputs`): only a GPU worker executes it."""
+
+    source: str
+    constants: Mapping[str, Any] = field(default_factory=dict)
+    forward_params: tuple[str, ...] = ()
+    kind: str = "pytorch"
+
+    def describe(self) -> str:
+        return f"PyTorch reference (KernelBench Model.forward({', '.join(self.forward_params)}))"
+
+
+# KernelBench's own correctness check: torch.allclose(out, ref, atol=1e-2, rtol=1e-2).
+KERNELBENCH_TOLERANCE = Tolerance(rtol=1e-2, atol=1e-2)
+
+
+@dataclass(frozen=True)
 class Roofline:
     flops: Expression | None = None
     bytes: Expression | None = None
@@ -315,6 +332,9 @@ def parse_problem(toml_text: str, reference_source: str, family_source: str | No
     with the TOML line it is on."""
     table = _read_toml(toml_text)
     mistakes = _Mistakes()
+    head = table.get("problem")
+    if isinstance(head, dict) and head.get("kind") == "pytorch":
+        return _parse_pytorch_problem(table, toml_text, reference_source)
     try:
         problem = _parse_problem(table, toml_text, reference_source, family_source, mistakes)
     except SpecError as exc:
@@ -376,6 +396,50 @@ def _parse_problem(table: dict, toml_text: str, reference_source: str, family_so
         roofline=roofline,
         family=family,
         vendor=vendor,
+        spec_hash=digest.hexdigest(),
+    )
+
+
+def reference_kind(toml_text: str) -> str:
+    """"pytorch" when the spec says `[problem] kind = "pytorch"`, else "cuda" (also for a spec that does not read)."""
+    try:
+        head = tomllib.loads(toml_text).get("problem")
+    except (tomllib.TOMLDecodeError, ValueError):
+        return "cuda"
+    return "pytorch" if isinstance(head, dict) and head.get("kind") == "pytorch" else "cuda"
+
+
+def _parse_pytorch_problem(table: dict, toml_text: str, reference_source: str) -> Problem:
+    """A problem whose reference is a KernelBench program; its sizes are the program's integer constants."""
+    from .kernelbench import ProgramError, parse_program
+
+    mistakes = _Mistakes()
+    for unknown in sorted(set(table) - {"problem", "tolerance", "kernelbench"}):
+        mistakes.add(SpecError(unknown, "unknown table for a pytorch problem (known: problem, tolerance, kernelbench)"))
+    head = table["problem"]
+    name = mistakes.attempt(_problem_name, head)
+    program = None
+    try:
+        program = parse_program(reference_source)
+    except ProgramError as exc:
+        mistakes.add(SpecError("problem.reference", exc.message, None))
+    tolerance = mistakes.attempt(_parse_tolerance, table.get("tolerance", {}))
+    positions = toml_positions(toml_text)
+    for error in mistakes.errors:
+        if error.line is None and error.field != "problem.reference":
+            error.line = field_line(toml_text, error.field, positions)
+    mistakes.raise_if_any()
+    digest = hashlib.sha256("\0".join([toml_text, reference_source]).encode())
+    return Problem(
+        name=name,
+        title=str(head.get("title", name)),
+        description=str(head.get("description", "")),
+        args=(),
+        sizes=(SizeCase("default", dict(program.sizes)),),
+        reference=PytorchReference(source=reference_source, constants=dict(program.constants),
+                                   forward_params=program.forward_params),
+        tolerance={"float32": KERNELBENCH_TOLERANCE, **tolerance},
+        roofline=Roofline(),
         spec_hash=digest.hexdigest(),
     )
 

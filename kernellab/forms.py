@@ -86,6 +86,38 @@ class ProblemUploadForm(forms.Form):
         return data
 
 
+class PytorchProblemUploadForm(forms.Form):
+    """A KernelBench-format program (class Model, get_inputs, get_init_inputs) as text or a .py file."""
+
+    name = forms.CharField(max_length=100, help_text="letters, digits and underscores; the file's name if empty",
+                           required=False)
+    title = forms.CharField(max_length=200, required=False)
+    program = forms.CharField(label="reference.py", required=False, strip=False,
+                              widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false"}))
+    program_file = forms.FileField(label="or upload the program (.py)", required=False)
+
+    def clean_program_file(self):
+        upload = self.cleaned_data.get("program_file")
+        return _read_text_upload(upload, label="The program", suffixes=(".py",)) if upload else None
+
+    def clean(self):
+        data = super().clean()
+        text = (data.get("program_file") or data.get("program") or "").replace("\r\n", "\n")
+        try:
+            data["program"] = _check_text(text, label="The program")
+        except forms.ValidationError as exc:
+            self.add_error("program", exc)
+            return data
+        if not text.strip() and "program" not in self.errors and "program_file" not in self.errors:
+            self.add_error("program", "Paste a KernelBench program or upload its .py file.")
+        if not data.get("name"):
+            upload = self.files.get("program_file")
+            data["name"] = (upload.name.rsplit(".", 1)[0] if upload else "")
+            if not data["name"] and "program" not in self.errors:
+                self.add_error("name", "Name the problem (letters, digits and underscores).")
+        return data
+
+
 class RunCreateForm(forms.Form):
     name = forms.CharField(required=False, max_length=200)
     generator = forms.ChoiceField(choices=[(g, g) for g in GENERATORS])

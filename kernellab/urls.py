@@ -28,6 +28,7 @@ urlpatterns = [
     # Explorer pages (issue 6)
     path("w/<slug:slug>/problems/", problems.problem_list, name="problem-list"),
     path("w/<slug:slug>/problems/new", problems.problem_upload, name="problem-upload"),
+    path("w/<slug:slug>/problems/new-pytorch", problems.problem_upload_pytorch, name="problem-upload-pytorch"),
     path("docs/spec", docs.spec_reference, name="spec-reference"),
     path("problems/<int:problem_id>/", problems.problem_detail, name="problem-detail"),
     path("problems/<int:problem_id>/runs/new", runs.run_new, name="run-new"),

@@ -49,6 +49,10 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
             raise ProblemRejected(f"{label} is not a text file.")
     if not reference_source.strip():
         raise ProblemRejected("The reference kernel source is empty.")
+    from gpu_runner.spec import reference_kind
+
+    if reference_kind(spec_toml) == "pytorch":
+        return _pytorch_problem_check(spec_toml=spec_toml, program_source=reference_source)
     from gpu_runner.directives import find_forbidden_directive
 
     for label, text in (("reference.cu", reference_source), ("family.cu", family_source)):
@@ -83,6 +87,128 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
             raise ProblemRejected(f"The reference kernel does not compile{where}: {first['message']}", errors)
         facts = asdict(report.facts) if report.facts else {}
     return CheckedProblem(spec=spec, reference_candidate=reference.to_dict(), compiler_facts=facts)
+
+
+def _pytorch_problem_check(*, spec_toml: str, program_source: str) -> CheckedProblem:
+    """A KernelBench program is read with `ast` only: the web tier never runs it, nor needs torch."""
+    from gpu_runner.spec import SpecError, parse_problem
+
+    try:
+        spec = parse_problem(spec_toml, program_source)
+    except SpecError as exc:
+        errors = exc.errors
+        program_errors = [{"line": None, "message": e.message} for e in errors if e.field == "problem.reference"]
+        spec_errors = [{"line": e.line, "field": e.field, "message": e.message} for e in errors
+                       if e.field != "problem.reference"]
+        first = errors[0]
+        message = first.message if first.field == "problem.reference" else f"The problem spec is not valid: {first}"
+        raise ProblemRejected(message, program_errors, spec_errors) from None
+    reference = {"source": program_source, "launch": [], "temps": [], "compile_options": [], "knobs": None,
+                 "name": f"{spec.name} reference"}
+    return CheckedProblem(spec=spec, reference_candidate=reference)
+
+
+def kernelbench_spec_toml(*, name: str, title: str, description: str = "", level: int | None = None,
+                          task: int | None = None) -> str:
+    """The stored spec of a PyTorch-reference problem: the program itself is the reference file."""
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+    lines = ["[problem]", f"name = {quoted(name)}", f"title = {quoted(title)}"]
+    if description:
+        lines.append(f"description = {quoted(description)}")
+    lines += ['kind = "pytorch"', 'reference = "reference.py"', "",
+              "[tolerance]   # KernelBench's own check: allclose with atol = rtol = 1e-2",
+              "float32 = { rtol = 1e-2, atol = 1e-2 }"]
+    if level is not None or task is not None:
+        lines += ["", "[kernelbench]"]
+        lines += [f"level = {int(level)}"] if level is not None else []
+        lines += [f"task = {int(task)}"] if task is not None else []
+    return "\n".join(lines) + "\n"
+
+
+def problem_create_pytorch(*, workspace: Workspace, user, program_source: str, name: str, title: str = "",
+                           description: str = "", level: int | None = None, task: int | None = None,
+                           bundled: bool = False) -> Problem:
+    """Store a KernelBench-format program (`Model`, `get_inputs`, `get_init_inputs`) as a problem."""
+    slug = slugify(name or "").replace("-", "_")
+    if not slug:
+        raise ProblemRejected("Give the problem a name of letters, digits and underscores.")
+    if Problem.objects.filter(workspace=workspace, name=slug).exists():
+        raise ProblemRejected(f"A problem named {slug} already exists in {workspace.name}; choose another name.")
+    spec_toml = kernelbench_spec_toml(name=slug, title=title or slug, description=description, level=level,
+                                      task=task)
+    return problem_create(workspace=workspace, user=user, spec_toml=spec_toml, reference_source=program_source,
+                          bundled=bundled, compile=False)
+
+
+@dataclass
+class KernelBenchImport:
+    imported: list[Problem] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)          # names the workspace already had
+    refused: list[tuple[str, str]] = field(default_factory=list)   # (file, why)
+
+
+def kernelbench_files(path: Path, level: int | None = None) -> list[tuple[Path, int | None]]:
+    """The task files under a KernelBench root (level1/, level2/, ...), one level folder or one file,
+    each with its level (from a `levelN` folder name); `level` keeps only that level."""
+    import re
+
+    if not path.exists():
+        raise ServiceError(f"{path} does not exist.")
+
+    def level_of(folder: Path) -> int | None:
+        match = re.fullmatch(r"level_?(\d+)", folder.name)
+        return int(match.group(1)) if match else None
+
+    if path.is_file():
+        found = [(path, level_of(path.parent))]
+    else:
+        folders = sorted((p for p in path.iterdir() if p.is_dir() and level_of(p) is not None), key=level_of)
+        if folders:
+            found = [(f, level_of(d)) for d in folders for f in sorted(d.glob("*.py"))]
+        else:
+            found = [(f, level_of(path)) for f in sorted(path.glob("*.py"))]
+    if level is not None:
+        found = [(f, lvl) for f, lvl in found if lvl == level]
+    return sorted(found, key=lambda item: (item[1] or 0, _task_number(item[0].name), item[0].name))
+
+
+def _task_number(file_name: str) -> int:
+    head = file_name.split("_", 1)[0]
+    return int(head) if head.isdigit() else 1 << 30
+
+
+def problem_import_kernelbench(*, workspace: Workspace, path: Path, level: int | None = None,
+                               user=None) -> KernelBenchImport:
+    """Import every KernelBench task under `path` (read in place, never copied) that the workspace lacks;
+    a file that is not a KernelBench program is reported with why and the others still imported."""
+    from gpu_runner.kernelbench import task_name
+
+    summary = KernelBenchImport()
+    files = kernelbench_files(path, level)
+    if not files:
+        where = f" of level {level}" if level is not None else ""
+        raise ServiceError(f"No KernelBench task files (*.py){where} under {path}.")
+    for file, file_level in files:
+        name, title = task_name(file.name, file_level)
+        if Problem.objects.filter(workspace=workspace, name=name).exists():
+            summary.present.append(name)
+            continue
+        number = _task_number(file.name)
+        try:
+            text = file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            summary.refused.append((str(file), f"it cannot be read as text ({exc.__class__.__name__})"))
+            continue
+        try:
+            summary.imported.append(problem_create_pytorch(
+                workspace=workspace, user=user, program_source=text, name=name, title=title,
+                description=f"KernelBench level {file_level} task {number} ({file.name})" if file_level else file.name,
+                level=file_level, task=number if number < 1 << 30 else None))
+        except ProblemRejected as exc:
+            summary.refused.append((str(file), str(exc)))
+    return summary
 
 
 @transaction.atomic

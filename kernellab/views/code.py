@@ -10,7 +10,7 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from pygments.lexers import CudaLexer, DiffLexer, TOMLLexer
+from pygments.lexers import CudaLexer, DiffLexer, PythonLexer, TOMLLexer
 
 _FORMATTER_OPTIONS = {"nowrap": False, "cssclass": "hl", "linenos": "table", "lineanchors": ""}
 
@@ -18,6 +18,12 @@ _FORMATTER_OPTIONS = {"nowrap": False, "cssclass": "hl", "linenos": "table", "li
 def highlight_cuda(source: str, *, mark_lines: set[int] | None = None, anchor: str = "L") -> SafeString:
     formatter = HtmlFormatter(cssclass="hl", linenos="table", hl_lines=sorted(mark_lines or ()), lineanchors=anchor, anchorlinenos=True)
     return mark_safe(highlight(source or "", CudaLexer(stripnl=False), formatter))
+
+
+def highlight_python(source: str, *, mark_lines: set[int] | None = None, anchor: str = "L") -> SafeString:
+    formatter = HtmlFormatter(cssclass="hl", linenos="table", hl_lines=sorted(mark_lines or ()), lineanchors=anchor,
+                              anchorlinenos=True)
+    return mark_safe(highlight(source or "", PythonLexer(stripnl=False), formatter))
 
 
 def highlight_toml(text: str, *, mark_lines: set[int] | None = None, anchor: str = "") -> SafeString:

@@ -8,13 +8,14 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max, Q
 from django.shortcuts import redirect, render
 
-from kernellab.forms import ProblemUploadForm
+from kernellab.forms import ProblemUploadForm, PytorchProblemUploadForm
 from kernellab.selectors.explorer import problem_roofline, problem_runs
+from kernellab.selectors.kernelbench import kernelbench_h200_comparison
 from kernellab.services import ServiceError
 from kernellab.services.access import membership_role, user_can
-from kernellab.services.problems import ProblemRejected, problem_create, problem_spec
+from kernellab.services.problems import ProblemRejected, problem_create, problem_create_pytorch, problem_spec
 from kernellab.spec_guide import ROLE_EXAMPLES, TEMPLATE_REFERENCE, TEMPLATE_TOML
-from kernellab.views.code import highlight_cuda, highlight_toml
+from kernellab.views.code import highlight_cuda, highlight_python, highlight_toml
 from kernellab.views.common import problem_for, workspace_for
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,38 @@ def problem_upload(request, slug: str):
     return redirect("problem-detail", problem_id=problem.pk)
 
 
+@login_required
+def problem_upload_pytorch(request, slug: str):
+    """A KernelBench-format program as a problem: read with ast here, executed only by GPU workers."""
+    workspace = workspace_for(request, slug)
+    can_upload = user_can(user=request.user, workspace=workspace, action="upload")
+    context = {"workspace": workspace, "can_upload": can_upload, "rejection": None, "program_errors": [],
+               "upload_limit_kib": settings.KERNELLAB_UPLOAD_MAX_BYTES // 1024}
+    if request.method != "POST":
+        context["form"] = PytorchProblemUploadForm()
+        return render(request, "kernellab/problems/upload_pytorch.html", context)
+    form = PytorchProblemUploadForm(request.POST, request.FILES)
+    context["form"] = form
+    if not form.is_valid():
+        return render(request, "kernellab/problems/upload_pytorch.html", context, status=400)
+    data = form.cleaned_data
+    kept = form.data.copy()
+    kept["program"] = data["program"]
+    kept["name"] = data["name"]
+    form.data = kept
+    try:
+        problem = problem_create_pytorch(workspace=workspace, user=request.user, program_source=data["program"],
+                                         name=data["name"], title=data.get("title") or "")
+    except ProblemRejected as exc:
+        context["rejection"] = _sentence(str(exc))
+        context["program_errors"] = exc.compile_errors + exc.spec_errors
+        return render(request, "kernellab/problems/upload_pytorch.html", context, status=400)
+    except ServiceError as exc:
+        context["rejection"] = _sentence(str(exc))
+        return render(request, "kernellab/problems/upload_pytorch.html", context, status=403 if not can_upload else 400)
+    return redirect("problem-detail", problem_id=problem.pk)
+
+
 def _keep_in_text_boxes(form: ProblemUploadForm) -> list[str]:
     """Put what was checked (an uploaded file's text too) back in the text boxes, so that a refused
     upload is fixed by editing it there; returns the labels of the files that were moved."""
@@ -120,6 +153,15 @@ def _sentence(text: str) -> str:
 def _spec_summary(spec) -> dict:
     if spec is None:
         return {}
+    if spec.reference.kind == "pytorch":
+        reference = spec.reference
+        return {
+            "pytorch": True,
+            "forward_params": list(reference.forward_params),
+            "sizes": [{"name": c.name, "sizes": dict(c.sizes)} for c in spec.sizes],
+            "constants": {k: v for k, v in reference.constants.items() if k not in spec.sizes[0].sizes},
+            "tolerance": {dtype: {"rtol": t.rtol, "atol": t.atol} for dtype, t in spec.tolerance.items()},
+        }
     launches = []
     for step in getattr(spec.reference, "launch", ()):
         launches.append(step.to_dict())
@@ -151,13 +193,16 @@ def problem_detail(request, problem_id: int):
     except Exception as exc:  # a stored spec the current runner no longer reads: show why, keep the page
         spec_error = str(exc)
     gpu = request.GET.get("gpu", "h200").lower()
+    pytorch = spec is not None and spec.reference.kind == "pytorch"
     return render(
         request,
         "kernellab/problems/detail.html",
         {
             "problem": problem,
             "workspace": problem.workspace,
-            "source_html": highlight_cuda(problem.reference.source, anchor="ref"),
+            "source_html": (highlight_python if pytorch else highlight_cuda)(problem.reference.source, anchor="ref"),
+            "pytorch": pytorch,
+            "h200_comparison": kernelbench_h200_comparison(problem=problem) if pytorch else None,
             "spec_html": highlight_toml(problem.spec_toml),
             "family_html": highlight_cuda(problem.family_source, anchor="fam") if problem.family_source else None,
             "spec": _spec_summary(spec),
