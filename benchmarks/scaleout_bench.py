@@ -105,7 +105,7 @@ def select_variants(problem_names: list[str], per_problem: int, min_speedup: flo
     from gpu_runner import load_problem, render_variant
     from gpu_runner.backends.replay import read_records
 
-    from kernellab.services.problems import bundled_dir
+    from kernellab.selectors.problems import bundled_dir
 
     batch = []
     for name in problem_names:

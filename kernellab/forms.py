@@ -10,7 +10,8 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 
 from kernellab.models import ApprovalMode
-from kernellab.services.runs import BACKENDS, FEEDBACK, GENERATORS, OBJECTIVES, SURROGATES
+from kernellab.selectors.backends import BACKENDS
+from kernellab.services.runs import FEEDBACK, GENERATORS, OBJECTIVES, SURROGATES
 
 SOURCE_SUFFIXES = (".cu", ".cuh")
 

@@ -351,6 +351,10 @@ class Verification(models.Model):
         return self.get_state_display()
 
 
+# How often a worker writes its heartbeat row.
+HEARTBEAT_S = 15.0
+
+
 class WorkerHeartbeat(models.Model):
     """A Celery worker says every few seconds which queues it consumes; a queue whose workers all
     went quiet has nobody to answer its verifications."""

@@ -6,8 +6,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from kernellab.models import Problem, SearchRun, Verification, VerificationState
+from kernellab.selectors.problems import bundled_dir
 from kernellab.selectors.workers import queue_has_live_worker, queue_worker_sentence
+
+BACKENDS = ("auto", "replay", "cupy", "pycuda")
+
+
+def backend_resolve(backend: str) -> str:
+    """The backend a run stores: "auto" stays auto (the worker picks) except in the embedded setup
+    without a GPU, whose one local worker can only answer from recorded data."""
+    if backend == "auto" and not settings.KERNELLAB_REDIS_URL:
+        from gpu_runner import gpu_present
+
+        if not gpu_present():
+            return "replay"
+    return backend
 
 
 @dataclass(frozen=True)
@@ -25,14 +41,10 @@ class BackendChoice:
 def problem_has_recordings(*, problem: Problem, gpu: str) -> bool:
     if not problem.bundled:
         return False
-    from kernellab.services.problems import bundled_dir
-
     return (bundled_dir() / problem.name / "records" / f"{gpu}.jsonl.gz").is_file()
 
 
 def backend_choice(*, problem: Problem, backend: str, target_gpu: str) -> BackendChoice:
-    from kernellab.services.runs import backend_resolve
-
     gpu = target_gpu.lower()
     resolved = backend_resolve(backend)
     if resolved == "replay":
@@ -49,8 +61,6 @@ def backend_choice(*, problem: Problem, backend: str, target_gpu: str) -> Backen
 
 
 def run_backend_choices(*, problem: Problem, target_gpu: str) -> list[BackendChoice]:
-    from kernellab.services.runs import BACKENDS
-
     return [backend_choice(problem=problem, backend=name, target_gpu=target_gpu) for name in BACKENDS]
 
 

@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 
 from kernellab.models import Problem
-from kernellab.services.problems import bundled_dir
+from kernellab.selectors.problems import bundled_dir
 
 KERNELBENCH_RECORDS = Path("kernelbench") / "records" / "h200.jsonl.gz"
 

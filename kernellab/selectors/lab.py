@@ -1,11 +1,22 @@
 """Reads for the surrogate lab pages: only the datasets and reports of workspaces the user belongs to."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from django.conf import settings
+
 from kernellab.models import Workspace
+from kernellab.selectors.access import user_can
 from kernellab.selectors.workspaces import workspace_list_for_user
-from kernellab.services.access import user_can
-from kernellab.services.lab import lab_datasets_dir, lab_reports_dir
 from search_engine.lab.reports import ReportNotFound, list_reports, load_report
+
+
+def lab_datasets_dir(workspace: Workspace) -> Path:
+    return Path(settings.DATA_DIR) / "datasets" / workspace.slug
+
+
+def lab_reports_dir(workspace: Workspace) -> Path:
+    return Path(settings.DATA_DIR) / "reports" / workspace.slug
 
 
 def lab_workspace_list(*, user, action: str = "view") -> list[Workspace]:

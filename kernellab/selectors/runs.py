@@ -3,8 +3,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from kernellab.models import Node, RunChange, SearchRun, Workspace
-from kernellab.services.access import user_can
-from kernellab.services.changes import change_as_message
+from kernellab.selectors.access import user_can
 
 
 def run_for_user(*, run_id: int, user) -> SearchRun | None:
@@ -19,6 +18,10 @@ def run_list(*, workspaces: QuerySet[Workspace] | list[Workspace], problem=None)
     if problem is not None:
         runs = runs.filter(problem=problem)
     return runs.order_by("-created_at")
+
+
+def change_as_message(change: RunChange) -> dict:
+    return {"seq": change.seq, "kind": change.kind, "payload": change.payload}
 
 
 def run_changes_after(*, run_id: int, after: int, limit: int = 500) -> list[dict]:

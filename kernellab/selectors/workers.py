@@ -5,8 +5,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from kernellab.models import WorkerHeartbeat
-from kernellab.services.workers import HEARTBEAT_S
+from kernellab.models import HEARTBEAT_S, WorkerHeartbeat
 
 # Three missed heartbeats: a worker busy with a long measurement still beats (its own thread).
 LIVE_WITHIN_S = 3 * HEARTBEAT_S

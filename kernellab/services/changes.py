@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import F
 
 from kernellab.models import Node, RunChange, SearchRun
+from kernellab.selectors.runs import change_as_message
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +56,6 @@ def change_record(*, run: SearchRun, kind: str, payload: dict) -> RunChange:
     change = RunChange.objects.create(run=run, seq=seq, kind=kind, payload=payload)
     transaction.on_commit(lambda: _push(run.pk, change))
     return change
-
-
-def change_as_message(change: RunChange) -> dict:
-    return {"seq": change.seq, "kind": change.kind, "payload": change.payload}
 
 
 def _push(run_id: int, change: RunChange) -> None:

@@ -11,9 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from django.conf import settings
-
 from kernellab.models import Workspace
+from kernellab.selectors.lab import lab_datasets_dir, lab_reports_dir
 from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
 from search_engine.lab.datasets import Dataset, DatasetError, read_dataset, write_dataset
@@ -41,14 +40,6 @@ class ImportedDataset:
     rows: int
     problems: Counter = field(default_factory=Counter)
     ignored_fields: list[str] = field(default_factory=list)
-
-
-def lab_datasets_dir(workspace: Workspace) -> Path:
-    return Path(settings.DATA_DIR) / "datasets" / workspace.slug
-
-
-def lab_reports_dir(workspace: Workspace) -> Path:
-    return Path(settings.DATA_DIR) / "reports" / workspace.slug
 
 
 def lab_workspace_for_command(slug: str | None) -> Workspace:

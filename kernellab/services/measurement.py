@@ -7,7 +7,8 @@ import random
 from django.conf import settings
 
 from kernellab.models import Verification
-from kernellab.services.problems import bundled_dir, problem_spec
+from kernellab.selectors.problems import bundled_dir
+from kernellab.services.problems import problem_spec
 
 log = logging.getLogger(__name__)
 

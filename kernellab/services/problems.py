@@ -9,15 +9,11 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from kernellab.models import Problem, Workspace
+from kernellab.selectors.problems import bundled_dir
 from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
 from kernellab.services.kernels import kernel_get_or_create
 
-
-
-def bundled_dir() -> Path:
-    """Where the bundled problems (and their recorded measurements) live."""
-    return Path(settings.KERNELLAB_PROBLEMS_DIR)
 
 
 class ProblemRejected(ServiceError):

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import transaction
 
 from kernellab.models import RUN_TRANSITIONS, ApprovalMode, Problem, RunStatus, SearchRun
+from kernellab.selectors.backends import BACKENDS, backend_choice, backend_resolve
 from kernellab.services.access import access_require
 from kernellab.services.changes import change_record
 from kernellab.services.errors import IllegalTransition, ServiceError
@@ -12,23 +13,9 @@ GENERATORS = ("template", "transform", "llm")
 SURROGATES = ("learned", "llm", "roofline", "none")
 OBJECTIVES = ("time", "energy", "time-energy-cap")
 FEEDBACK = ("notes", "raw", "none")
-BACKENDS = ("auto", "replay", "cupy", "pycuda")
-
-
-def backend_resolve(backend: str) -> str:
-    """The backend a run stores: "auto" stays auto (the worker picks) except in the embedded setup
-    without a GPU, whose one local worker can only answer from recorded data."""
-    if backend == "auto" and not settings.KERNELLAB_REDIS_URL:
-        from gpu_runner import gpu_present
-
-        if not gpu_present():
-            return "replay"
-    return backend
 
 
 def _require_measurable(run: SearchRun) -> None:
-    from kernellab.selectors.backends import backend_choice
-
     choice = backend_choice(problem=run.problem, backend=run.backend, target_gpu=run.target_gpu)
     if not choice.available:
         raise ServiceError(f"The {run.backend} backend cannot measure {run.problem.title}: {choice.unavailable}. "

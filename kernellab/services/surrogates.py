@@ -41,7 +41,7 @@ def surrogate_for_run(run, *, llm_budget=None):
 def learned_surrogate(*, exclude_problem: str, gpu: str):
     from search_engine.surrogates.learned import LearnedSurrogate
 
-    from kernellab.services.problems import bundled_dir
+    from kernellab.selectors.problems import bundled_dir
 
     key = (exclude_problem, gpu)
     with _lock:
@@ -67,7 +67,7 @@ def _records_stamp() -> str:
     """Changes whenever a recorded dataset or the feature set changes, so a cached model is never stale."""
     import hashlib
 
-    from kernellab.services.problems import bundled_dir
+    from kernellab.selectors.problems import bundled_dir
 
     from search_engine.surrogates.features import feature_names
 

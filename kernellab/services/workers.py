@@ -10,11 +10,9 @@ import threading
 from django.db import close_old_connections
 from django.utils import timezone
 
-from kernellab.models import WorkerHeartbeat
+from kernellab.models import HEARTBEAT_S, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_S = 15.0
 
 _beating: dict[str, threading.Event] = {}
 

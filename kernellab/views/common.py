@@ -4,7 +4,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from kernellab.models import Problem, SearchRun, Workspace
-from kernellab.services.access import user_can
+from kernellab.selectors.access import user_can
 
 
 def workspace_for(request, slug: str, action: str = "view") -> Workspace:

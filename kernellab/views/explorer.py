@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_POST
 
+from kernellab.figures import forecast_figure
 from kernellab.forms import CommentForm, DiscoveryForm, HumanChildForm
 from kernellab.models import Verification, VerificationState
 from kernellab.selectors.backends import run_wait_reason
@@ -28,7 +29,7 @@ from kernellab.selectors.explorer import (
 )
 from kernellab.selectors.runs import node_get
 from kernellab.services import ServiceError
-from kernellab.services.access import membership_role, user_can
+from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.comments import comment_create
 from kernellab.services.discoveries import discovery_mark, discovery_unmark
 from kernellab.services.verifications import verification_approve, verification_reject, verification_request
@@ -95,12 +96,10 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
     if forecast is not None and forecast.probabilities:
         from search_engine.bins import DEFAULT_BINS
 
-        chart = {
-            "probabilities": [float(p) for p in forecast.probabilities],
-            "names": [f"{i + 1}: {name}" for i, name in enumerate(DEFAULT_BINS.names)][: len(forecast.probabilities)],
-            "predicted": forecast.predicted_bin,
-            "measured_bin": DEFAULT_BINS.bin_of(node.speedup) if node.speedup and node.speedup > 0 else None,
-        }
+        chart = forecast_figure(
+            probabilities=[float(p) for p in forecast.probabilities], bin_names=list(DEFAULT_BINS.names),
+            forecast_bin=forecast.predicted_bin,
+            measured_bin=DEFAULT_BINS.bin_of(node.speedup) if node.speedup and node.speedup > 0 else None)
     return {
         "run": run,
         "node": node,
@@ -111,7 +110,7 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
         "diff_added": added,
         "diff_removed": removed,
         "forecast": forecast,
-        "forecast_chart": json.dumps(chart) if chart else None,
+        "forecast_figure": json.dumps(chart) if chart else None,
         "reasoning_html": reasoning_html(forecast.reasoning) if forecast and forecast.reasoning else None,
         "measurements": measurements,
         "verifications": verifications[:5],

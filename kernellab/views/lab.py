@@ -12,6 +12,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from kernellab.figures import lab_report_figures
 from kernellab.selectors.lab import lab_dataset_list, lab_report_get, lab_report_list, lab_workspace_list
 from kernellab.services.errors import ServiceError
 from kernellab.services.lab import DATASET_SUFFIXES, DatasetRejected, dataset_import
@@ -118,8 +119,10 @@ def _chart_data(report: dict) -> dict:
 @login_required
 def report_detail(request, report_id: str):
     report = _report(request.user, report_id)
+    charts = _chart_data(report)
     return render(request, "kernellab/lab/report_detail.html", {
-        "report": report, "table": _table(_columns(report)), "charts": _chart_data(report),
+        "report": report, "table": _table(_columns(report)), "charts": charts,
+        "figures": lab_report_figures(bin_names=charts["bins"], series=charts["series"]),
         "others": [r for r in lab_report_list(workspaces=lab_workspace_list(user=request.user)) if r["id"] != report_id],
     })
 
@@ -155,5 +158,6 @@ def report_compare(request):
     same_rows = a["dataset"].get("fingerprint") == b["dataset"].get("fingerprint")
     return render(request, "kernellab/lab/compare.html", {
         "reports": reports, "a_id": a_id, "b_id": b_id, "a": a, "b": b, "rows": rows, "charts": charts,
+        "figures": lab_report_figures(bin_names=charts["bins"], series=charts["series"]),
         "same_rows": same_rows,
     })

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from kernellab.models import Invitation, Membership, Role
 from kernellab.selectors.workspaces import invitation_for_token, invitation_list_open, membership_list
 from kernellab.services import PermissionDenied, ServiceError
-from kernellab.services.access import membership_role, user_can
+from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.memberships import (
     INVITATION_DAYS,
     LAST_ADMIN_REASON,

@@ -14,7 +14,7 @@ from kernellab.selectors.runs import run_list
 from kernellab.selectors.verifications import verification_active, verification_pending, verification_queue
 from kernellab.selectors.workspaces import workspace_list_for_user
 from kernellab.services import ServiceError
-from kernellab.services.access import membership_role, user_can
+from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.verifications import verification_approve_many, verification_reject_many
 from kernellab.views.common import workspace_for
 

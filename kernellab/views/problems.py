@@ -12,7 +12,7 @@ from kernellab.forms import ProblemUploadForm, PytorchProblemUploadForm
 from kernellab.selectors.explorer import problem_roofline, problem_runs
 from kernellab.selectors.kernelbench import kernelbench_h200_comparison
 from kernellab.services import ServiceError
-from kernellab.services.access import membership_role, user_can
+from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.problems import ProblemRejected, problem_create, problem_create_pytorch, problem_spec
 from kernellab.spec_guide import ROLE_EXAMPLES, TEMPLATE_REFERENCE, TEMPLATE_TOML
 from kernellab.views.code import highlight_cuda, highlight_python, highlight_toml

@@ -7,11 +7,12 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from kernellab.figures import run_dashboard_figures
 from kernellab.forms import RunCreateForm
+from kernellab.selectors.access import user_can
 from kernellab.selectors.backends import run_open_verification_count, run_wait_reason
 from kernellab.selectors.explorer import run_dashboard
 from kernellab.services import ServiceError
-from kernellab.services.access import user_can
 from kernellab.services.runs import run_create, run_transition
 from kernellab.views.common import problem_for, run_for
 
@@ -85,4 +86,6 @@ def run_cancel_confirm(request, run_id: int):
 @login_required
 def run_dashboard_page(request, run_id: int):
     run = run_for(request, run_id)
-    return render(request, "kernellab/runs/dashboard.html", {"run": run, "workspace": run.workspace, "dashboard": run_dashboard(run=run)})
+    dashboard = run_dashboard(run=run)
+    return render(request, "kernellab/runs/dashboard.html", {"run": run, "workspace": run.workspace, "dashboard": dashboard,
+                                                             "figures": run_dashboard_figures(dashboard)})

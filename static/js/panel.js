@@ -1,4 +1,4 @@
-// The node panel's forecast chart: plotly is loaded on first need, so the explorer's first paint
+// The node panel's forecast chart (built by the server): plotly is loaded on first need, so the explorer's first paint
 // does not wait for 1.5 MB of charting code.
 (function () {
   "use strict";
@@ -24,22 +24,12 @@
   }
 
   function renderForecastCharts(scope) {
-    (scope || document).querySelectorAll("[data-forecast-chart]").forEach(el => {
+    (scope || document).querySelectorAll(".forecast-chart[data-figure]").forEach(el => {
       if (el.dataset.drawn) return;
       el.dataset.drawn = "1";
-      const chart = JSON.parse(el.dataset.forecastChart);
-      const colours = chart.probabilities.map((_, i) =>
-        i + 1 === chart.measured_bin ? "#1e8e3e" : (i + 1 === chart.predicted ? "#2f6fdb" : "#9fb6e0"));
+      const figure = JSON.parse(el.dataset.figure);  // built by kernellab/figures.py
       loadPlotly().then(Plotly => {
-        Plotly.newPlot(el, [{
-          type: "bar", x: chart.names, y: chart.probabilities, marker: { color: colours },
-          hovertemplate: "%{x}<br>p = %{y:.3f}<extra></extra>",
-        }], {
-          height: 210, margin: { l: 40, r: 8, t: 8, b: 80 }, font: { size: 10 },
-          yaxis: { range: [0, 1], title: { text: "probability" } }, xaxis: { tickangle: -35 },
-          annotations: chart.measured_bin ? [{ x: chart.names[chart.measured_bin - 1], y: chart.probabilities[chart.measured_bin - 1],
-            text: "measured", showarrow: true, arrowhead: 2, ay: -25 }] : [],
-        }, { displayModeBar: false, responsive: true });
+        Plotly.newPlot(el, figure.data, figure.layout, { displayModeBar: false, responsive: true });
       }).catch(err => { el.textContent = "The chart could not be drawn (" + err.message + ")."; });
     });
   }

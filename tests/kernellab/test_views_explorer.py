@@ -66,8 +66,9 @@ def test_the_panel_shows_code_diff_forecast_measurement_and_notes(client, member
     assert 'class="hl diff"' in body and "+1" in body             # a highlighted diff, one line added
     assert "<strong>nothing</strong>" in body and "<li>same loads</li>" in body
     assert "<script>alert(1)</script>" not in body and "&lt;script&gt;" in body
-    chart = json.loads(body.split('data-forecast-chart="')[1].split('"')[0].replace("&quot;", '"'))
-    assert chart["probabilities"][4] == 0.7 and chart["predicted"] == 5
+    figure = json.loads(body.split('data-figure="')[1].split('"')[0].replace("&quot;", '"'))
+    bars = figure["data"][0]
+    assert bars["y"][4] == 0.7 and bars["marker"]["color"][4] == "#2f6fdb"  # the forecast bin in blue
     assert "0.0981" in body and "0.0004" in body and "0.00123 J per call" in body
     assert "Loads are not vectorised." in body and "Use float4 loads." in body
 

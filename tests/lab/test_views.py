@@ -27,7 +27,7 @@ def _report(data_dir, title: str, right: bool) -> str:
         probs = [0.02] * 8
         probs[(r["true_bin"] if right else 1) - 1] = 0.86
         forecasts.append(Forecast.from_probs(probs))
-    return save_report(data_dir / "reports", {
+    return save_report(data_dir / "reports" / "team", {
         "title": title, "created_at": "2026-11-30T00:00:00+00:00", "surrogate": {"id": "test@1", "settings": {}},
         "dataset": {"name": "tiny", "rows": 4, "problems": {"a": 4}, "fingerprint": "f"}, "protocol": "every row",
         "evaluation": evaluate(forecasts, rows), "recalibration": None, "discovery": None,
@@ -51,7 +51,9 @@ def test_a_report_page_shows_its_scores_and_chart_data(client, members, data_dir
     assert "exact accuracy" in html and "Reliability diagram" in html and "plotly-cartesian" in html
     charts = page.context["charts"]
     assert charts["series"][0]["confusion"][1][1] == 1  # true bin 2 forecast as 2
-    assert json.loads(html.split('id="lab-charts" type="application/json">')[1].split("</script>")[0]) == charts
+    figures = json.loads(html.split('id="figures" type="application/json">')[1].split("</script>")[0])
+    assert figures == page.context["figures"]
+    assert figures["chart-confusion-0"]["figure"]["data"][0]["z"] == charts["series"][0]["confusion"]
 
 
 def test_a_missing_or_unsafe_report_id_is_404(client, members, data_dir):
@@ -80,11 +82,11 @@ def test_upload_with_a_bad_row_lists_it_and_stores_nothing(client, members, data
     response = client.post(reverse("lab-dataset-upload"), {"file": bad})
     assert response.status_code == 400
     assert "row 2, field &#x27;aggregated_speedup&#x27;: must be a positive finite number" in response.content.decode()
-    assert not (data_dir / "datasets" / "mine.jsonl").exists()
+    assert not (data_dir / "datasets" / "team" / "mine.jsonl").exists()
     good = SimpleUploadedFile("mine.csv", b"id,problem,reference_code,candidate_code,gpu,speedup\na,p,ref,cand,H200,1.5\n")
     response = client.post(reverse("lab-dataset-upload"), {"file": good}, follow=True)
     assert "Imported 1 comparison rows as &#x27;mine&#x27;" in response.content.decode()
-    assert read_dataset(data_dir / "datasets" / "mine.jsonl").rows[0]["true_bin"] == 6
+    assert read_dataset(data_dir / "datasets" / "team" / "mine.jsonl").rows[0]["true_bin"] == 6
     assert "mine" in client.get(reverse("lab")).content.decode()
 
 
@@ -92,7 +94,7 @@ def test_a_viewer_cannot_upload(client, members, data_dir):
     client.force_login(members["viewer"])
     good = SimpleUploadedFile("v.csv", b"id,problem,reference_code,candidate_code,gpu,speedup\na,p,ref,cand,H200,1.5\n")
     client.post(reverse("lab-dataset-upload"), {"file": good})
-    assert not (data_dir / "datasets" / "v.jsonl").exists()
+    assert not (data_dir / "datasets" / "team" / "v.jsonl").exists()
 
 
 def test_a_report_with_discovery_detection_shows_precision_beside_chance(client, members, data_dir):
@@ -101,7 +103,7 @@ def test_a_report_with_discovery_detection_shows_precision_beside_chance(client,
     from search_engine.lab.reports import load_report
 
     report_id = _report(data_dir, "With pairs", right=True)
-    report = load_report(data_dir / "reports", report_id)
+    report = load_report(data_dir / "reports" / "team", report_id)
     pairs = neighbour_pairs(synthetic_rows({"a": [1.0, 2.0, 1.1]}), knob_values={"BLOCK": [32, 64, 128]})
     forecasts = []
     for p in pairs:
@@ -109,7 +111,7 @@ def test_a_report_with_discovery_detection_shows_precision_beside_chance(client,
         probs[6 if p["g_speedup"] >= 2 ** 0.5 else 2] = 0.86
         forecasts.append(Forecast.from_probs(probs))
     report["discovery"] = discovery_report(forecasts, pairs, levels=(0.5,))
-    (data_dir / "reports" / f"{report_id}.json").write_text(json.dumps(report))
+    (data_dir / "reports" / "team" / f"{report_id}.json").write_text(json.dumps(report))
     client.force_login(members["viewer"])
     html = client.get(reverse("lab-report", args=[report_id])).content.decode()
     assert "Discovery detection" in html
