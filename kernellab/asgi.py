@@ -19,9 +19,25 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from kernellab.routing import websocket_urlpatterns  # noqa: E402
 
+from asgiref.sync import ThreadSensitiveContext  # noqa: E402
+
+
+class ThreadPerConnection:
+    """The database work of each websocket (its session, user, run and catch-up reads) on a thread
+    of its own, as Django gives each HTTP request: otherwise every socket's work queues behind one
+    thread, and under load handshakes wait past daphne's timeout."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        async with ThreadSensitiveContext():
+            return await self.app(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": ThreadPerConnection(AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )

@@ -92,11 +92,35 @@ def database_settings(data: Path) -> dict:
         parsed.port
     except ValueError:
         raise StartupError("DATABASE_URL has a port that is not a number.") from None
+    pool = database_pool() if parsed.scheme.startswith("postgres") else None
     try:
-        config = dj_database_url.parse(raw, conn_max_age=60)
+        # A pool hands each request a connection and takes it back at the end; without one, keep
+        # a connection per thread for a minute.
+        config = dj_database_url.parse(raw, conn_max_age=0 if pool else 60)
     except Exception as exc:  # dj_database_url raises several types for malformed addresses
         raise StartupError(f"DATABASE_URL is malformed ({exc}).") from None
+    if pool:
+        config.setdefault("OPTIONS", {})["pool"] = pool
     return config
+
+
+def database_pool() -> dict | None:
+    """PostgreSQL pool sizes per process: the web tier serves every request and websocket from a
+    few shared connections instead of one per thread. KERNELLAB_DB_POOL_MAX=0 turns pooling off."""
+    largest = env_int("KERNELLAB_DB_POOL_MAX", 8, minimum=0)
+    if largest == 0:
+        return None
+    smallest = env_int("KERNELLAB_DB_POOL_MIN", min(2, largest), minimum=0)
+    if smallest > largest:
+        raise StartupError(f"KERNELLAB_DB_POOL_MIN ({smallest}) must not exceed KERNELLAB_DB_POOL_MAX ({largest}).")
+    return {
+        "min_size": smallest,
+        "max_size": largest,
+        # How long a request waits for a free connection before it fails with an error.
+        "timeout": env_float("KERNELLAB_DB_POOL_TIMEOUT_S", 10.0, minimum=0.1),
+        # Connections above min_size that stay unused this long are closed.
+        "max_idle": env_float("KERNELLAB_DB_POOL_IDLE_S", 60.0, minimum=1.0),
+    }
 
 
 def redis_url() -> str | None:

@@ -15,6 +15,8 @@ from kernellab.selectors.runs import run_changes_after, run_for_user
 from kernellab.services.changes import run_group_name
 
 BATCH = 500
+LARGEST_SEQ = 2**62  # beyond any run's change count, within a bigint
+SUBSCRIBE_HINT = 'Send {"type": "subscribe", "after": <the last change number you have>}.'
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -42,12 +44,31 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if settings.KERNELLAB_REDIS_URL and getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def receive_json(self, content: dict, **kwargs) -> None:
-        if content.get("type") != "subscribe":
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
+        """A frame that is not a JSON object gets a sentence back; the socket stays open."""
+        if text_data is None:
+            await self.send_error("Send text frames holding JSON, not binary ones.")
             return
         try:
-            after = max(0, int(content.get("after", 0)))
-        except (TypeError, ValueError):
+            content = await self.decode_json(text_data)
+        except ValueError:
+            await self.send_error(f"That message is not JSON. {SUBSCRIBE_HINT}")
+            return
+        if not isinstance(content, dict):
+            await self.send_error(f"A message must be a JSON object. {SUBSCRIBE_HINT}")
+            return
+        await self.receive_json(content, **kwargs)
+
+    async def send_error(self, message: str) -> None:
+        await self.send_json({"type": "error", "message": message})
+
+    async def receive_json(self, content: dict, **kwargs) -> None:
+        if content.get("type") != "subscribe":
+            await self.send_error(f"Unknown message type {str(content.get('type'))[:40]!r}. {SUBSCRIBE_HINT}")
+            return
+        try:
+            after = min(max(0, int(content.get("after", 0))), LARGEST_SEQ)
+        except (TypeError, ValueError, OverflowError):
             after = 0
         async with self.lock:
             self.last_seq = after

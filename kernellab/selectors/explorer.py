@@ -3,10 +3,12 @@ problem's roofline bound, and the series of a run's dashboard."""
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Max, Prefetch, QuerySet
 
 from kernellab.models import (
     Comment,
@@ -55,6 +57,37 @@ def run_tree_payloads(*, run: SearchRun) -> list[dict]:
     ]
 
 
+# Every viewer of a run opens with its snapshot: the latest one of a few runs is kept per process.
+SNAPSHOT_RUNS_KEPT = 16
+_snapshots: OrderedDict[tuple, tuple[tuple, list[dict]]] = OrderedDict()
+_snapshots_lock = threading.Lock()
+
+
+def run_tree_nodes_cached(*, run: SearchRun, seq: int) -> list[dict]:
+    """run_tree_payloads, read again only when the run's nodes changed: the validator is the change
+    number with the node count and latest node update, so a write that recorded no change (or a
+    deleted node) still shows. The list is shared between callers: read it, never change it."""
+    from kernellab.services.changes import database_identity
+
+    stamp = Node.objects.filter(run=run).aggregate(count=Count("pk"), latest=Max("updated_at"))
+    validator = (seq, stamp["count"], stamp["latest"])
+    # created_at as well as pk: a test database that rolls back may hand out the same pk again.
+    key = (database_identity(), run.pk, run.created_at)
+    with _snapshots_lock:
+        kept = _snapshots.get(key)
+        if kept is not None and kept[0] == validator:
+            _snapshots.move_to_end(key)
+            return kept[1]
+    # Read after the validator: newer rows under an older validator are harmless (see below).
+    nodes = run_tree_payloads(run=run)
+    with _snapshots_lock:
+        _snapshots[key] = (validator, nodes)
+        _snapshots.move_to_end(key)
+        while len(_snapshots) > SNAPSHOT_RUNS_KEPT:
+            _snapshots.popitem(last=False)
+    return nodes
+
+
 def run_tree_snapshot(*, run: SearchRun) -> dict:
     """Every node of the run and the sequence number the snapshot includes.
 
@@ -62,9 +95,11 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
     after `seq`, and the browser applies it twice, which is harmless because a node change carries
     the node's whole state. Read the other way round, a change could be in neither."""
     with transaction.atomic():
-        seq = SearchRun.objects.filter(pk=run.pk).values_list("change_seq", flat=True).get()
-        nodes = run_tree_payloads(run=run)
-        counters = SearchRun.objects.filter(pk=run.pk).values("status", "best_node__key", "best_speedup", "gpu_used", "gpu_budget", "forecasts_count").get()
+        counters = SearchRun.objects.filter(pk=run.pk).values(
+            "change_seq", "status", "best_node__key", "best_speedup", "gpu_used", "gpu_budget", "forecasts_count"
+        ).get()
+        seq = counters["change_seq"]
+        nodes = run_tree_nodes_cached(run=run, seq=seq)
     return {
         "run": run.pk,
         "seq": seq,

@@ -7,7 +7,7 @@ from kernellab.selectors.access import user_can
 
 
 def run_for_user(*, run_id: int, user) -> SearchRun | None:
-    run = SearchRun.objects.select_related("problem__workspace").filter(pk=run_id).first()
+    run = SearchRun.objects.select_related("problem__workspace").defer("driver_state").filter(pk=run_id).first()
     if run is None or not user_can(user=user, workspace=run.problem.workspace, action="view"):
         return None
     return run
@@ -38,8 +38,11 @@ def run_tree(*, run: SearchRun) -> list[dict]:
 
 
 def node_get(*, run: SearchRun, key: str) -> Node | None:
+    if "\x00" in key:
+        return None  # no key holds one, and PostgreSQL refuses the character in a query
     return (
         Node.objects.select_related("parent__kernel", "kernel", "run__problem__workspace", "author")
+        .defer("run__driver_state")
         .filter(run=run, key=key)
         .first()
     )

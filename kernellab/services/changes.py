@@ -15,16 +15,20 @@ from kernellab.selectors.runs import change_as_message
 log = logging.getLogger(__name__)
 
 
-def run_group_name(run_id: int) -> str:
-    """Group names carry the database's identity: several deployments (or test databases) may
-    share one Redis, and a change of another database's run 7 must never reach this one's."""
+def database_identity() -> str:
+    """A short name of the database in use: several deployments (or test databases) may share one
+    Redis or one process, and run 7 of one database is not run 7 of another."""
     import hashlib
 
     from django.db import connection
 
     params = connection.settings_dict
     origin = f"{params.get('HOST')}:{params.get('PORT')}/{params.get('NAME')}"
-    return f"run-{hashlib.sha1(origin.encode()).hexdigest()[:10]}-{run_id}"
+    return hashlib.sha1(origin.encode()).hexdigest()[:10]
+
+
+def run_group_name(run_id: int) -> str:
+    return f"run-{database_identity()}-{run_id}"
 
 
 def node_payload(node: Node) -> dict:

@@ -22,7 +22,8 @@ def problem_for(request, problem_id: int) -> Problem:
 
 
 def run_for(request, run_id: int) -> SearchRun:
-    run = get_object_or_404(SearchRun.objects.select_related("problem__workspace", "best_node"), pk=run_id)
+    # The search's saved state holds its whole tree: no page reads it, and decoding it costs more than the page.
+    run = get_object_or_404(SearchRun.objects.select_related("problem__workspace", "best_node").defer("driver_state"), pk=run_id)
     if not user_can(user=request.user, workspace=run.problem.workspace, action="view"):
         raise Http404("No such run.")
     return run

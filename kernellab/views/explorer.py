@@ -4,6 +4,7 @@ Every action re-renders the panel; a refused action comes back as the service's 
 the panel, never as an error page."""
 from __future__ import annotations
 
+import functools
 import json
 
 from django.contrib.auth.decorators import login_required
@@ -76,6 +77,17 @@ def _node_for(request, run_id: int, key: str):
     return run, node
 
 
+# Highlighting is most of a panel's cost and a kernel's source never changes: keep the latest few.
+@functools.lru_cache(maxsize=128)
+def _source_html(source: str, anchor: str):
+    return highlight_cuda(source, anchor=anchor)
+
+
+@functools.lru_cache(maxsize=128)
+def _diff_html(before: str, after: str, before_name: str, after_name: str):
+    return diff_unified(before, after, before_name=before_name, after_name=after_name)
+
+
 def _panel_context(request, run, node, *, error: str | None = None, notice: str | None = None, forms: dict | None = None) -> dict:
     workspace = run.workspace
     forecast = node_forecast(node=node)
@@ -83,7 +95,7 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
     source = node.kernel.source if node.kernel else ""
     diff_html, added, removed = ("", 0, 0)
     if parent is not None and parent.kernel is not None and node.kernel is not None:
-        diff_html, added, removed = diff_unified(parent.kernel.source, source, before_name=f"parent {parent.key}", after_name=f"node {node.key}")
+        diff_html, added, removed = _diff_html(parent.kernel.source, source, f"parent {parent.key}", f"node {node.key}")
     verifications = node_verifications(node=node)
     pending = next((v for v in verifications if v.state == VerificationState.PENDING), None)
     open_verification = next((v for v in verifications if v.state in {"pending-approval", "approved", "queued", "running"}), None)
@@ -105,7 +117,7 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
         "node": node,
         "parent": parent,
         "workspace": workspace,
-        "source_html": highlight_cuda(source, anchor=f"n{node.pk}-") if source else None,
+        "source_html": _source_html(source, f"n{node.pk}-") if source else None,
         "diff_html": diff_html,
         "diff_added": added,
         "diff_removed": removed,

@@ -222,3 +222,38 @@ def test_the_snapshot_rows_equal_the_live_change_payloads(node):
     nameless = Node.objects.create(run=node.run, key="n2", parent=nodes["n1"], depth=2)  # no kernel: named by its key
     nodes["n2"] = Node.objects.select_related("parent", "kernel").get(pk=nameless.pk)
     assert run_tree_payloads(run=node.run) == [node_payload(nodes[k]) for k in ("n0", "n1", "n2")]
+
+
+@pytest.mark.parametrize("name", ["node-panel", "node-comment"])
+def test_a_node_key_with_a_nul_character_is_not_found(client, members, run, name):
+    """PostgreSQL refuses NUL in a query: the key must be answered as unknown, never a server error."""
+    client.force_login(members["engineer"])
+    url = reverse(name, args=[run.pk, "n0"]).replace("/n0/", "/%00/")
+    response = client.get(url) if name == "node-panel" else client.post(url, {"body": "hi"})
+    assert response.status_code == 404
+
+
+def test_an_unchanged_run_s_snapshot_is_served_without_reading_its_nodes_again(client, members, node):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(members["viewer"])
+    first = client.get(reverse("run-tree", args=[node.run_id])).json()
+    with CaptureQueriesContext(connection) as queries:
+        second = client.get(reverse("run-tree", args=[node.run_id])).json()
+    assert second == first
+    assert not [q["sql"] for q in queries if "\"kernellab_kernel\".\"name\"" in q["sql"]]
+
+
+def test_the_snapshot_shows_every_node_write_after_it_was_cached(client, members, node):
+    client.force_login(members["viewer"])
+    before = client.get(reverse("run-tree", args=[node.run_id])).json()
+    node.value = 2.5
+    node.save(update_fields=["value", "updated_at"])  # as the search stores a measured value, with no change
+    unchanged_seq = client.get(reverse("run-tree", args=[node.run_id])).json()
+    assert unchanged_seq["seq"] == before["seq"]
+    assert {n["key"]: n["value"] for n in unchanged_seq["nodes"]}["n1"] == 2.5
+    Node.objects.create(run=node.run, key="n2", parent=node, depth=2)
+    node_changed(node=Node.objects.get(run=node.run, key="n2"))
+    after = client.get(reverse("run-tree", args=[node.run_id])).json()
+    assert after["seq"] > before["seq"] and [n["key"] for n in after["nodes"]] == ["n0", "n1", "n2"]

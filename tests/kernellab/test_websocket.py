@@ -108,3 +108,31 @@ async def test_an_anonymous_user_is_refused_on_connect(layer, run):
     communicator = communicator_for(run, AnonymousUser())
     connected, code = await communicator.connect()
     assert not connected and code == 4401
+
+
+@pytest.mark.parametrize("frame", ["{not json", "[1, 2]", '{"type": "dance"}'])
+async def test_a_bad_frame_gets_a_sentence_and_the_socket_stays_open(layer, run, members, frame):
+    last = await record(run, 2)
+    communicator = communicator_for(run, members["viewer"])
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.send_to(text_data=frame)
+    answer = await communicator.receive_json_from(timeout=5)
+    assert answer["type"] == "error"
+    assert 'Send {"type": "subscribe"' in answer["message"] and "Traceback" not in answer["message"]
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    assert await receive_seqs(communicator, last) == list(range(1, last + 1))
+    await communicator.disconnect()
+
+
+async def test_a_binary_frame_or_an_absurd_position_does_not_close_the_socket(layer, run, members):
+    last = await record(run, 1)
+    communicator = communicator_for(run, members["viewer"])
+    await communicator.connect()
+    await communicator.send_to(bytes_data=b"\x00\x01")
+    assert (await communicator.receive_json_from(timeout=5)) == {"type": "error", "message": "Send text frames holding JSON, not binary ones."}
+    await communicator.send_to(text_data='{"type": "subscribe", "after": 1e400}')  # infinity: start from the beginning
+    assert await receive_seqs(communicator, last) == list(range(1, last + 1))
+    await communicator.send_json_to({"type": "subscribe", "after": 10**40})  # beyond any run: nothing to send
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
