@@ -103,6 +103,7 @@ class Candidate:
 
 
 def source_hash(source: str) -> str:
+    """The exact source text's hash: the key of recorded measurements (records' "source_hash")."""
     return hashlib.sha256(source.encode()).hexdigest()
 
 

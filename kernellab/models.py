@@ -1,4 +1,4 @@
-"""The data model of DESIGN.md. State machines live here as data; services enforce them."""
+"""The data model (docs/architecture.md describes every model). State machines live here as data; services enforce them."""
 from __future__ import annotations
 
 import hashlib
@@ -67,7 +67,9 @@ class Invitation(models.Model):
         return f"invitation to {self.workspace} as {self.role}"
 
 
-def source_hash(source: str, launch: object = None, compile_options: object = None) -> str:
+def kernel_content_hash(source: str, launch: object = None, compile_options: object = None) -> str:
+    """What makes two Kernel rows one: the exact source with its launch plan and compile options.
+    (gpu_runner.source_hash is the exact source alone, the key of recorded measurements.)"""
     import json
 
     payload = json.dumps({"source": source, "launch": launch or [], "options": compile_options or []}, sort_keys=True)

@@ -59,10 +59,6 @@ def normalise_source(source: str) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def source_hash(source: str) -> str:
-    return hashlib.sha256(normalise_source(source).encode()).hexdigest()
-
-
 def candidate_hash(candidate: Candidate) -> str:
     """Hash of what decides the kernel's behaviour: normalised source, launch plan, temps, options."""
     key = {

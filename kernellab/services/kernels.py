@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
-from kernellab.models import Kernel, source_hash
+from kernellab.models import Kernel, kernel_content_hash
 
 
 def kernel_get_or_create(*, candidate: dict, compiler_facts: dict | None = None, compile_errors: list | None = None) -> Kernel:
     """Store a candidate once per content; later facts fill in what an earlier save lacked."""
-    digest = source_hash(candidate["source"], candidate.get("launch"), candidate.get("compile_options"))
+    digest = kernel_content_hash(candidate["source"], candidate.get("launch"), candidate.get("compile_options"))
     kernel = Kernel.objects.filter(content_hash=digest).first()
     if kernel is None:
         try:
