@@ -67,7 +67,7 @@ def run_tree_nodes_cached(*, run: SearchRun, seq: int) -> list[dict]:
     """run_tree_payloads, read again only when the run's nodes changed: the validator is the change
     number with the node count and latest node update, so a write that recorded no change (or a
     deleted node) still shows. The list is shared between callers: read it, never change it."""
-    from kernellab.services.changes import database_identity
+    from kernellab.selectors.runs import database_identity
 
     stamp = Node.objects.filter(run=run).aggregate(count=Count("pk"), latest=Max("updated_at"))
     validator = (seq, stamp["count"], stamp["latest"])

@@ -6,6 +6,18 @@ from kernellab.models import Node, RunChange, SearchRun, Workspace
 from kernellab.selectors.access import user_can
 
 
+def database_identity() -> str:
+    """A short name of the database in use: several deployments (or test databases) may share one
+    Redis or one process, and run 7 of one database is not run 7 of another."""
+    import hashlib
+
+    from django.db import connection
+
+    params = connection.settings_dict
+    origin = f"{params.get('HOST')}:{params.get('PORT')}/{params.get('NAME')}"
+    return hashlib.sha1(origin.encode()).hexdigest()[:10]
+
+
 def run_for_user(*, run_id: int, user) -> SearchRun | None:
     run = SearchRun.objects.select_related("problem__workspace").defer("driver_state").filter(pk=run_id).first()
     if run is None or not user_can(user=user, workspace=run.problem.workspace, action="view"):

@@ -10,21 +10,9 @@ from django.db import transaction
 from django.db.models import F
 
 from kernellab.models import Node, RunChange, SearchRun
-from kernellab.selectors.runs import change_as_message
+from kernellab.selectors.runs import change_as_message, database_identity
 
 log = logging.getLogger(__name__)
-
-
-def database_identity() -> str:
-    """A short name of the database in use: several deployments (or test databases) may share one
-    Redis or one process, and run 7 of one database is not run 7 of another."""
-    import hashlib
-
-    from django.db import connection
-
-    params = connection.settings_dict
-    origin = f"{params.get('HOST')}:{params.get('PORT')}/{params.get('NAME')}"
-    return hashlib.sha1(origin.encode()).hexdigest()[:10]
 
 
 def run_group_name(run_id: int) -> str:
