@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from search_engine import scoring  # noqa: E402
 from search_engine.bins import DEFAULT_BINS  # noqa: E402
-from search_engine.driver import SearchDriver, SearchSettings  # noqa: E402
+from search_engine.driver import SearchDriver  # noqa: E402
+from search_engine.search_settings import SearchSettings  # noqa: E402
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
 from search_engine.policy import PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
@@ -235,7 +236,7 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         steps += 1
         if report.status != "expanded":
             break
-    return {"measurements": port.reached_at, "spent": port.measurements, "forecasts": driver.counters["forecasts"],
+    return {"measurements": port.reached_at, "spent": port.measurements, "forecasts": driver.counters.forecasts,
             "nodes": len(driver.tree.nodes), "best": port.best}
 
 

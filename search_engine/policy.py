@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.surrogates.base import Forecast
+from search_engine.node_states import NodeState
 from search_engine.tree import Node, PUCTTree
 
 ABSTENTION_PRIORITY = 0.5  # an abstention is deferred to the GPU ahead of weakly promising forecasts
@@ -152,7 +153,7 @@ class SelectivePolicy:
         new = set(new_ids)
         if not s.measure_all:
             for node in tree.nodes.values():
-                if node.id in new or node.state != "forecast" or not node.forecast:
+                if node.id in new or node.state != NodeState.FORECAST or not node.forecast:
                     continue
                 forecast = Forecast.from_dict(node.forecast)
                 p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
@@ -169,9 +170,9 @@ class SelectivePolicy:
                     continue
                 # Parked children first; forecast-accepted ones too, since their forecasts may be wrong
                 # (not the pruned ones: they were confidently slower than their parents).
-                unverified = node.state == "accepted-by-forecast" and not node.verification_refused \
+                unverified = node.state == NodeState.ACCEPTED_BY_FORECAST and not node.verification_refused \
                     and not node.pruned
-                if not (node.state == "forecast" or unverified) or not node.forecast:
+                if not (node.state == NodeState.FORECAST or unverified) or not node.forecast:
                     continue
                 forecast = Forecast.from_dict(node.forecast)
                 p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
@@ -203,7 +204,7 @@ class SelectivePolicy:
         if not self.settings.verify_best:
             return None
         best = tree.best_valued()
-        if best is None or best.value_source != "forecast" or best.state != "accepted-by-forecast":
+        if best is None or best.value_source != "forecast" or best.state != NodeState.ACCEPTED_BY_FORECAST:
             return None
         if best.verification_refused:
             return None
@@ -227,7 +228,7 @@ def calibration_pairs(tree: PUCTTree, bins: BinTable = DEFAULT_BINS, tolerance_b
     """(confidence, forecast bin was right) for every measured node that had a real forecast."""
     pairs = []
     for node in tree.nodes.values():
-        if node.state != "measured" or node.speedup is None or not node.forecast:
+        if node.state != NodeState.MEASURED or node.speedup is None or not node.forecast:
             continue
         forecast = Forecast.from_dict(node.forecast)
         if forecast.abstained:

@@ -14,21 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from search_engine.candidates import Candidate, candidate_hash
-
-STATES = (
-    "proposed",
-    "forecast",
-    "accepted-by-forecast",
-    "awaiting-approval",
-    "queued",
-    "measuring",
-    "measured",
-    "failed-compile",
-    "failed-correctness",
-    "rejected",
-)
-PENDING_STATES = ("awaiting-approval", "queued", "measuring")
-FAILED_STATES = ("failed-compile", "failed-correctness", "rejected")
+from search_engine.node_states import NodeState
 
 
 @dataclass
@@ -39,7 +25,7 @@ class Node:
     candidate: Candidate
     candidate_hash: str
     rationale: str = ""
-    state: str = "proposed"
+    state: NodeState = NodeState.PROPOSED
     reason: str = ""
     forecast: dict | None = None
     speedup: float | None = None  # measured on a GPU
@@ -69,7 +55,9 @@ class Node:
     @classmethod
     def from_dict(cls, data: dict) -> "Node":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        node = cls(**{k: v for k, v in data.items() if k in known})
+        node.state = NodeState(node.state)
+        return node
 
 
 @dataclass
@@ -107,7 +95,7 @@ class PUCTTree:
         node = Node(id=0, parent_id=None, depth=0, candidate=candidate,
                     candidate_hash=candidate_hash(candidate), rationale=rationale)
         self._insert(node)
-        node.state = "measured"
+        node.state = NodeState.MEASURED
         self.set_measured(node.id, speedup)
         return node
 
@@ -213,7 +201,7 @@ class PUCTTree:
     def expandable(self, node: Node) -> bool:
         if node.reward is None or node.dead or node.pruned or node.exhausted:
             return False
-        if node.state not in ("measured", "accepted-by-forecast"):
+        if node.state not in (NodeState.MEASURED, NodeState.ACCEPTED_BY_FORECAST):
             return False
         if self.options.max_depth is not None and node.depth >= self.options.max_depth:
             return False
@@ -269,7 +257,7 @@ class PUCTTree:
 
     # ---- reading --------------------------------------------------------------------------
     def best_measured(self) -> Node | None:
-        measured = [n for n in self.nodes.values() if n.state == "measured" and n.speedup is not None]
+        measured = [n for n in self.nodes.values() if n.state == NodeState.MEASURED and n.speedup is not None]
         if not measured:
             return None
         return max(measured, key=lambda n: (n.speedup, -n.id))

@@ -303,6 +303,7 @@ def fuzz_runs(*, problem, user, stub: StubServer, min_answers: int, llm_call_bud
     from kernellab.celery import app
     from kernellab.models import Forecast, RunStatus, SearchRun
     from kernellab.services.runs import run_create
+    from search_engine.saved_state import SavedSearch
 
     from django.conf import settings
 
@@ -334,8 +335,9 @@ def fuzz_runs(*, problem, user, stub: StubServer, min_answers: int, llm_call_bud
         statuses[run.status] = statuses.get(run.status, 0) + 1
         if run.status != RunStatus.FINISHED:
             failed_runs.append({"run": run.pk, "status": run.status, "reason": run.status_reason})
-        for node in ((run.driver_state or {}).get("tree") or {}).get("nodes") or []:
-            proposal_failures.extend(f.get("reason") for f in node.get("failed_proposals") or [])
+        saved = SavedSearch(run.driver_state)
+        for node_id in saved.node_states():
+            proposal_failures.extend(f.get("reason") for f in saved.failed_proposals(node_id))
     abstentions = list(Forecast.objects.filter(node__run__in=runs, abstained=True).values_list("abstain_reason", flat=True))
     unreadable = [r for r in proposal_failures + abstentions if not readable(r)]
 

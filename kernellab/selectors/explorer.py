@@ -115,11 +115,12 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
 def node_failed_proposals(*, node: Node) -> list[dict]:
     """The generator's failed attempts to expand this node, each with its reason, newest first, as
     the search keeps them (a garbled or empty LLM answer, a kernel that does not fit the launch)."""
-    state = SearchRun.objects.filter(pk=node.run_id).values_list("driver_state", flat=True).first() or {}
-    for entry in (state.get("tree") or {}).get("nodes") or []:
-        if str(entry.get("id")) == node.key:
-            return list(reversed(entry.get("failed_proposals") or []))
-    return []
+    from search_engine.saved_state import SavedSearch
+
+    if not node.key.isdigit():
+        return []  # not a node of the search (its keys are the driver's node ids)
+    state = SearchRun.objects.filter(pk=node.run_id).values_list("driver_state", flat=True).first()
+    return list(reversed(SavedSearch(state).failed_proposals(int(node.key))))
 
 
 def node_forecast(*, node: Node) -> Forecast | None:

@@ -8,9 +8,11 @@ from kernellab.selectors.backends import BACKENDS, backend_choice, backend_resol
 from kernellab.services.access import access_require
 from kernellab.services.changes import change_record
 from kernellab.services.errors import IllegalTransition, ServiceError
+from kernellab.services.run_context import GENERATOR_BUILDERS
+from kernellab.services.surrogates import SURROGATE_BUILDERS
 
-GENERATORS = ("template", "transform", "llm")
-SURROGATES = ("learned", "llm", "roofline", "none")
+GENERATORS = tuple(GENERATOR_BUILDERS)
+SURROGATES = tuple(SURROGATE_BUILDERS)
 OBJECTIVES = ("time", "energy", "time-energy-cap")
 FEEDBACK = ("notes", "raw", "none")
 

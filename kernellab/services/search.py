@@ -1,384 +1,38 @@
-"""Glue between the search driver (search_engine) and the database.
+"""Advancing a search run: the lease that says which worker advances it, feeding the driver what
+happened outside, stepping, saving; and a person's hand-written child.
 
 The driver's whole state lives in SearchRun.driver_state. One Celery task at a time advances a
 run (a lease on the row says who); it feeds the driver what happened outside since the last
 advance (approvals, rejections, finished measurements), steps until the driver must wait, and
-saves. Every event the driver publishes becomes rows and a numbered change for the live tree."""
+saves. What the driver is built from is in run_context.py; how its events become rows, in
+search_port.py."""
 from __future__ import annotations
 
-import copy
 import logging
 import time
-from contextlib import contextmanager
 from datetime import timedelta
-from functools import cached_property
-from typing import Callable
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from search_engine.node_states import PENDING_STATES, SETTLED_STATES
+from search_engine.node_states import NodeState as SearchNodeState
+from search_engine.saved_state import SavedSearch
 
-from kernellab.models import (
-    ApprovalMode,
-    Forecast,
-    Measurement,
-    Node,
-    NodeState,
-    RunStatus,
-    SearchLesson,
-    SearchRun,
-    Verification,
-    VerificationState,
-)
+from kernellab.models import Measurement, Node, RunStatus, SearchLesson, SearchRun, Verification, VerificationState
 from kernellab.services.access import access_require
-from kernellab.services.changes import change_record, node_changed
 from kernellab.services.errors import ServiceError
-from kernellab.services.kernels import kernel_get_or_create
-from kernellab.services.problems import bundled_dir, problem_spec
+from kernellab.services.run_context import RunContext, llm_client
+from kernellab.services.search_port import DatabasePort
+
+__all__ = ["DatabasePort", "RunContext", "llm_client", "measurement_as_result", "node_add_human_child",
+           "objective_result", "reference_j_per_call", "run_advance"]
 
 log = logging.getLogger(__name__)
 
 LEASE_S = 15 * 60
 STEPS_PER_ADVANCE = 25
-
-# Driver node states that the database mirrors one to one.
-_STATE = {
-    "proposed": NodeState.PROPOSED,
-    "forecast": NodeState.FORECAST,
-    "accepted-by-forecast": NodeState.ACCEPTED,
-    "awaiting-approval": NodeState.AWAITING_APPROVAL,
-    "queued": NodeState.QUEUED,
-    "measuring": NodeState.MEASURING,
-    "measured": NodeState.MEASURED,
-    "failed-compile": NodeState.FAILED_COMPILE,
-    "failed-correctness": NodeState.FAILED_CORRECTNESS,
-    "rejected": NodeState.REJECTED,
-}
-
-
-# ---- building the driver's parts ---------------------------------------------------------------
-class RunContext:
-    """What a run's driver needs from the problem: spec, records, hardware, generator, surrogate."""
-
-    def __init__(self, run: SearchRun):
-        self.run = run
-        self.problem = run.problem
-        self.spec = problem_spec(run.problem)
-
-    @cached_property
-    def replay_records(self) -> dict[str, dict]:
-        """Recorded measurements of this problem by source hash (bundled problems only)."""
-        if not self.problem.bundled:
-            return {}
-        from gpu_runner.backends.replay import read_records
-
-        folder = bundled_dir() / self.problem.name / "records"
-        path = folder / f"{self.run.target_gpu}.jsonl.gz"
-        table: dict[str, dict] = {}
-        if path.exists():
-            for record in read_records(path):
-                if "source_hash" in record:
-                    table.setdefault(record["source_hash"], record)
-        return table
-
-    @cached_property
-    def llm_budget(self):
-        """The LLM calls this run may still make, shared by its generator and surrogate (None without an LLM)."""
-        from search_engine.llm_client import LLMCallBudget
-
-        extra = self.run.extra or {}
-        if "llm_call_budget" not in extra:
-            return None
-        return LLMCallBudget(limit=int(extra["llm_call_budget"]), used=int(extra.get("llm_calls") or 0))
-
-    @cached_property
-    def hardware(self) -> dict:
-        for record in self.replay_records.values():
-            if record.get("hardware"):
-                return dict(record["hardware"])
-        return {"name": self.run.target_gpu.upper()}
-
-    @cached_property
-    def reference_ms(self) -> float | None:
-        for record in self.replay_records.values():
-            reference = record.get("reference") or {}
-            if reference.get("median_ms"):
-                return float(reference["median_ms"])
-        return None
-
-    def problem_dict(self) -> dict:
-        """The same problem description the learned surrogate was trained with (sizes, roofline)."""
-        from kernellab.datasets import problem_numbers
-
-        return {**problem_numbers(self.spec), "tolerance_allows_fast_math": False}
-
-    def render(self, knobs: dict) -> dict:
-        from gpu_runner import render_variant
-
-        return render_variant(self.spec, knobs).to_dict()
-
-    def generator(self):
-        run = self.run
-        if run.generator == "template":
-            from search_engine.generators.template import KnobSpace, TemplateGenerator
-
-            family = self.spec.family
-            if family is None:
-                raise ServiceError("The template generator needs a problem with knobs.")
-            from gpu_runner.family import valid_variants  # the runner's family knows the constraints
-
-            space = KnobSpace(
-                knobs={name: list(values) for name, values in family.knobs.items()},
-                points=valid_variants(self.spec),
-            )
-            return TemplateGenerator(space, self.render)
-        if run.generator == "transform":
-            from search_engine.generators.transform import TransformGenerator
-
-            return TransformGenerator()
-        from search_engine.generators.llm import LLMGenerator
-
-        return LLMGenerator(llm_client("generator", budget=self.llm_budget), feedback=run.feedback)
-
-    def surrogate(self):
-        from kernellab.services.surrogates import surrogate_for_run
-
-        return surrogate_for_run(self.run, llm_budget=self.llm_budget)
-
-    def search_settings(self):
-        from search_engine.driver import SearchSettings
-        from search_engine.policy import PolicySettings
-        from search_engine.tree import TreeOptions
-
-        run = self.run
-        extra = run.extra or {}
-        return SearchSettings(
-            policy=PolicySettings(
-                threshold=run.confidence_threshold,
-                gpu_budget=run.gpu_budget,
-                max_gpu_per_step=run.max_gpu_per_step,
-                approval="manual" if run.approval_mode == ApprovalMode.MANUAL else "auto",
-                measure_all=run.surrogate == "none",
-                conformal_target=extra.get("conformal_target"),
-            ),
-            tree=TreeOptions(c=run.puct_c, log_rewards=bool(extra.get("log_rewards", True))),
-            children_per_expansion=run.children_per_step,
-            root_children=int(extra.get("root_children") or 0),
-            discovery_ratio=run.discovery_threshold,
-            seed=run.seed,
-        )
-
-
-def llm_client(role: str, *, budget=None):
-    from search_engine.llm_client import LLMClient
-
-    endpoint = settings.KERNELLAB_LLM
-    model = endpoint.generator_model if role == "generator" else endpoint.surrogate_model
-    if not endpoint.configured or not model:
-        raise ServiceError(f"No LLM {role} is configured: set OPENAI_BASE_URL and KERNELLAB_{role.upper()}_MODEL.")
-    return LLMClient(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", model=model,
-                     timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries,
-                     max_answer_chars=endpoint.max_answer_chars, budget=budget)
-
-
-# ---- the port --------------------------------------------------------------------------------
-class DatabasePort:
-    """The driver's window on the world: compile with nvcc (or the recorded facts), measure through
-    a Verification row, and turn every published event into rows and a numbered change."""
-
-    def __init__(self, context: RunContext):
-        self.context = context
-        self.run = context.run
-        self._nodes: dict[str, Node] = {}
-        self._held: list[Callable[[], None]] | None = None
-
-    @contextmanager
-    def holding_writes(self):
-        """While the driver thinks (LLM calls, nvcc, forecasts), its writes wait in memory; `flush`
-        then applies them in the short transaction that also saves its state. A step thus holds no
-        database lock while it runs (SQLite has one writer), and a step that dies leaves nothing."""
-        self._held = []
-        try:
-            yield self
-        except BaseException:
-            self._held = None
-            raise
-
-    def flush(self) -> None:
-        held, self._held = self._held or [], None
-        for write in held:
-            write()
-
-    def _write(self, write: Callable, *args) -> None:
-        if self._held is None:
-            write(*args)
-        else:
-            frozen = copy.deepcopy(args)  # the driver may reuse its dicts after publishing them
-            self._held.append(lambda: write(*frozen))
-
-    def node(self, node_id: int) -> Node:
-        key = str(node_id)
-        if key not in self._nodes:
-            self._nodes[key] = Node.objects.select_related("parent", "kernel").get(run=self.run, key=key)
-        return self._nodes[key]
-
-    def compile(self, node_id: int, candidate: dict) -> dict:
-        from gpu_runner import Candidate, source_hash
-
-        record = self.context.replay_records.get(source_hash(candidate["source"]))
-        if record is not None and record.get("compiler"):
-            facts = record["compiler"]
-            self._write(self._store_facts, node_id, facts, [])
-            return {"status": "ok", "reason": "", "compiler": facts}
-        try:
-            parsed = Candidate.from_dict(candidate, self.context.spec)
-        except Exception as exc:
-            reason = f"The candidate does not fit the problem: {exc}"
-            self._write(self._store_facts, node_id, {}, [{"line": None, "message": reason}])
-            return {"status": "failed-compile", "reason": reason, "compiler": None}
-        from dataclasses import asdict
-
-        from gpu_runner import Runner
-
-        report = Runner(backend="static").check(self.context.spec, parsed)
-        facts = asdict(report.facts) if report.facts else {}
-        errors = [{"line": e.line, "message": e.message} for e in report.errors]
-        self._write(self._store_facts, node_id, facts, errors)
-        if not report.ok:
-            return {"status": "failed-compile", "reason": report.summary(), "compiler": facts or None}
-        return {"status": "ok", "reason": "", "compiler": facts}
-
-    def _store_facts(self, node_id: int, facts: dict, errors: list) -> None:
-        kernel = self.node(node_id).kernel
-        if kernel is not None and (facts or errors):
-            kernel.compiler_facts = facts or kernel.compiler_facts
-            kernel.compile_errors = errors
-            kernel.save(update_fields=["compiler_facts", "compile_errors"])
-
-    def request_measurement(self, node_id: int, candidate: dict) -> None:
-        self._write(self._enqueue_verification, node_id)
-        return None  # the result arrives through run_advance
-
-    def _enqueue_verification(self, node_id: int) -> None:
-        from kernellab.services.verifications import verification_enqueue_for_policy
-
-        node = self.node(node_id)
-        verification_enqueue_for_policy(node=node, reason=node.state_reason or "the search policy asked")
-
-    def publish(self, event: dict) -> None:
-        handler = getattr(self, "_on_" + event["type"].replace("-", "_"), None)
-        if handler is not None:
-            self._write(handler, event)
-
-    # event handlers
-    def _on_node_created(self, event: dict) -> None:
-        candidate = event["candidate"]
-        parent = self.node(event["parent_id"]) if event["parent_id"] is not None else None
-        kernel = self.run.problem.reference if parent is None else kernel_get_or_create(candidate=candidate)
-        origin = "root" if parent is None else event.get("origin", "generator")
-        node, _ = Node.objects.update_or_create(
-            run=self.run,
-            key=str(event["node_id"]),
-            defaults=dict(parent=parent,
-            kernel=kernel,
-            rationale=(event.get("rationale") or "")[:4000],
-            origin=origin,
-            author_id=event.get("author_id"),
-            depth=event.get("depth", 0),
-            state=NodeState.MEASURED if parent is None else _STATE.get(event.get("state"), NodeState.PROPOSED),
-            speedup=1.0 if parent is None else None,
-            value=1.0 if parent is None else None,
-        ))
-        self._nodes[node.key] = node
-        SearchRun.objects.filter(pk=self.run.pk).update(nodes_count=Node.objects.filter(run=self.run).count())
-        node_changed(node=node)
-
-    def _on_forecast(self, event: dict) -> None:
-        node = self.node(event["node_id"])
-        forecast = event["forecast"]
-        Forecast.objects.create(
-            node=node,
-            surrogate=event.get("surrogate") or forecast.get("surrogate", ""),
-            probabilities=list(forecast.get("probs") or []),
-            predicted_bin=forecast.get("bin"),
-            confidence=forecast.get("confidence"),
-            reasoning=(forecast.get("reasoning") or "")[:20000],
-            abstained=bool(forecast.get("abstained")),
-            abstain_reason=forecast.get("abstain_reason") or "",
-            raw_sum=forecast.get("raw_sum"),
-            latency_s=forecast.get("latency_s") or 0.0,
-            tokens_in=forecast.get("tokens_in") or 0,
-            tokens_out=forecast.get("tokens_out") or 0,
-        )
-        node.forecast_bin = forecast.get("bin")
-        node.forecast_confidence = forecast.get("confidence") if not forecast.get("abstained") else None
-        node.save(update_fields=["forecast_bin", "forecast_confidence", "updated_at"])
-        node_changed(node=node, kind="forecast")
-
-    def _on_state_changed(self, event: dict) -> None:
-        node = self.node(event["node_id"])
-        state = _STATE.get(event["state"])
-        if state is None:
-            return
-        if event["state"] == "accepted-by-forecast" and (event.get("reason") or "").startswith("pruned"):
-            state = NodeState.PRUNED
-        if event["state"] == "awaiting-approval":
-            from kernellab.services.verifications import verification_pending_for_policy
-
-            node.state_reason = (event.get("reason") or "")[:2000]
-            verification_pending_for_policy(node=node, reason=event.get("reason") or "the search policy asked")
-            return
-        if state in (NodeState.QUEUED, NodeState.MEASURING, NodeState.MEASURED) and node.state in (
-            NodeState.QUEUED, NodeState.MEASURING, NodeState.MEASURED
-        ):
-            node.state_reason = (event.get("reason") or "")[:2000]
-            return  # the verification's own services move these states
-        if state == NodeState.FAILED_CORRECTNESS and Node.objects.filter(pk=node.pk, state=NodeState.NOT_RECORDED).exists():
-            return  # a replay miss says nothing about the kernel; the verification labelled it already
-        node.state = state
-        node.state_reason = (event.get("reason") or "")[:2000]
-        node.save(update_fields=["state", "state_reason", "updated_at"])
-        node_changed(node=node)
-
-    def _on_measured(self, event: dict) -> None:
-        # The measured speedup itself was stored by the verification; this is the objective's value.
-        node = self.node(event["node_id"])
-        if event.get("status") == "ok" and event.get("speedup") is not None:
-            node.value = event["speedup"]
-            if node.parent_id is None:
-                node.speedup = event["speedup"]
-            node.save(update_fields=["speedup", "value", "updated_at"])
-
-    def _on_discovery(self, event: dict) -> None:
-        from kernellab.services.discoveries import discovery_mark
-
-        node = self.node(event["node_id"])
-        if not node.is_discovery:
-            forecast = node.forecasts.order_by("-pk").first()
-            discovery_mark(
-                node=node,
-                auto=True,
-                note=event.get("note", ""),
-                forecast={"bin": forecast.predicted_bin, "probabilities": forecast.probabilities} if forecast else None,
-            )
-
-    def _on_best_changed(self, event: dict) -> None:
-        node = self.node(event["node_id"])
-        SearchRun.objects.filter(pk=self.run.pk).update(best_node=node, best_speedup=event.get("speedup"))
-        change_record(run=self.run, kind="best", payload={"node": node.key, "speedup": event.get("speedup")})
-
-    def _on_step(self, event: dict) -> None:
-        counters = event.get("counters") or {}
-        SearchRun.objects.filter(pk=self.run.pk).update(
-            gpu_used=counters.get("measurements_requested", 0),
-            forecasts_count=counters.get("forecasts", 0),
-        )
-        change_record(
-            run=self.run,
-            kind="step",
-            payload={k: event.get(k) for k in ("step", "status", "best_speedup", "threshold")} | {"counters": counters},
-        )
 
 
 # ---- advancing a run ------------------------------------------------------------------------
@@ -464,17 +118,13 @@ def measurement_as_result(measurement: Measurement) -> dict:
     }
 
 
-_PENDING = ("awaiting-approval", "queued", "measuring")
-_SETTLED = ("measured", "failed-compile", "failed-correctness", "rejected")
-
-
-def _outside_event(driver_state: str, verification_state: str) -> bool:
+def _outside_event(node_state: SearchNodeState, verification_state: str) -> bool:
     """Whether a verification row says something the driver does not know yet."""
-    if driver_state in _SETTLED:
+    if node_state in SETTLED_STATES:
         return False
     if verification_state in (VerificationState.DONE, VerificationState.FAILED):
         return True
-    if driver_state == "awaiting-approval":
+    if node_state == SearchNodeState.AWAITING_APPROVAL:
         return verification_state != VerificationState.PENDING
     return False
 
@@ -486,16 +136,16 @@ def _feed_outside_events(driver, run: SearchRun) -> int:
     rows = Verification.objects.filter(node__run=run).select_related("node", "measurement").order_by("pk")
     for verification in rows:
         node_id = int(verification.node.key)
-        node = driver.tree.nodes.get(node_id)
-        if node is None or not _outside_event(node.state, verification.state):
+        state = driver.node_state(node_id)
+        if state is None or not _outside_event(state, verification.state):
             continue
-        if node.state == "awaiting-approval":
+        if state == SearchNodeState.AWAITING_APPROVAL:
             if verification.state == VerificationState.REJECTED:
                 driver.reject(node_id, verification.reason or "an approver rejected the GPU verification")
                 fed += 1
                 continue
             driver.approve(node_id)
-        elif node.state not in _PENDING:
+        elif state not in PENDING_STATES:
             driver.measure_outside(node_id, "a person asked for GPU verification")
         if verification.state == VerificationState.DONE and verification.measurement is not None:
             driver.on_measurement(node_id, objective_result(run, measurement_as_result(verification.measurement)))
@@ -535,10 +185,10 @@ def objective_result(run: SearchRun, result: dict) -> dict:
 
 
 def _outside_events_waiting(run: SearchRun) -> bool:
-    state = SearchRun.objects.filter(pk=run.pk).values_list("driver_state", flat=True).first() or {}
-    driver_states = {str(n["id"]): n.get("state") for n in (state.get("tree") or {}).get("nodes") or []}
+    saved = SavedSearch(SearchRun.objects.filter(pk=run.pk).values_list("driver_state", flat=True).first())
+    node_states = {str(node_id): state for node_id, state in saved.node_states().items()}
     rows = Verification.objects.filter(node__run=run).values_list("node__key", "state")
-    return any(_outside_event(driver_states.get(key, "measured"), vstate) for key, vstate in rows)
+    return any(_outside_event(node_states.get(key, SearchNodeState.MEASURED), vstate) for key, vstate in rows)
 
 
 def run_advance(*, run_id: int) -> str:

@@ -6,6 +6,7 @@ online by the driver from the run's measurements."""
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from django.conf import settings
 
@@ -16,26 +17,40 @@ _learned: dict[tuple[str, str], object] = {}
 
 
 def surrogate_for_run(run, *, llm_budget=None):
-    kind = run.surrogate
-    if kind == "llm":
-        from search_engine.surrogates.cache import SqliteCache
-        from search_engine.surrogates.llm import LLMSurrogate
+    build = SURROGATE_BUILDERS.get(run.surrogate)
+    if build is None:
+        raise ServiceError(f"Unknown surrogate {run.surrogate!r}.")
+    return build(run, llm_budget)
 
-        from kernellab.services.search import llm_client
 
-        cache = SqliteCache(settings.DATA_DIR / "forecast-cache.sqlite3")
-        return LLMSurrogate(llm_client("surrogate", budget=llm_budget), cache=cache)
-    if kind == "roofline":
-        from search_engine.surrogates.roofline import RooflineSurrogate
+def _llm_surrogate(run, llm_budget):
+    from search_engine.surrogates.cache import SqliteCache
+    from search_engine.surrogates.llm import LLMSurrogate
 
-        return RooflineSurrogate()
-    if kind == "none":
-        from search_engine.surrogates.roofline import RooflineSurrogate
+    from kernellab.services.run_context import llm_client
 
-        return RooflineSurrogate()  # never asked: a run without a surrogate measures every candidate
-    if kind == "learned":
-        return learned_surrogate(exclude_problem=run.problem.name, gpu=run.target_gpu)
-    raise ServiceError(f"Unknown surrogate {kind!r}.")
+    cache = SqliteCache(settings.DATA_DIR / "forecast-cache.sqlite3")
+    return LLMSurrogate(llm_client("surrogate", budget=llm_budget), cache=cache)
+
+
+def _roofline_surrogate(run, llm_budget):
+    from search_engine.surrogates.roofline import RooflineSurrogate
+
+    # With "none" it is never asked: a run without a surrogate measures every candidate.
+    return RooflineSurrogate()
+
+
+def _learned_surrogate(run, llm_budget):
+    return learned_surrogate(exclude_problem=run.problem.name, gpu=run.target_gpu)
+
+
+# The run form offers these, in this order; a new surrogate is one function and one entry here.
+SURROGATE_BUILDERS: dict[str, Callable] = {
+    "learned": _learned_surrogate,
+    "llm": _llm_surrogate,
+    "roofline": _roofline_surrogate,
+    "none": _roofline_surrogate,
+}
 
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):

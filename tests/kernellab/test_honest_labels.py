@@ -23,7 +23,11 @@ def _claimed(node, members):
 
 
 def test_a_replay_miss_is_not_in_the_recorded_data_rather_than_a_failed_kernel(client, members, node):
-    from kernellab.services.search import DatabasePort, RunContext
+    from search_engine.events import EventKind, StateChanged
+    from search_engine.node_states import NodeState as SearchNodeState
+
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.search_port import DatabasePort
     from kernellab.services.verifications import verification_finish
 
     verification = _claimed(node, members)
@@ -33,8 +37,9 @@ def test_a_replay_miss_is_not_in_the_recorded_data_rather_than_a_failed_kernel(c
     node.refresh_from_db()
     assert node.state == NodeState.NOT_RECORDED and node.get_state_display() == "Not in the recorded data"
     # The search then tells the database the node failed; the miss keeps its own label.
-    DatabasePort(RunContext(node.run)).publish({"type": "state-changed", "node_id": node.key,
-                                                 "state": "failed-correctness", "reason": "unavailable"})
+    DatabasePort(RunContext(node.run)).publish(StateChanged(
+        type=EventKind.STATE_CHANGED, node_id=node.key, state=SearchNodeState.FAILED_CORRECTNESS,
+        previous=SearchNodeState.QUEUED, reason="unavailable", pruned=False))
     node.refresh_from_db()
     assert node.state == NodeState.NOT_RECORDED
     client.force_login(members["viewer"])

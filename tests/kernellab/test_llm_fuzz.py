@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from django.utils.html import escape
+from search_engine.saved_state import SavedSearch
 
 from kernellab.config import LLMEndpoint
 from kernellab.models import Forecast, Node, RunStatus
@@ -70,7 +71,7 @@ def test_a_run_whose_generator_always_fails_finishes_when_its_llm_calls_are_spen
     assert run.status_reason == "the budget of 30 LLM calls is spent"
     assert len(server.served) == 30 and run.extra["llm_calls"] == 30
     root = Node.objects.get(run=run, origin="root")
-    failures = [n for n in run.driver_state["tree"]["nodes"] if n["id"] == int(root.key)][0]["failed_proposals"]
+    failures = SavedSearch(run.driver_state).failed_proposals(int(root.key))
     assert len(failures) >= 30 and all(readable(f["reason"]) for f in failures)
 
 
@@ -87,7 +88,7 @@ def test_the_run_page_shows_the_llm_calls_spent_and_the_node_its_failed_proposal
     panel = client.get(f"/runs/{run.pk}/nodes/{root.key}/").content.decode()
     assert "Failed proposals (8)" in panel
     run.refresh_from_db()
-    reasons = [f["reason"] for n in run.driver_state["tree"]["nodes"] for f in n["failed_proposals"]]
+    reasons = [f["reason"] for f in SavedSearch(run.driver_state).failed_proposals(int(root.key))]
     assert escape(reasons[-1]) in panel
 
 
@@ -104,7 +105,7 @@ def test_an_advance_continues_the_run_after_letting_go_of_its_lease(saxpy, setti
                          backend="replay", gpu_budget=5, llm_call_budget=12)
     run.refresh_from_db()
     assert run.status == RunStatus.FINISHED, (run.status, run.status_reason)
-    assert run.driver_state["step"] >= 3
+    assert SavedSearch(run.driver_state).step >= 3
     assert run_advance(run_id=run.pk) == "run is finished"
 
 

@@ -144,7 +144,8 @@ class TableSurrogate:
 
 
 def make_driver(*, port=None, surrogate=None, seed=0, root_children=0, **policy):
-    from search_engine.driver import SearchDriver, SearchSettings
+    from search_engine.driver import SearchDriver
+    from search_engine.search_settings import SearchSettings
     from search_engine.policy import PolicySettings
 
     settings = SearchSettings(policy=PolicySettings(**{"gpu_budget": 30, "threshold": 0.6, **policy}), seed=seed,

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from search_engine import learning
 from search_engine.driver import SearchDriver
 from search_engine.surrogates.base import Forecast
 from tests.search_engine.fakes import FakePort, TableSurrogate, make_driver, reopen
@@ -351,7 +352,7 @@ def test_a_pruned_child_returns_when_its_revised_forecast_no_longer_says_slower(
 
     port = FakePort()
     driver.port, driver.surrogate = port, NowOptimistic()
-    driver._revise_forecasts(rows=5)
+    learning.revise_forecasts(driver, rows=5)
     assert all(not n.pruned for n in pruned)
     back = {e["node_id"] for e in port.events if e["type"] == "state-changed"
             and e["reason"].startswith("no longer pruned")}

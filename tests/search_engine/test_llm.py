@@ -10,7 +10,8 @@ import random
 
 import pytest
 
-from search_engine.driver import SearchDriver, SearchSettings
+from search_engine.driver import SearchDriver
+from search_engine.search_settings import SearchSettings
 from search_engine.generators.base import ProposalContext
 from search_engine.generators.llm import LLMGenerator
 from search_engine.generators.template import TemplateGenerator

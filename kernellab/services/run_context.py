@@ -1,0 +1,158 @@
+"""What a run's search driver is built from: the problem's spec and recorded measurements, the
+hardware, the generator and surrogate the run chose, the search settings, and the LLM client.
+
+A generator is built by name from GENERATOR_BUILDERS (the run form offers exactly these); a new one
+is one function and one entry there."""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Callable
+
+from django.conf import settings
+
+from kernellab.models import ApprovalMode, SearchRun
+from kernellab.services.errors import ServiceError
+from kernellab.services.problems import bundled_dir, problem_spec
+
+
+class RunContext:
+    """What a run's driver needs from the problem: spec, records, hardware, generator, surrogate."""
+
+    def __init__(self, run: SearchRun):
+        self.run = run
+        self.problem = run.problem
+        self.spec = problem_spec(run.problem)
+
+    @cached_property
+    def replay_records(self) -> dict[str, dict]:
+        """Recorded measurements of this problem by source hash (bundled problems only)."""
+        if not self.problem.bundled:
+            return {}
+        from gpu_runner.backends.replay import read_records
+
+        folder = bundled_dir() / self.problem.name / "records"
+        path = folder / f"{self.run.target_gpu}.jsonl.gz"
+        table: dict[str, dict] = {}
+        if path.exists():
+            for record in read_records(path):
+                if "source_hash" in record:
+                    table.setdefault(record["source_hash"], record)
+        return table
+
+    @cached_property
+    def llm_budget(self):
+        """The LLM calls this run may still make, shared by its generator and surrogate (None without an LLM)."""
+        from search_engine.llm_client import LLMCallBudget
+
+        extra = self.run.extra or {}
+        if "llm_call_budget" not in extra:
+            return None
+        return LLMCallBudget(limit=int(extra["llm_call_budget"]), used=int(extra.get("llm_calls") or 0))
+
+    @cached_property
+    def hardware(self) -> dict:
+        for record in self.replay_records.values():
+            if record.get("hardware"):
+                return dict(record["hardware"])
+        return {"name": self.run.target_gpu.upper()}
+
+    @cached_property
+    def reference_ms(self) -> float | None:
+        for record in self.replay_records.values():
+            reference = record.get("reference") or {}
+            if reference.get("median_ms"):
+                return float(reference["median_ms"])
+        return None
+
+    def problem_dict(self) -> dict:
+        """The same problem description the learned surrogate was trained with (sizes, roofline)."""
+        from kernellab.datasets import problem_numbers
+
+        return {**problem_numbers(self.spec), "tolerance_allows_fast_math": False}
+
+    def render(self, knobs: dict) -> dict:
+        from gpu_runner import render_variant
+
+        return render_variant(self.spec, knobs).to_dict()
+
+    def generator(self):
+        build = GENERATOR_BUILDERS.get(self.run.generator)
+        if build is None:
+            raise ServiceError(f"Unknown generator {self.run.generator!r}.")
+        return build(self)
+
+    def surrogate(self):
+        from kernellab.services.surrogates import surrogate_for_run
+
+        return surrogate_for_run(self.run, llm_budget=self.llm_budget)
+
+    def search_settings(self):
+        from search_engine.policy import PolicySettings
+        from search_engine.search_settings import SearchSettings
+        from search_engine.tree import TreeOptions
+
+        run = self.run
+        extra = run.extra or {}
+        return SearchSettings(
+            policy=PolicySettings(
+                threshold=run.confidence_threshold,
+                gpu_budget=run.gpu_budget,
+                max_gpu_per_step=run.max_gpu_per_step,
+                approval="manual" if run.approval_mode == ApprovalMode.MANUAL else "auto",
+                measure_all=run.surrogate == "none",
+                conformal_target=extra.get("conformal_target"),
+            ),
+            tree=TreeOptions(c=run.puct_c, log_rewards=bool(extra.get("log_rewards", True))),
+            children_per_expansion=run.children_per_step,
+            root_children=int(extra.get("root_children") or 0),
+            discovery_ratio=run.discovery_threshold,
+            seed=run.seed,
+        )
+
+
+def _template_generator(context: RunContext):
+    from search_engine.generators.template import KnobSpace, TemplateGenerator
+
+    from gpu_runner.family import valid_variants  # the runner's family knows the constraints
+
+    family = context.spec.family
+    if family is None:
+        raise ServiceError("The template generator needs a problem with knobs.")
+    space = KnobSpace(
+        knobs={name: list(values) for name, values in family.knobs.items()},
+        points=valid_variants(context.spec),
+    )
+    return TemplateGenerator(space, context.render)
+
+
+def _transform_generator(context: RunContext):
+    from search_engine.generators.transform import TransformGenerator
+
+    return TransformGenerator()
+
+
+def _llm_generator(context: RunContext):
+    from search_engine.generators.llm import LLMGenerator
+
+    return LLMGenerator(llm_client("generator", budget=context.llm_budget), feedback=context.run.feedback)
+
+
+# The run form offers these, in this order.
+GENERATOR_BUILDERS: dict[str, Callable[[RunContext], object]] = {
+    "template": _template_generator,
+    "transform": _transform_generator,
+    "llm": _llm_generator,
+}
+
+
+def llm_client(role: str, *, budget=None):
+    """The LLM client for a run's generator or surrogate, from the KERNELLAB_LLM settings."""
+    from search_engine.llm_client import LLMClient
+
+    endpoint = settings.KERNELLAB_LLM
+    model = endpoint.generator_model if role == "generator" else endpoint.surrogate_model
+    if not endpoint.configured or not model:
+        raise ServiceError(f"No LLM {role} is configured: set OPENAI_BASE_URL and KERNELLAB_{role.upper()}_MODEL.")
+    return LLMClient(base_url=endpoint.base_url, api_key=endpoint.api_key or "none", model=model,
+                     timeout_s=endpoint.timeout_s, max_retries=endpoint.max_retries,
+                     max_answer_chars=endpoint.max_answer_chars, budget=budget)

@@ -1,0 +1,27 @@
+"""The driver's window on the outside world: compile, measure, publish. A Celery task, a benchmark and a
+unit test each give the driver their own port; nothing else differs between them."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from search_engine.candidates import Candidate
+from search_engine.events import SearchEvent
+
+
+@runtime_checkable
+class SearchPort(Protocol):
+    """What the driver needs from the outside world."""
+
+    def compile(self, node_id: int, candidate: Candidate) -> dict:
+        """Static check: {"status": "ok" | "failed-compile", "reason": str, "compiler": {facts} | None}."""
+        ...
+
+    def request_measurement(self, node_id: int, candidate: Candidate) -> dict | None:
+        """Measure on the GPU: a MeasurementResult.to_dict() now, or None when it will arrive later
+        through driver.on_measurement(node_id, result)."""
+        ...
+
+    def publish(self, event: SearchEvent) -> None:
+        """Every change of the tree, as one of the typed events of events.py."""
+        ...

@@ -1,0 +1,37 @@
+"""A search's settings: the policy's, the tree's, and how wide and how often the driver works."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+from search_engine.policy import PolicySettings
+from search_engine.tree import TreeOptions
+
+
+@dataclass
+class SearchSettings:
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    tree: TreeOptions = field(default_factory=TreeOptions)
+    children_per_expansion: int = 4
+    root_children: int = 0  # children per expansion of the root (the reference); 0: children_per_expansion
+    parents_per_step: int = 1
+    discovery_ratio: float = math.sqrt(2)
+    seed: int = 0
+    wait_for_measurements: bool = True
+    retrain_every: int = 10
+    memory_cap: int = 40
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["policy"] = self.policy.to_dict()
+        data["tree"] = self.tree.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "SearchSettings":
+        data = dict(data or {})
+        policy = PolicySettings.from_dict(data.pop("policy", None))
+        tree = TreeOptions.from_dict(data.pop("tree", None))
+        known = {f.name for f in fields(cls)}
+        return cls(policy=policy, tree=tree, **{k: v for k, v in data.items() if k in known})
