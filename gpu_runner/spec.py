@@ -1,3 +1,4 @@
+# Over 400 lines on purpose: one pass over problem.toml that collects every spec mistake with its line.
 """Problem specs: `problem.toml` + `reference.cu` (format in docs/contracts.md).
 
 `load_problem(folder)` and `parse_problem(toml_text, reference_source, family_source)` return a

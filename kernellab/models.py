@@ -1,3 +1,4 @@
+# Over 400 lines on purpose: the whole data model in one module, read top to bottom.
 """The data model (docs/architecture.md describes every model). State machines live here as data; services enforce them."""
 from __future__ import annotations
 

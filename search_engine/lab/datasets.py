@@ -1,3 +1,4 @@
+# Over 400 lines on purpose: the row layout, its validation and its readers and writers change together.
 """Datasets of measured comparisons, in the column layout of the GPU Forecasters public sets.
 
 Two kinds of row:

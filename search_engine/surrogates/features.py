@@ -1,3 +1,4 @@
+# Over 400 lines on purpose: every feature a saved model reads, so the model and its features change together.
 """Numeric features of a forecast request, shared by the learned and the roofline surrogates.
 
 From the source (after a small preprocessor applies the variant's #defines): memory operations,

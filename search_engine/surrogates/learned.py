@@ -1,3 +1,4 @@
+# Over 400 lines on purpose: fitting, online learning and forecasting share one model's state.
 """Learned surrogate: a calibrated classifier over the ordinal bins, trained on recorded measurements.
 
 Features come from surrogates.features (source, compiler facts, launch plan, hardware, roofline,

@@ -1,3 +1,4 @@
+# Over 400 lines on purpose: a standalone GPU tool, its worker and the driver that restarts it in one script.
 """Check every variant of the bundled families on a GPU, and time the fastest (cupy only).
 
     python kernellab/problems/tools/check_families.py --out DIR [--cubins DIR] [--problems a,b]
