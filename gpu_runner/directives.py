@@ -61,9 +61,18 @@ def _in_extra_dir(root: str, name: str) -> bool:
     return path.is_file() and Path(root) in path.parents
 
 
-def header_allowed(name: str) -> bool:
+# Headers a torch C++/CUDA extension (load_inline) needs on top of a kernel's; allowed only there.
+_EXTENSION_DIRS = {"torch", "ATen", "c10", "pybind11", "caffe2"}
+_EXTENSION_STANDARD = {"vector", "string", "map", "unordered_map", "set", "unordered_set", "iostream", "sstream",
+                       "stdexcept", "mutex", "thread", "list", "deque", "queue", "stack", "ostream", "fstream",
+                       "iomanip", "string_view", "cuda_fp16.h", "cuda_bf16.h"}
+
+
+def header_allowed(name: str, *, extension: bool = False) -> bool:
     if not _HEADER_NAME.match(name) or ".." in name.split("/"):
         return False
+    if extension and (name.split("/", 1)[0] in _EXTENSION_DIRS or name in _EXTENSION_STANDARD):
+        return True
     if name in _STANDARD or _CUDA_HEADER.match(name):
         return True
     if "/" in name and name.split("/", 1)[0] in _ALLOWED_DIRS:
@@ -173,16 +182,17 @@ def check_directives(source: str) -> str | None:
     return refusal.reason if refusal else None
 
 
-def find_forbidden_directive(source: str) -> Refusal | None:
+def find_forbidden_directive(source: str, *, extension: bool = False) -> Refusal | None:
+    """`extension`: the source is built as a torch extension, which may also include torch's own headers."""
     # The spliced text with comments kept is checked too: a lexing slip can then only refuse more.
     for text in (translate(source), translate(source, comments=True)):
-        refusal = _check_text(text)
+        refusal = _check_text(text, extension)
         if refusal:
             return refusal
     return None
 
 
-def _check_text(text: str) -> Refusal | None:
+def _check_text(text: str, extension: bool = False) -> Refusal | None:
     for match in _DIRECTIVE.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         name, rest = match.group("name") or "", match.group("rest")
@@ -195,13 +205,13 @@ def _check_text(text: str) -> Refusal | None:
             header, problem = _include_argument(rest)
             if problem:
                 return Refusal(line, f"The source {problem} at line {line}.")
-            if not header_allowed(header):
+            if not header_allowed(header, extension=extension):
                 return Refusal(line, f"The source includes <{header}> at line {line}, which is not an allowed "
                                      "header (the C/C++ standard library and the CUDA toolkit's headers).")
     for match in _HAS_INCLUDE.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         header, problem = _include_argument(match.group("arg"))
-        if problem or not header_allowed(header):
+        if problem or not header_allowed(header, extension=extension):
             return Refusal(line, f"The source asks __has_include about a file outside the allowed headers at "
                                  f"line {line}.")
     return None

@@ -1,0 +1,154 @@
+"""What a KernelBench solution's evidence means: one status and one reason, with notes on how much of
+the work PyTorch did. Torch-free: the GPU worker (gpu_runner.pytorch_worker) gathers the evidence, this
+module judges it, so the judging is tested without a GPU."""
+from __future__ import annotations
+
+import ast
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .directives import find_forbidden_directive
+from .guards import timer_escape
+from .settings import MeasureSettings
+
+# Kernel names that come from PyTorch and its libraries, not from the solution's own CUDA.
+LIBRARY_KERNEL = re.compile(r"at::|at_cuda_detail|aten|cublas|cudnn|cutlass|gemm|gemv|sm\d+_xmma|xmma|ampere_|"
+                            r"nvjet|hopper_|volta_|turing_|magma|cub::|triton_|nchwToNhwc|nhwcToNchw|implicit_convolve|"
+                            r"convolve_|cask_|fft|splitKreduce|Kernel2D|memcpy|memset|elementwise_kernel|"
+                            r"reduce_kernel|vectorized_", re.IGNORECASE)
+FALLBACK_MESSAGE = re.compile(r"fall(ing)?\s*back|fallback|using (the )?pytorch|torch implementation", re.IGNORECASE)
+# Ops that move or describe memory rather than compute the result.
+BOOKKEEPING_OPS = {"empty", "empty_like", "empty_strided", "view", "reshape", "_reshape_alias", "as_strided",
+                   "t", "transpose", "permute", "expand", "contiguous", "clone", "copy_", "_to_copy", "to", "zeros",
+                   "zeros_like", "ones", "ones_like", "fill_", "zero_", "detach", "alias", "unsqueeze", "squeeze",
+                   "flatten", "unflatten", "select", "slice", "split", "chunk", "size", "stride", "is_contiguous",
+                   "lift_fresh", "new_empty", "new_zeros", "resize_", "set_", "unbind", "narrow", "item",
+                   "_local_scalar_dense", "full", "full_like", "arange", "view_as", "expand_as", "record_stream"}
+
+
+@dataclass
+class SolutionVerdict:
+    status: str
+    reason: str
+    notes: list[str] = field(default_factory=list)
+    speedup: float | None = None
+
+
+def extension_sources(program_source: str) -> list[str]:
+    """The C++/CUDA text a solution hands to load_inline: its string constants that hold a directive or
+    a kernel (an f-string's literal parts are included)."""
+    try:
+        tree = ast.parse(program_source)
+    except SyntaxError:
+        return []
+    texts = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        elif isinstance(node, ast.JoinedStr):
+            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        else:
+            continue
+        if "#" in text or "__global__" in text:
+            texts.append(text)
+    return texts
+
+
+def extension_refusal(program_source: str) -> str | None:
+    """The include allow-list applied to the extension sources (torch's own headers allowed too)."""
+    for text in extension_sources(program_source):
+        refusal = find_forbidden_directive(text, extension=True)
+        if refusal is not None:
+            return f"An extension source in the program: {refusal.reason}"
+    return None
+
+
+def work_ops(aten_ops: dict[str, int]) -> dict[str, int]:
+    return {name: n for name, n in aten_ops.items() if name.split(".")[0].lstrip("_") not in BOOKKEEPING_OPS
+            and name.split(".")[0] not in BOOKKEEPING_OPS}
+
+
+def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = None) -> SolutionVerdict:
+    """evidence: what pytorch_worker.measure_solution saw (plain dict, see there)."""
+    settings = settings or MeasureSettings()
+    if evidence.get("refusal"):
+        return SolutionVerdict("rejected-guard", evidence["refusal"])
+    if evidence.get("build_error"):
+        return SolutionVerdict("failed-compile", f"The solution does not build: {_last_line(evidence['build_error'])}")
+    if evidence.get("reference_error"):
+        return SolutionVerdict("unavailable", f"The reference failed: {_last_line(evidence['reference_error'])}")
+    if evidence.get("runtime_error"):
+        return SolutionVerdict("failed-runtime", f"ModelNew failed: {_last_line(evidence['runtime_error'])}")
+    if evidence.get("inputs_modified"):
+        return SolutionVerdict("rejected-guard", f"ModelNew modified its input(s) {', '.join(evidence['inputs_modified'])}; "
+                                                 "inputs are read-only.")
+    notes = _work_notes(evidence)
+    for draw in evidence.get("draws", []):
+        if draw.get("ok"):
+            continue
+        if draw.get("memoised_from") is not None:
+            return SolutionVerdict("rejected-guard", f"On input draw {draw['index']} ModelNew returned the result of draw "
+                                                     f"{draw['memoised_from']} (a result reused across inputs).", notes)
+        if draw.get("shape_error"):
+            return SolutionVerdict("failed-correctness", f"Draw {draw['index']}: {draw['shape_error']}", notes)
+        if draw.get("poison", 0) > 0:
+            return SolutionVerdict("rejected-guard", f"Draw {draw['index']}: {draw['poison']} output element(s) still hold "
+                                                     "the poison written before the call (left unwritten).", notes)
+        return SolutionVerdict("failed-correctness", f"Wrong on input draw {draw['index']}: {draw['bad']} of {draw['numel']} "
+                                                     f"elements outside atol=rtol={evidence.get('tolerance', 1e-2):g} "
+                                                     f"(max abs error {draw['max_abs']:.3g}).", notes)
+    if evidence.get("post_timing_ok") is False:
+        return SolutionVerdict("rejected-guard", "Correct before timing but wrong on the last timed inputs (state kept "
+                                                 "across calls).", notes)
+    fallback = evidence.get("fallback_message")
+    if fallback:
+        return SolutionVerdict("rejected-guard", f"The solution printed \"{fallback[:120]}\": PyTorch did the work, "
+                                                 "not its kernel.", notes)
+    custom = evidence.get("custom_kernels") or {}
+    measured = _speedup(evidence)
+    if evidence.get("kernels_seen") is not None and not custom:
+        ops = work_ops(evidence.get("aten_ops") or {})
+        what = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4]) or "no op"
+        same = " (the reference's own ops)" if ops and ops == work_ops(evidence.get("reference_aten_ops") or {}) else ""
+        return SolutionVerdict("rejected-guard", f"No kernel of the solution's own ran in ModelNew.forward: PyTorch did "
+                                                 f"the work with {what}{same}.", notes, measured)
+    escape = timer_escape(evidence.get("escape"), margin_ms=settings.escape_margin_ms, ratio=settings.escape_ratio)
+    if escape:
+        return SolutionVerdict("rejected-guard", escape, notes)
+    ref_ms, cand_ms = evidence.get("reference_ms") or [], evidence.get("candidate_ms") or []
+    if not ref_ms or not cand_ms:
+        return SolutionVerdict("failed-runtime", "No timing was taken.", notes)
+    speedup = statistics.median(ref_ms) / statistics.median(cand_ms)
+    draws = len(evidence.get("draws", []))
+    return SolutionVerdict("ok", f"Correct on {draws} input draw(s); {speedup:.3f}x eager PyTorch "
+                                 f"({statistics.median(ref_ms):.4f} ms -> {statistics.median(cand_ms):.4f} ms, "
+                                 f"n={len(cand_ms)}).", notes, speedup)
+
+
+def _speedup(evidence: dict[str, Any]) -> float | None:
+    """Eager time over the solution's time, also for a solution rejected for doing its work in PyTorch
+    (a rewrite in PyTorch ops is still a measured program)."""
+    ref_ms, cand_ms = evidence.get("reference_ms") or [], evidence.get("candidate_ms") or []
+    return statistics.median(ref_ms) / statistics.median(cand_ms) if ref_ms and cand_ms else None
+
+
+def _work_notes(evidence: dict[str, Any]) -> list[str]:
+    notes = []
+    library = evidence.get("library_kernels") or {}
+    custom = evidence.get("custom_kernels") or {}
+    if custom and library:
+        notes.append(f"{sum(custom.values())} launch(es) of its own kernels and {sum(library.values())} of PyTorch or "
+                     f"library kernels ({', '.join(sorted(library)[:3])[:160]}) per call.")
+    ops = work_ops(evidence.get("aten_ops") or {})
+    if custom and ops:
+        notes.append(f"PyTorch ops beside its kernels: {', '.join(sorted(ops)[:6])}.")
+    if evidence.get("fallback_message"):
+        notes.append(f"printed: {evidence['fallback_message'][:120]}")
+    return notes
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "no message")[:300]

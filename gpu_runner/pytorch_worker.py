@@ -1,0 +1,393 @@
+"""KernelBench solutions measured against their PyTorch reference, in a GPU worker's child process.
+
+Needs torch (the `gpu` extra); imported only inside the sandbox child (`serve`) or by the recorder.
+Builds run first, in parallel, each in its own compile-sandboxed subprocess (`build_solution`), cached by
+source hash; the worker then imports the program with the same extension folder, so load_inline finds
+the built module. The evidence is judged by gpu_runner.kernelbench_verdict (torch-free).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import time
+import traceback
+import types
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .compile_sandbox import sandboxed
+from .kernelbench_verdict import LIBRARY_KERNEL, extension_refusal, FALLBACK_MESSAGE
+from .runtime_ops import derive_seed
+from .settings import MeasureSettings
+from .timing import Timer, summarize, time_sides
+
+BUILD_SCRIPT = "import os, runpy; runpy.run_path(os.environ['KL_PROGRAM'], run_name='kernelbench_solution')"
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def build_dir(root: Path, source: str) -> Path:
+    return root / source_digest(source)[:20]
+
+
+def build_solution(source: str, root: Path, timeout_s: float = 600.0) -> dict:
+    """Import the program once in a compile-sandboxed subprocess so that its load_inline builds land in
+    its own folder (cached: a folder with a finished build is reused). Returns {ok, seconds, log, cached}."""
+    folder = build_dir(root, source)
+    done = folder / "built.ok"
+    if done.exists():
+        return {"ok": True, "seconds": 0.0, "log": "", "cached": True}
+    refusal = extension_refusal(source)
+    if refusal:
+        return {"ok": False, "seconds": 0.0, "log": refusal, "cached": False, "refused": True}
+    folder.mkdir(parents=True, exist_ok=True)
+    program = folder / "solution.py"
+    program.write_text(source)
+    env_args = [f"KL_PROGRAM={program}", f"TORCH_EXTENSIONS_DIR={folder / 'ext'}", f"HOME={folder}",
+                f"PATH={os.environ.get('PATH', '/usr/bin')}", f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}",
+                f"MAX_JOBS=2", f"TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST', '9.0')}",
+                f"CUDA_HOME={os.environ.get('CUDA_HOME', '')}"]
+    nvcc = next((str(Path(p) / "nvcc") for p in os.environ.get("PATH", "").split(":") if (Path(p) / "nvcc").exists()), "")
+    argv = sandboxed(["/usr/bin/env", *env_args, sys.executable, "-c", BUILD_SCRIPT], str(folder),
+                     tools=[t for t in (nvcc, sys.executable) if t])
+    started = time.perf_counter()
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        log, ok = (run.stdout + run.stderr)[-4000:], run.returncode == 0
+    except subprocess.TimeoutExpired:
+        log, ok = f"the build did not finish within {timeout_s:g} s", False
+    seconds = time.perf_counter() - started
+    if ok and "Error building extension" in log:
+        ok = False   # the program caught its own build failure (and would fall back to PyTorch)
+    if ok:
+        done.write_text(f"{seconds:.2f}\n")
+    return {"ok": ok, "seconds": seconds, "log": log, "cached": False}
+
+
+def _load_program(source: str, name: str, extensions: Path | None) -> tuple[types.ModuleType, str]:
+    """Execute a program as a fresh module; returns it and what it printed."""
+    if extensions is not None:
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(extensions)
+        # The same arch list as the build: torch hashes it into the extension's version, and a mismatch rebuilds.
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module, printed.getvalue()
+
+
+class _TorchDevice:
+    """The part of gpu_runner's Device that timing.Timer needs, on torch's current stream."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.tensors: dict[int, Any] = {}
+
+    def new_event(self):
+        return self.torch.cuda.Event(enable_timing=True)
+
+    def record(self, event):
+        event.record()
+
+    def event_done(self, event):
+        return event.query()
+
+    def elapsed_ms(self, start, end):
+        return start.elapsed_time(end)
+
+    def synchronize(self):
+        self.torch.cuda.synchronize()
+
+    def memset(self, ptr, byte, nbytes):
+        self.tensors[ptr].fill_(byte)
+
+
+class _Flush:
+    def __init__(self, device: _TorchDevice, nbytes: int):
+        tensor = device.torch.empty(nbytes, dtype=device.torch.uint8, device="cuda")
+        self.ptr, self.nbytes, self.handle = tensor.data_ptr(), nbytes, tensor
+        device.tensors[self.ptr] = tensor
+
+
+class _DrawInputs:
+    """Fresh inputs for each timed call: the working tensors are refilled from one of the drawn sets."""
+
+    def __init__(self, working: list, draws: list[list]):
+        self.working, self.draws = working, draws
+
+    def fill(self, seed: int) -> None:
+        source = self.draws[seed % len(self.draws)]
+        for target, value in zip(self.working, source):
+            if hasattr(target, "copy_"):
+                target.copy_(value)
+
+
+class _ModuleSide:
+    owned = ()
+
+    def __init__(self, label: str, call, inputs: list):
+        self.label, self.call, self.inputs = label, call, inputs
+        self.output = None
+        self.launches = 1
+
+    def run(self) -> None:
+        self.output = self.call(*self.inputs)
+
+
+def _to_cuda(values, torch):
+    return [v.cuda() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _draw_inputs(reference, seed: int, torch):
+    torch.manual_seed(seed)
+    return _to_cuda(reference.get_inputs(), torch)
+
+
+def _outputs(value, torch) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+def _poison_cache(byte_sizes: list[int], torch) -> None:
+    """Fill the caching allocator's free blocks of the output sizes with NaN bytes, so that an output
+    the solution allocates and leaves unwritten reads as poison rather than the reference's result."""
+    blocks = [torch.full((max(1, n),), 0xFF, dtype=torch.uint8, device="cuda") for n in byte_sizes for _ in range(3)]
+    del blocks
+
+
+def _compare(cand, ref, tolerance: float, torch) -> dict:
+    cands, refs = _outputs(cand, torch), _outputs(ref, torch)
+    if len(cands) != len(refs):
+        return {"ok": False, "shape_error": f"ModelNew returned {len(cands)} tensor(s), the reference {len(refs)}."}
+    bad = numel = poison = 0
+    max_abs = 0.0
+    for c, r in zip(cands, refs):
+        if tuple(c.shape) != tuple(r.shape):
+            return {"ok": False, "shape_error": f"output shape {tuple(c.shape)} is not the reference's {tuple(r.shape)}."}
+        c, r = c.float(), r.float()
+        diff = (c - r).abs()
+        wrong = ~(diff <= tolerance + tolerance * r.abs())
+        bad += int(wrong.sum())
+        numel += r.numel()
+        poison += int((c.isnan() & ~r.isnan()).sum())
+        finite = diff[diff.isfinite()]
+        max_abs = max(max_abs, float(finite.max()) if finite.numel() else 0.0)
+    return {"ok": bad == 0, "bad": bad, "numel": numel, "poison": poison, "max_abs": max_abs}
+
+
+def _kernels_of(call, torch) -> tuple[Counter, Counter]:
+    """CUDA kernels one call launches, split into the solution's own and PyTorch's or a library's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    custom, library = Counter(), Counter()
+    for event in prof.events():
+        if getattr(event, "device_type", None) is not None and "CUDA" in str(event.device_type):
+            name = event.name
+            if name.startswith(("cudaLaunch", "cuLaunch", "Memcpy", "Memset", "cudaMemcpy", "cudaMemset")):
+                continue
+            (library if LIBRARY_KERNEL.search(name) else custom)[name[:120]] += 1
+    return custom, library
+
+
+def _aten_ops(call, torch) -> Counter:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops[str(func.overloadpacket.__name__)] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        call()
+    return ops
+
+
+def measure_solution(reference_source: str, solution_source: str | None, *, extensions: Path | None, seed: int = 0,
+                     settings: MeasureSettings, tolerance: float = 1e-2, baselines: tuple[str, ...] = ()) -> dict:
+    """Evidence for one solution (None: the reference and its baselines alone). Plain dict, see
+    kernelbench_verdict.judge_solution."""
+    import torch
+
+    evidence: dict[str, Any] = {"tolerance": tolerance, "draws": [], "phase_s": {}}
+    started = time.perf_counter()
+    try:
+        reference_module, _ = _load_program(reference_source, "kernelbench_reference", None)
+        torch.manual_seed(seed)
+        model = reference_module.Model(*reference_module.get_init_inputs()).cuda().eval()
+    except Exception:  # noqa: BLE001 - the reference's own failure: nothing to say about the solution
+        evidence["reference_error"] = traceback.format_exc()[-1500:]
+        return evidence
+    solution = None
+    if solution_source is not None:
+        try:
+            solution_module, printed = _load_program(solution_source, "kernelbench_solution", extensions)
+            torch.manual_seed(seed)
+            solution = solution_module.ModelNew(*reference_module.get_init_inputs()).cuda().eval()
+        except Exception:  # noqa: BLE001
+            evidence["runtime_error"] = traceback.format_exc()[-1500:]
+            return evidence
+        if FALLBACK_MESSAGE.search(printed):
+            evidence["fallback_message"] = next(l for l in printed.splitlines() if FALLBACK_MESSAGE.search(l)).strip()
+    evidence["phase_s"]["load"] = time.perf_counter() - started
+    with torch.no_grad():
+        draws = [_draw_inputs(reference_module, derive_seed(seed, "draw", k), torch)
+                 for k in range(settings.validation_sets)]
+        reference_outputs = []
+        for index, inputs in enumerate(draws):
+            ref = model(*inputs)
+            reference_outputs.append(ref)
+            if solution is None:
+                continue
+            before = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+            _poison_cache([t.numel() * t.element_size() for t in _outputs(ref, torch)], torch)
+            buffer = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(buffer):
+                    cand = solution(*inputs)
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001
+                evidence["runtime_error"] = traceback.format_exc()[-1500:]
+                return evidence
+            if FALLBACK_MESSAGE.search(buffer.getvalue()) and not evidence.get("fallback_message"):
+                evidence["fallback_message"] = next(l for l in buffer.getvalue().splitlines()
+                                                    if FALLBACK_MESSAGE.search(l)).strip()
+            changed = [f"#{i}" for i, (a, b) in enumerate(zip(before, inputs))
+                       if isinstance(a, torch.Tensor) and not torch.equal(a, b)]
+            if changed:
+                evidence["inputs_modified"] = changed
+                return evidence
+            check = {"index": index, **_compare(cand, ref, tolerance, torch)}
+            if not check["ok"] and settings.check_memoisation:
+                for earlier in range(index):
+                    if _compare(cand, reference_outputs[earlier], tolerance, torch)["ok"]:
+                        check["memoised_from"] = earlier
+                        break
+            evidence["draws"].append(check)
+            if not check["ok"]:
+                return evidence
+        evidence["phase_s"]["validate"] = time.perf_counter() - started
+        working = [t.clone() if isinstance(t, torch.Tensor) else t for t in draws[0]]
+        if solution is not None:
+            call = lambda: solution(*working)  # noqa: E731
+            evidence["custom_kernels"], evidence["library_kernels"] = map(dict, _kernels_of(call, torch))
+            evidence["kernels_seen"] = True
+            evidence["aten_ops"] = dict(_aten_ops(call, torch))
+            evidence["reference_aten_ops"] = dict(_aten_ops(lambda: model(*working), torch))
+        device = _TorchDevice(torch)
+        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+        flush = _Flush(device, settings.flush_bytes or max(256 << 20, 4 * l2))
+        timer = Timer(device, _DrawInputs(working, draws), flush, derive_seed(seed, "timing"), settings.kernel_timeout_s)
+        sides = [_ModuleSide("reference", model, working)]
+        if solution is not None:
+            sides.append(_ModuleSide("candidate", solution, working))
+        for name in baselines:
+            side = _baseline_side(name, model, working, torch, evidence)
+            if side is not None:
+                sides.append(side)
+        samples = time_sides(timer, sides, warmup=settings.warmup, min_reps=settings.min_reps,
+                             max_reps=settings.max_reps, target_ms=settings.target_timing_ms)
+        evidence["reference_ms"] = samples[0]
+        if solution is not None:
+            evidence["candidate_ms"] = samples[1]
+            last = len(samples[1]) - 1
+            timer.run_untimed(sides[0], last)
+            timer.run_untimed(sides[1], last)
+            evidence["post_timing_ok"] = _compare(sides[1].output, sides[0].output, tolerance, torch)["ok"]
+            evidence["escape"] = _escape_probe(solution, working, torch, settings.escape_runs)
+        if solution is None and "do_bench" in baselines:
+            try:
+                from triton.testing import do_bench
+
+                evidence["do_bench_ms"] = do_bench(lambda: model(*working), warmup=25, rep=200)
+            except Exception as exc:  # noqa: BLE001
+                evidence.setdefault("baseline_errors", {})["do_bench"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        evidence["baselines_ms"] = {s.label: samples[i] for i, s in enumerate(sides) if s.label.startswith("baseline:")}
+        evidence["phase_s"]["total"] = time.perf_counter() - started
+        evidence["timing"] = {s.label: dataclasses.asdict(summarize(samples[i])) for i, s in enumerate(sides)}
+    return evidence
+
+
+def _baseline_side(name: str, model, working: list, torch, evidence: dict) -> _ModuleSide | None:
+    try:
+        if name == "torch_compile":
+            t0 = time.perf_counter()
+            compiled = torch.compile(model)
+            compiled(*working)
+            torch.cuda.synchronize()
+            evidence["phase_s"]["torch_compile"] = time.perf_counter() - t0
+            return _ModuleSide("baseline:torch_compile", compiled, working)
+        if name == "cuda_graph":
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    model(*working)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                model(*working)
+            return _ModuleSide("baseline:cuda_graph", lambda *a: graph.replay(), working)
+    except Exception as exc:  # noqa: BLE001 - a baseline that cannot be made is reported, not fatal
+        evidence.setdefault("baseline_errors", {})[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return None
+
+
+def _escape_probe(solution, working: list, torch, runs: int) -> dict:
+    def probe(call) -> tuple[float, float]:
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end), (time.perf_counter() - t0) * 1e3
+
+    noop_tensor = torch.empty(1, device="cuda")
+    cand = [probe(lambda: solution(*working)) for _ in range(runs)]
+    noop = [probe(lambda: noop_tensor.add_(0)) for _ in range(runs)]
+    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {"event_ms": median([c[0] for c in cand]), "wall_ms": median([c[1] for c in cand]),
+            "noop_event_ms": median([n[0] for n in noop]), "noop_wall_ms": median([n[1] for n in noop]), "runs": runs}
+
+
+def serve(conn, *args) -> None:
+    """The sandbox child's loop: ("measure", job) -> ("evidence", dict)."""
+    import torch
+
+    conn.send(("hello", {"pid": os.getpid(), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}))
+    while True:
+        try:
+            kind, job = conn.recv()
+        except EOFError:
+            return
+        if kind == "exit":
+            return
+        try:
+            evidence = measure_solution(job["reference"], job.get("solution"), extensions=job.get("extensions"),
+                                        seed=job.get("seed", 0), settings=job["settings"],
+                                        baselines=tuple(job.get("baselines", ())))
+        except Exception:  # noqa: BLE001 - a CUDA error or a bug: report it, the parent restarts the child
+            evidence = {"runtime_error": traceback.format_exc()[-1500:], "sticky": True}
+        conn.send(("evidence", evidence))
+        if evidence.get("sticky") or "illegal" in str(evidence.get("runtime_error", "")).lower():
+            conn.close()
+            os._exit(0)
