@@ -172,7 +172,11 @@ class SearchRun(models.Model):
     feedback = models.CharField(max_length=10, default="notes")
     discovery_threshold = models.FloatField(default=2 ** 0.5)
     seed = models.PositiveIntegerField(default=0)
-    extra = models.JSONField(default=dict, blank=True)
+    # Candidates forecast at the root before the first measurement (0: no screening).
+    screening_width = models.PositiveIntegerField(default=0)
+    # LLM calls the run may make, shared by its generator and surrogate (None: the run uses no LLM).
+    llm_call_budget = models.PositiveIntegerField(null=True, blank=True)
+    llm_calls = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.CREATED)
     status_reason = models.TextField(blank=True)
     # Counters shown on the page; the driver's state holds the full picture.
@@ -229,9 +233,7 @@ class Node(models.Model):
     origin = models.CharField(max_length=20, default="generator")  # generator | human | root
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     depth = models.PositiveIntegerField(default=0)
-    visits = models.PositiveIntegerField(default=0)
     value = models.FloatField(null=True, blank=True)
-    prior = models.FloatField(null=True, blank=True)
     state = models.CharField(max_length=24, choices=NodeState.choices, default=NodeState.PROPOSED)
     state_reason = models.TextField(blank=True)
     speedup = models.FloatField(null=True, blank=True)  # measured
@@ -251,8 +253,7 @@ class Node(models.Model):
 
 class Forecast(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="forecasts")
-    surrogate = models.CharField(max_length=80)
-    surrogate_version = models.CharField(max_length=80, blank=True)
+    surrogate = models.CharField(max_length=80)  # the surrogate's id, name@version
     probabilities = models.JSONField(default=list)
     predicted_bin = models.PositiveSmallIntegerField(null=True, blank=True)
     confidence = models.FloatField(null=True, blank=True)
@@ -263,7 +264,6 @@ class Forecast(models.Model):
     latency_s = models.FloatField(default=0.0)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
-    against = models.CharField(max_length=12, default="reference")  # reference | parent
     created_at = models.DateTimeField(auto_now_add=True)
 
 

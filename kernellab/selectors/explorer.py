@@ -124,12 +124,8 @@ def node_failed_proposals(*, node: Node) -> list[dict]:
 
 
 def node_forecast(*, node: Node) -> Forecast | None:
-    """The forecast the search acted on: the latest one against the reference, else the latest."""
-    forecasts = list(node.forecasts.order_by("-created_at", "-pk")[:20])
-    for forecast in forecasts:
-        if forecast.against == "reference":
-            return forecast
-    return forecasts[0] if forecasts else None
+    """The forecast the search acted on: the latest (a revised forecast replaces the first)."""
+    return node.forecasts.order_by("-created_at", "-pk").first()
 
 
 def run_measurements(*, run: SearchRun) -> QuerySet[Measurement]:
@@ -265,11 +261,9 @@ def _bins():
 
 def _forecasts_by_node(run: SearchRun) -> dict[int, Forecast]:
     chosen: dict[int, Forecast] = {}
+    # Same rule as node_forecast: the latest.
     for forecast in Forecast.objects.filter(node__run=run).order_by("node_id", "created_at", "pk"):
-        current = chosen.get(forecast.node_id)
-        # Same rule as node_forecast: against the reference wins, then the latest.
-        if current is None or forecast.against == "reference" or current.against != "reference":
-            chosen[forecast.node_id] = forecast
+        chosen[forecast.node_id] = forecast
     return chosen
 
 

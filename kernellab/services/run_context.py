@@ -44,10 +44,9 @@ class RunContext:
         """The LLM calls this run may still make, shared by its generator and surrogate (None without an LLM)."""
         from search_engine.llm_client import LLMCallBudget
 
-        extra = self.run.extra or {}
-        if "llm_call_budget" not in extra:
+        if self.run.llm_call_budget is None:
             return None
-        return LLMCallBudget(limit=int(extra["llm_call_budget"]), used=int(extra.get("llm_calls") or 0))
+        return LLMCallBudget(limit=self.run.llm_call_budget, used=self.run.llm_calls)
 
     @cached_property
     def hardware(self) -> dict:
@@ -92,7 +91,6 @@ class RunContext:
         from search_engine.tree import TreeOptions
 
         run = self.run
-        extra = run.extra or {}
         return SearchSettings(
             policy=PolicySettings(
                 threshold=run.confidence_threshold,
@@ -100,11 +98,10 @@ class RunContext:
                 max_gpu_per_step=run.max_gpu_per_step,
                 approval="manual" if run.approval_mode == ApprovalMode.MANUAL else "auto",
                 measure_all=run.surrogate == "none",
-                conformal_target=extra.get("conformal_target"),
             ),
-            tree=TreeOptions(c=run.puct_c, log_rewards=bool(extra.get("log_rewards", True))),
+            tree=TreeOptions(c=run.puct_c, log_rewards=True),
             children_per_expansion=run.children_per_step,
-            root_children=int(extra.get("root_children") or 0),
+            root_children=run.screening_width,
             discovery_ratio=run.discovery_threshold,
             seed=run.seed,
         )

@@ -106,8 +106,8 @@ def run_create(
         energy_cap_j=energy_cap_j,
         feedback=feedback,
         seed=seed,
-        extra=({"root_children": screening_width} if screening_width else {})
-        | ({"llm_call_budget": llm_call_budget, "llm_calls": 0} if generator == "llm" or surrogate == "llm" else {}),
+        screening_width=screening_width,
+        llm_call_budget=llm_call_budget if generator == "llm" or surrogate == "llm" else None,
     )
     change_record(run=run, kind="run", payload={"status": run.status})
     if start:

@@ -292,9 +292,8 @@ def _llm_budget_spent(run: SearchRun, driver, budget) -> str:
 def _save(run: SearchRun, driver, budget=None) -> None:
     best = driver.best()
     updates = {"driver_state": driver.state_dict()}
-    if budget is not None and (run.extra or {}).get("llm_calls") != budget.used:
-        run.extra = {**(run.extra or {}), "llm_calls": budget.used}
-        updates["extra"] = run.extra
+    if budget is not None and run.llm_calls != budget.used:
+        run.llm_calls = updates["llm_calls"] = budget.used
     if best is not None:
         updates["best_speedup"] = best.speedup
     SearchRun.objects.filter(pk=run.pk).update(**updates)

@@ -72,7 +72,7 @@ def add_node(*, run: int, key: str, parent: str, state: str = "forecast", speedu
             forecast_bin=bin, forecast_confidence=confidence, rationale=rationale,
         )
         if probabilities:
-            Forecast.objects.create(node=node, surrogate="learned", surrogate_version="test", probabilities=probabilities,
+            Forecast.objects.create(node=node, surrogate="learned@test", probabilities=probabilities,
                                     predicted_bin=bin, confidence=confidence, reasoning=reasoning)
         node_changed(node=node)
     return time.time()

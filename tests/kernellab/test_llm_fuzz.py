@@ -69,7 +69,7 @@ def test_a_run_whose_generator_always_fails_finishes_when_its_llm_calls_are_spen
     run.refresh_from_db()
     assert run.status == RunStatus.FINISHED
     assert run.status_reason == "the budget of 30 LLM calls is spent"
-    assert len(server.served) == 30 and run.extra["llm_calls"] == 30
+    assert len(server.served) == 30 and run.llm_calls == 30
     root = Node.objects.get(run=run, origin="root")
     failures = SavedSearch(run.driver_state).failed_proposals(int(root.key))
     assert len(failures) >= 30 and all(readable(f["reason"]) for f in failures)

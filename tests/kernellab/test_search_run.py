@@ -169,7 +169,7 @@ def test_a_run_screens_its_screening_width_at_the_root_and_measures_only_a_few(s
                      backend="replay", gpu_budget=3, children_per_step=2, max_gpu_per_step=1, max_steps=2,
                      screening_width=16)
     run.refresh_from_db()
-    assert run.extra == {"root_children": 16}
+    assert run.screening_width == 16
     assert run.driver_state["settings"]["root_children"] == 16  # a resumed run screens alike
     root = Node.objects.get(run=run, origin="root")
     # The reference's expansion proposed and forecast 16 variants; only the budget's 3 were measured.

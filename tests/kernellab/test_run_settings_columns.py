@@ -1,0 +1,53 @@
+"""A run's settings are columns, and the model holds only fields something writes: the screening
+width and the LLM call budget moved out of SearchRun.extra, with the runs that had them."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.urls import reverse
+
+from kernellab.models import Forecast, Node, SearchRun
+
+BEFORE = [("kernellab", "0004_worker_heartbeats_and_honest_states")]
+AFTER = [("kernellab", "0005_columns_for_run_settings_and_no_unwritten_fields")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_the_screening_width_and_llm_budget_of_existing_runs_into_columns(run):
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE)
+    old = executor.loader.project_state(BEFORE).apps.get_model("kernellab", "SearchRun")
+    old.objects.filter(pk=run.pk).update(extra={"root_children": 256, "llm_call_budget": 40, "llm_calls": 7})
+    plain = old.objects.create(problem_id=run.problem_id, extra={})
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(AFTER)
+    moved = SearchRun.objects.get(pk=run.pk)
+    assert (moved.screening_width, moved.llm_call_budget, moved.llm_calls) == (256, 40, 7)
+    untouched = SearchRun.objects.get(pk=plain.pk)
+    assert (untouched.screening_width, untouched.llm_call_budget, untouched.llm_calls) == (0, None, 0)
+
+
+def test_no_field_is_left_that_nothing_writes():
+    assert not {"visits", "prior"} & {f.name for f in Node._meta.get_fields()}
+    assert not {"surrogate_version", "against"} & {f.name for f in Forecast._meta.get_fields()}
+    assert "extra" not in {f.name for f in SearchRun._meta.get_fields()}
+
+
+def test_the_run_page_shows_the_screening_width_and_the_llm_calls_from_their_columns(client, members, run):
+    SearchRun.objects.filter(pk=run.pk).update(screening_width=64, llm_call_budget=30, llm_calls=12)
+    client.force_login(members["viewer"])
+    html = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    assert "(64 screened at the root)" in html
+    assert '<strong id="llm-calls">12 / 30</strong>' in html
+
+
+def test_the_panel_shows_the_latest_forecast_of_a_node_once_it_is_revised(client, members, node):
+    Forecast.objects.create(node=node, surrogate="learned@1", probabilities=[0, 0, 0, 0, 1.0, 0, 0, 0], predicted_bin=5,
+                            confidence=1.0)
+    Forecast.objects.create(node=node, surrogate="learned@1", probabilities=[0, 0, 0, 0, 0, 0, 1.0, 0], predicted_bin=7,
+                            confidence=0.9)
+    client.force_login(members["viewer"])
+    html = client.get(reverse("node-panel", args=[node.run_id, node.key])).content.decode()
+    assert "learned@1, against the reference" in html and "bin 7 at confidence 0.90" in html
