@@ -244,7 +244,7 @@ def measure(args) -> dict:
 
     redis.Redis.from_url(REDIS_URL).flushdb()
     env = {"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, **dict(kv.split("=", 1) for kv in args.env)}
-    with KernelLabServer(env_extra=env) as server:
+    with KernelLabServer(env_extra=env, web_processes=args.web_processes) as server:
         started = time.time()
         world_env = {**server.env, "KERNELLAB_TASKS_EAGER": "1"}
         done = subprocess.run([sys.executable, __file__, "--build-world", args.problem, str(args.budget), str(args.screening)],
@@ -258,7 +258,7 @@ def measure(args) -> dict:
         cookie = server.feeder("session_cookie", username="viewer")
         warm_up(server, cookie, run, keys)
         time.sleep(2)
-        rss_start = rss_mb(server.web.pid)
+        rss_start = sum(rss_mb(web.pid) for web in server.webs)
         connections_before = pg_connections(PG_URL)
 
         after = server.feeder("change_seq", run=run)
@@ -282,7 +282,7 @@ def measure(args) -> dict:
             publisher.start()
             load_end = time.time() + args.seconds
             while time.time() < load_end or publisher.is_alive():
-                rss_peak = max(rss_peak, rss_mb(server.web.pid))
+                rss_peak = max(rss_peak, sum(rss_mb(web.pid) for web in server.webs))
                 await asyncio.sleep(0.5)
             final = max((r["seq"] for r in records if "seq" in r), default=after)
             deadline = time.time() + 20
@@ -296,7 +296,7 @@ def measure(args) -> dict:
         http_process.join(timeout=30)
         publisher_stop.set()
         time.sleep(args.settle)
-        rss_end = rss_mb(server.web.pid)
+        rss_end = sum(rss_mb(web.pid) for web in server.webs)
         sampler.stop.set()
         server.feeder.close()  # its own connection is not the web tier's
         time.sleep(1)
@@ -417,6 +417,8 @@ def main() -> None:
     parser.add_argument("--screening", type=int, default=128, help="candidates forecast at the root")
     parser.add_argument("--machine", default=default_machine())
     parser.add_argument("--env", action="append", default=[], help="NAME=value for the server, e.g. KERNELLAB_DB_POOL_MAX=0")
+    parser.add_argument("--web-processes", type=int, default=2,
+                        help="daphne processes sharing the port, as `serve --web-processes` starts them (RSS is their sum)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     result = measure(args)
@@ -433,6 +435,7 @@ def main() -> None:
         "machine": args.machine,
         "cpus": os.cpu_count(),
         "server_env": args.env,
+        "web_processes": args.web_processes,
         "command": " ".join([Path(sys.executable).name] + sys.argv),
         "when": datetime.datetime.now().isoformat(timespec="seconds"),
     }, indent=1))

@@ -80,6 +80,9 @@ class SavedSearch:
         self._nodes = {raw["id"]: raw for raw in ((state or {}).get("tree") or {}).get("nodes") or []}
         self.step: int = int((state or {}).get("step") or 0)
 
+    def node_ids(self) -> list[int]:
+        return list(self._nodes)
+
     def node_states(self) -> dict[int, NodeState]:
         return {node_id: NodeState(raw["state"]) for node_id, raw in self._nodes.items()}
 

@@ -115,12 +115,33 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
 def node_failed_proposals(*, node: Node) -> list[dict]:
     """The generator's failed attempts to expand this node, each with its reason, newest first, as
     the search keeps them (a garbled or empty LLM answer, a kernel that does not fit the launch)."""
-    from search_engine.saved_state import SavedSearch
-
     if not node.key.isdigit():
         return []  # not a node of the search (its keys are the driver's node ids)
-    state = SearchRun.objects.filter(pk=node.run_id).values_list("driver_state", flat=True).first()
-    return list(reversed(SavedSearch(state).failed_proposals(int(node.key))))
+    seq = SearchRun.objects.filter(pk=node.run_id).values_list("change_seq", flat=True).first()
+    return list(reversed(_failed_proposals_by_node(node.run_id, seq).get(int(node.key), [])))
+
+
+_FAILED_PROPOSALS: OrderedDict[tuple[int, int | None], dict[int, list]] = OrderedDict()
+
+
+def _failed_proposals_by_node(run_id: int, seq: int | None) -> dict[int, list]:
+    """Every node's failed proposals at one change number, read from the saved search once: a node
+    panel would otherwise decode the run's whole saved tree each time. Each step that changes
+    them also records a change, so the change number names the saved state."""
+    from search_engine.saved_state import SavedSearch
+
+    key = (run_id, seq)
+    cached = _FAILED_PROPOSALS.get(key)
+    if cached is None:
+        state = SearchRun.objects.filter(pk=run_id).values_list("driver_state", flat=True).first()
+        saved = SavedSearch(state)
+        cached = {node_id: saved.failed_proposals(node_id) for node_id in saved.node_ids()}
+        _FAILED_PROPOSALS[key] = cached
+        while len(_FAILED_PROPOSALS) > 16:
+            _FAILED_PROPOSALS.popitem(last=False)
+    else:
+        _FAILED_PROPOSALS.move_to_end(key)
+    return cached
 
 
 def node_forecast(*, node: Node) -> Forecast | None:

@@ -56,7 +56,10 @@ class Feeder:
 
 
 class KernelLabServer:
-    def __init__(self, *, env_extra: dict | None = None, data_dir: str | None = None, port: int | None = None):
+    def __init__(self, *, env_extra: dict | None = None, data_dir: str | None = None, port: int | None = None,
+                 web_processes: int = 1):
+        self.web_processes = web_processes
+        self.webs: list[subprocess.Popen] = []
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="kernellab-browser-")
         self.own_data_dir = data_dir is None
         self.port = port or free_port()
@@ -74,11 +77,13 @@ class KernelLabServer:
         subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=self.env, check=True)
 
     def start(self) -> None:
+        from kernellab.management.commands.serve import web_commands
+
         log = open(self.log_path, "a")
-        self.web = subprocess.Popen(
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "kernellab.asgi:application"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        commands, self.listener = web_commands("127.0.0.1", self.port, self.web_processes)
+        self.webs = [subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True, pass_fds=fds) for command, fds in commands]
+        self.web = self.webs[0]
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.web.poll() is not None:
@@ -110,14 +115,20 @@ class KernelLabServer:
                 worker.wait()
 
     def stop(self) -> None:
-        if self.web and self.web.poll() is None:
-            os.killpg(self.web.pid, signal.SIGTERM)
+        for web in self.webs:
+            if web.poll() is None:
+                os.killpg(web.pid, signal.SIGTERM)
+        for web in self.webs:
             try:
-                self.web.wait(timeout=15)
+                web.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                os.killpg(self.web.pid, signal.SIGKILL)
-                self.web.wait()
+                os.killpg(web.pid, signal.SIGKILL)
+                web.wait()
+        self.webs = []
         self.web = None
+        if getattr(self, "listener", None) is not None:
+            self.listener.close()
+            self.listener = None
 
     def __enter__(self) -> "KernelLabServer":
         self.migrate()

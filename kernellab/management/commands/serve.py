@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -39,6 +40,23 @@ def worker_command(queues: list[str], concurrency: int = 2) -> list[str]:
     ]
 
 
+def web_commands(host: str, port: int, count: int) -> tuple[list[tuple[list[str], tuple[int, ...]]], socket.socket | None]:
+    """daphne commands for `count` processes: one binds the port itself; several share one listening
+    socket (the kernel hands each new connection to one of them), so requests and websockets spread
+    over the cores while every process reads the same database and channel layer."""
+    app = "kernellab.asgi:application"
+    if count <= 1:
+        return [([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), app], ())], None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(1024)
+    listener.set_inheritable(True)
+    fd = listener.fileno()
+    return [([sys.executable, "-m", "daphne", "--fd", str(fd), app], (fd,)) for _ in range(count)], listener
+
+
 class Command(BaseCommand):
     help = "Serve KernelLab at http://HOST:PORT with a local worker (search, replay and the local GPU's queue)."
 
@@ -46,8 +64,10 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-worker", action="store_true", help="do not start a local Celery worker")
+        parser.add_argument("--web-processes", type=int, default=None,
+                            help="daphne processes sharing the port (default: KERNELLAB_WEB_PROCESSES or 1)")
 
-    def handle(self, *args, host: str, port: int, no_worker: bool, **options):
+    def handle(self, *args, host: str, port: int, no_worker: bool, web_processes: int | None = None, **options):
         try:
             check_services()
         except StartupError as exc:
@@ -68,9 +88,13 @@ class Command(BaseCommand):
                 queues.append(gpu_queue)
             processes.append(subprocess.Popen(worker_command(queues)))
             self.stdout.write(f"Local worker consuming {', '.join(queues)}.")
-        self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"))
-        web = subprocess.Popen([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "kernellab.asgi:application"])
-        processes.append(web)
+        count = web_processes or int(os.environ.get("KERNELLAB_WEB_PROCESSES", "1") or 1)
+        self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"
+                                             + (f" ({count} web processes)" if count > 1 else "")))
+        webs, listener = web_commands(host, port, count)  # the listener stays open while they serve
+        for command, fds in webs:
+            processes.append(subprocess.Popen(command, pass_fds=fds))
+        web = processes[-1]
 
         def stop(signum, frame):
             for process in processes:

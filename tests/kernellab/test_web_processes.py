@@ -1,0 +1,25 @@
+"""`serve --web-processes N`: N daphne processes share one listening socket and all answer."""
+import urllib.request
+
+from kernellab.management.commands.serve import web_commands
+from tests.browser.harness import KernelLabServer
+
+
+def test_several_web_processes_share_one_socket():
+    commands, listener = web_commands("127.0.0.1", 0, 3)
+    try:
+        assert len(commands) == 3
+        fds = {fds for _, fds in commands}
+        assert fds == {(listener.fileno(),)} and all("--fd" in command for command, _ in commands)
+    finally:
+        listener.close()
+    single, none = web_commands("127.0.0.1", 8123, 1)
+    assert none is None and "-p" in single[0][0]
+
+
+def test_two_web_processes_both_serve_requests():
+    with KernelLabServer(web_processes=2) as server:
+        assert len(server.webs) == 2 and all(web.poll() is None for web in server.webs)
+        for _ in range(20):
+            with urllib.request.urlopen(server.url + "/accounts/login/", timeout=10) as response:
+                assert response.status == 200
