@@ -8,6 +8,13 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
+def embedded(settings):
+    """The embedded setup these pages are written for (no Redis: "auto" means replay without a GPU),
+    whatever services the machine running the tests offers."""
+    settings.KERNELLAB_REDIS_URL = ""
+
+
+@pytest.fixture(autouse=True)
 def no_broker(monkeypatch):
     """Starting a run enqueues the search task; these tests look at the rows, not at a worker."""
     sent = []
@@ -226,13 +233,13 @@ def test_a_viewer_sees_no_controls_and_is_refused(client, members, run):
     assert run.status == "created"
 
 
-def _measured_child(run, parent, key, *, speedup, probs, confidence, finished_at=None, energy=None):
+def _measured_child(run, parent, key, *, speedup, probabilities, confidence, finished_at=None, energy=None):
     from kernellab.services.kernels import kernel_get_or_create
 
     kernel = kernel_get_or_create(candidate={"source": f"// {key}\n" + parent.kernel.source, "launch": parent.kernel.launch, "name": key})
     node = Node.objects.create(run=run, key=key, parent=parent, kernel=kernel, depth=parent.depth + 1, state=NodeState.MEASURED, speedup=speedup)
-    predicted = max(range(8), key=lambda i: probs[i]) + 1
-    Forecast.objects.create(node=node, surrogate="learned", probabilities=probs, predicted_bin=predicted, confidence=confidence)
+    predicted = max(range(8), key=lambda i: probabilities[i]) + 1
+    Forecast.objects.create(node=node, surrogate="learned", probabilities=probabilities, bin=predicted, confidence=confidence)
     m = Measurement.objects.create(kernel=kernel, problem=run.problem, status="ok", speedup=speedup, backend="replay",
                                    candidate_stats={"median_ms": 1.0 / speedup, "iqr_ms": 0.01, "n": 30}, energy=energy)
     Verification.objects.create(node=node, state=VerificationState.DONE, finished_at=finished_at, measurement=m)
@@ -246,9 +253,9 @@ def test_the_dashboard_computes_calibration_from_forecasts_and_measurements(clie
     now = timezone.now()
     onehot = lambda b: [1.0 if i == b - 1 else 0.0 for i in range(8)]  # noqa: E731
     # Two confident and right (1.2x is bin 5, 3.0x is bin 7), one confident and wrong (0.6x is bin 3, not 6).
-    _measured_child(run, root, "a", speedup=1.2, probs=onehot(5), confidence=1.0, finished_at=now, energy={"j_per_call": 0.02})
-    _measured_child(run, root, "b", speedup=3.0, probs=onehot(7), confidence=1.0, finished_at=now, energy={"j_per_call": 0.01})
-    _measured_child(run, root, "c", speedup=0.6, probs=[0, 0, 0, 0, 0, 0.6, 0.4, 0], confidence=0.6, finished_at=now)
+    _measured_child(run, root, "a", speedup=1.2, probabilities=onehot(5), confidence=1.0, finished_at=now, energy={"j_per_call": 0.02})
+    _measured_child(run, root, "b", speedup=3.0, probabilities=onehot(7), confidence=1.0, finished_at=now, energy={"j_per_call": 0.01})
+    _measured_child(run, root, "c", speedup=0.6, probabilities=[0, 0, 0, 0, 0, 0.6, 0.4, 0], confidence=0.6, finished_at=now)
     client.force_login(members["viewer"])
     response = client.get(reverse("run-dashboard", args=[run.pk]))
     dashboard = response.context["dashboard"]
