@@ -324,16 +324,16 @@ def _requests(rows):
 def forecast_metrics(forecasts, rows, scores) -> dict:
     truth = [DEFAULT_BINS.bin_of(r["speedup"]) for r in rows]
     speedups = [r["speedup"] for r in rows]
-    probs = [f.probs for f in forecasts]
+    probabilities = [f.probabilities for f in forecasts]
     conf = [f.confidence for f in forecasts]
     correct = [f.bin == t for f, t in zip(forecasts, truth)]
     out = {
         "n": len(rows),
         "exact_accuracy": float(np.mean(correct)),
         "within_one_accuracy": float(np.mean([abs(f.bin - t) <= 1 for f, t in zip(forecasts, truth)])),
-        "brier": float(np.mean([scoring.brier(p, t) for p, t in zip(probs, truth)])),
-        "crps": float(np.mean([scoring.crps(p, t) for p, t in zip(probs, truth)])),
-        "nll": float(np.mean([scoring.nll(p, t) for p, t in zip(probs, truth)])),
+        "brier": float(np.mean([scoring.brier(p, t) for p, t in zip(probabilities, truth)])),
+        "crps": float(np.mean([scoring.crps(p, t) for p, t in zip(probabilities, truth)])),
+        "nll": float(np.mean([scoring.nll(p, t) for p, t in zip(probabilities, truth)])),
         "ece": scoring.ece(conf, correct),
         "aurc": scoring.aurc(conf, [0.0 if c else 1.0 for c in correct]),
         "risk_at_50pct_coverage": scoring.risk_at_coverage(conf, [0.0 if c else 1.0 for c in correct], 0.5),

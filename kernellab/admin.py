@@ -46,7 +46,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(models.Forecast)
 class ForecastAdmin(admin.ModelAdmin):
-    list_display = ("node", "surrogate", "predicted_bin", "confidence", "abstained")
+    list_display = ("node", "surrogate", "bin", "confidence", "abstained")
     raw_id_fields = ("node",)
 
 

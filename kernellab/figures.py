@@ -110,9 +110,9 @@ def _forecast_scatter(pairs: list[dict], bins: dict) -> dict:
     spread = random.Random(len(pairs))
     edges = bins["edges"]
     return _figure(
-        [go.Scatter(x=[pair["speedup"] for pair in pairs], y=[pair["bin"] + spread.uniform(-0.1, 0.1) for pair in pairs],
+        [go.Scatter(x=[pair["speedup"] for pair in pairs], y=[pair["forecast_bin"] + spread.uniform(-0.1, 0.1) for pair in pairs],
                     mode="markers", text=[pair["key"] for pair in pairs],
-                    marker={"color": [pair["confidence"] for pair in pairs], "colorscale": "Viridis", "cmin": 0, "cmax": 1,
+                    marker={"color": [pair["forecast_confidence"] for pair in pairs], "colorscale": "Viridis", "cmin": 0, "cmax": 1,
                             "showscale": True, "colorbar": {"title": {"text": "confidence"}}},
                     hovertemplate="node %{text}<br>measured %{x:.3f}×<br>forecast bin %{y:.0f}<extra></extra>")],
         xaxis=_axis("measured speedup (×, log)", type="log", tickvals=edges, ticktext=[f"{edge}×" for edge in edges]),

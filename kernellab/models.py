@@ -255,7 +255,7 @@ class Forecast(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="forecasts")
     surrogate = models.CharField(max_length=80)  # the surrogate's id, name@version
     probabilities = models.JSONField(default=list)
-    predicted_bin = models.PositiveSmallIntegerField(null=True, blank=True)
+    bin = models.PositiveSmallIntegerField(null=True, blank=True)
     confidence = models.FloatField(null=True, blank=True)
     reasoning = models.TextField(blank=True)
     abstained = models.BooleanField(default=False)

@@ -72,7 +72,7 @@ def revise_forecasts(driver: "SearchDriver", rows: int) -> None:
         if node.state == NodeState.ACCEPTED_BY_FORECAST:
             tree.set_provisional(nid, expected)
         moved = old.abstained or old.bin != forecast.bin or \
-            max(abs(a - b) for a, b in zip(old.probs, forecast.probs)) >= REVISION_SHOWN_FROM
+            max(abs(a - b) for a, b in zip(old.probabilities, forecast.probabilities)) >= REVISION_SHOWN_FROM
         if moved:
             driver._publish(ForecastMade(type=EventKind.FORECAST, node_id=nid, forecast=node.forecast,
                                          surrogate=surrogate_id(driver.surrogate), revised=True,

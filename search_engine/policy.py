@@ -72,7 +72,7 @@ def prob_above(forecast: Forecast, speedup: float, bins: BinTable = DEFAULT_BINS
         z = (math.log(max(speedup, 1e-12)) - forecast.log_mean) / forecast.log_sd
         return float(0.5 * math.erfc(z / math.sqrt(2)))
     total = 0.0
-    for b, p in enumerate(forecast.probs, start=1):
+    for b, p in enumerate(forecast.probabilities, start=1):
         lo, hi = bins.lower(b), bins.upper(b)
         if b == 1:
             lo = bins.representative(1) ** 2 / bins.upper(1)

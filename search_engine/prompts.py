@@ -144,7 +144,7 @@ def forecast_messages(request, bins: BinTable = DEFAULT_BINS) -> list[dict]:
 
 @dataclass
 class ParsedForecast:
-    probs: list[float]
+    probabilities: list[float]
     predicted_bin: int
     reasoning: str
     raw_sum: float
@@ -257,13 +257,13 @@ def parse_forecast(tool_arguments: str | dict | None, content: str | None, bins:
         raise AnswerError("The answer holds no forecast (no tool call and no JSON object).")
     if not isinstance(obj, dict):
         raise AnswerError("The forecast is not a JSON object.")
-    probs = obj.get("probabilities", obj.get("probs"))
-    if not isinstance(probs, list):
+    probabilities = obj.get("probabilities", obj.get("probs"))
+    if not isinstance(probabilities, list):
         raise AnswerError("The forecast has no list of probabilities.")
-    if len(probs) != k:
-        raise AnswerError(f"The forecast has {len(probs)} probabilities instead of {k}.")
+    if len(probabilities) != k:
+        raise AnswerError(f"The forecast has {len(probabilities)} probabilities instead of {k}.")
     values = []
-    for p in probs:
+    for p in probabilities:
         if isinstance(p, bool) or not isinstance(p, (int, float)):
             raise AnswerError("A probability is not a number.")
         if isinstance(p, int) and not 0 <= p <= 1:

@@ -14,8 +14,8 @@ import numpy as np
 REWARD_KINDS = ("correctness", "brier", "crps")
 
 
-def _probs(probs: Sequence[float]) -> np.ndarray:
-    p = np.asarray(probs, dtype=float)
+def _probs(probabilities: Sequence[float]) -> np.ndarray:
+    p = np.asarray(probabilities, dtype=float)
     if p.ndim != 1 or p.size < 2:
         raise ValueError("A forecast must be a flat list of at least two bin probabilities.")
     return p
@@ -29,16 +29,16 @@ def _onehot(k: int, true_bin: int) -> np.ndarray:
     return y
 
 
-def brier(probs: Sequence[float], true_bin: int) -> float:
+def brier(probabilities: Sequence[float], true_bin: int) -> float:
     """Brier = 1/2 sum_b (p_b - y_b)^2, in [0, 1]."""
-    p = _probs(probs)
+    p = _probs(probabilities)
     y = _onehot(p.size, true_bin)
     return float(0.5 * np.sum((p - y) ** 2))
 
 
-def crps(probs: Sequence[float], true_bin: int) -> float:
+def crps(probabilities: Sequence[float], true_bin: int) -> float:
     """CRPS = 1/(K-1) sum_{k=1..K-1} (F(k) - 1[k >= true bin])^2, F the cumulative forecast."""
-    p = _probs(probs)
+    p = _probs(probabilities)
     k = p.size
     if not 1 <= true_bin <= k:
         raise ValueError(f"True bin must be within 1..{k}, got {true_bin!r}.")
@@ -47,25 +47,25 @@ def crps(probs: Sequence[float], true_bin: int) -> float:
     return float(np.sum((cdf - step) ** 2) / (k - 1))
 
 
-def nll(probs: Sequence[float], true_bin: int, eps: float = 1e-12) -> float:
+def nll(probabilities: Sequence[float], true_bin: int, eps: float = 1e-12) -> float:
     """Negative log-likelihood of the true bin (probability floored at eps)."""
-    p = _probs(probs)
+    p = _probs(probabilities)
     _onehot(p.size, true_bin)
     return float(-math.log(max(float(p[true_bin - 1]), eps)))
 
 
-def predicted_bin(probs: Sequence[float]) -> int:
+def predicted_bin(probabilities: Sequence[float]) -> int:
     """The most probable bin (the lowest on a tie)."""
-    return int(np.argmax(_probs(probs))) + 1
+    return int(np.argmax(_probs(probabilities))) + 1
 
 
-def confidence(probs: Sequence[float], kind: str = "max") -> float:
+def confidence(probabilities: Sequence[float], kind: str = "max") -> float:
     """Confidence of a forecast in [0, 1].
 
     max: the largest probability; entropy: 1 - H(p)/log K (normalised negative entropy);
     margin: the gap between the two largest probabilities.
     """
-    p = _probs(probs)
+    p = _probs(probabilities)
     if kind == "max":
         return float(np.max(p))
     if kind == "entropy":
@@ -165,11 +165,11 @@ def recovered_speedup_at_top(
     return float(t[order[:k]].max() / t.max())
 
 
-def _valid_answer(probs: Sequence[float] | None, k: int | None = None) -> np.ndarray | None:
-    if probs is None:
+def _valid_answer(probabilities: Sequence[float] | None, k: int | None = None) -> np.ndarray | None:
+    if probabilities is None:
         return None
     try:
-        p = np.asarray(probs, dtype=float)
+        p = np.asarray(probabilities, dtype=float)
     except (TypeError, ValueError):
         return None
     if p.ndim != 1 or p.size < 2 or (k is not None and p.size != k):
@@ -180,7 +180,7 @@ def _valid_answer(probs: Sequence[float] | None, k: int | None = None) -> np.nda
 
 
 def reward(
-    kind: str, probs: Sequence[float] | None, predicted: int | None, true_bin: int, n_bins: int = 8
+    kind: str, probabilities: Sequence[float] | None, predicted: int | None, true_bin: int, n_bins: int = 8
 ) -> float:
     """RL reward for one answer; an unparsable answer (None or invalid probabilities) scores 0.
 
@@ -193,7 +193,7 @@ def reward(
     correct = 1.0 if int(predicted) == int(true_bin) else 0.0
     if kind == "correctness":
         return correct
-    p = _valid_answer(probs, n_bins)
+    p = _valid_answer(probabilities, n_bins)
     if p is None:
         return 0.0
     if kind == "brier":
@@ -205,9 +205,9 @@ def reward_correctness(predicted: int | None, true_bin: int, n_bins: int = 8) ->
     return reward("correctness", None, predicted, true_bin, n_bins)
 
 
-def reward_brier(probs: Sequence[float] | None, predicted: int | None, true_bin: int) -> float:
-    return reward("brier", probs, predicted, true_bin, len(probs) if probs is not None else 8)
+def reward_brier(probabilities: Sequence[float] | None, predicted: int | None, true_bin: int) -> float:
+    return reward("brier", probabilities, predicted, true_bin, len(probabilities) if probabilities is not None else 8)
 
 
-def reward_crps(probs: Sequence[float] | None, predicted: int | None, true_bin: int) -> float:
-    return reward("crps", probs, predicted, true_bin, len(probs) if probs is not None else 8)
+def reward_crps(probabilities: Sequence[float] | None, predicted: int | None, true_bin: int) -> float:
+    return reward("crps", probabilities, predicted, true_bin, len(probabilities) if probabilities is not None else 8)

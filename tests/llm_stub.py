@@ -165,8 +165,8 @@ class AnswerCatalogue:
     def surrogate(self) -> Answer:
         rng = self.rng
         if rng.random() < self.good_share:
-            probs = [round(p * (0.5 + rng.random()), 4) for p in GOOD_PROBS]
-            good = json.dumps({"reasoning": "memory bound; wider loads", "probabilities": probs, "predicted_bin": 5})
+            probabilities = [round(p * (0.5 + rng.random()), 4) for p in GOOD_PROBS]
+            good = json.dumps({"reasoning": "memory bound; wider loads", "probabilities": probabilities, "predicted_bin": 5})
             kinds = [
                 ("good", "use", lambda: _completion(_tool_message(good))),
                 ("good-in-content", "use", lambda: _completion(_content("Here you go:\n```json\n" + good + "\n```"))),

@@ -31,11 +31,12 @@ def _declared() -> set[str]:
 
 
 def _fallbacks(tree: ast.AST) -> set[int]:
-    """Line numbers of imports tried inside `try: … except ImportError:` and of their alternatives."""
+    """Line numbers of imports tried inside `try: … except ImportError:` (or `except Exception:`) and of
+    their alternatives: the code works without them."""
     lines = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) and any(
-                isinstance(handler.type, ast.Name) and handler.type.id in ("ImportError", "ModuleNotFoundError")
+                isinstance(handler.type, ast.Name) and handler.type.id in ("ImportError", "ModuleNotFoundError", "Exception")
                 for handler in node.handlers):
             lines.update(child.lineno for statement in node.body + node.handlers for child in ast.walk(statement)
                          if isinstance(child, (ast.Import, ast.ImportFrom)))

@@ -46,8 +46,8 @@ def run_tree_payloads(*, run: SearchRun) -> list[dict]:
             "reason": row["state_reason"][:300],
             "speedup": row["speedup"],
             "value": row["value"],
-            "bin": row["forecast_bin"],
-            "confidence": row["forecast_confidence"],
+            "forecast_bin": row["forecast_bin"],
+            "forecast_confidence": row["forecast_confidence"],
             "discovery": row["is_discovery"],
             "depth": row["depth"],
             "name": row["kernel__name"] or row["key"],
@@ -325,21 +325,21 @@ def run_dashboard(*, run: SearchRun) -> dict:
         if forecast is None or forecast.abstained or not forecast.probabilities:
             continue
         try:
-            true_bin = bins.bin_of(row["speedup"])
+            measured_bin = bins.bin_of(row["speedup"])
         except ValueError:
             continue
-        probs = [float(p) for p in forecast.probabilities]
-        predicted = forecast.predicted_bin or scoring.predicted_bin(probs)
-        confidence = forecast.confidence if forecast.confidence is not None else max(probs)
-        pairs.append({"key": row["key"], "speedup": row["speedup"], "true_bin": true_bin, "bin": predicted, "confidence": confidence, "probs": probs})
+        probabilities = [float(p) for p in forecast.probabilities]
+        pairs.append({"key": row["key"], "speedup": row["speedup"], "measured_bin": measured_bin,
+                      "forecast_bin": forecast.bin or scoring.predicted_bin(probabilities),
+                      "forecast_confidence": forecast.confidence if forecast.confidence is not None else max(probabilities)})
 
     n = bins.n_bins
-    confusion = [[0] * n for _ in range(n)]  # rows: predicted bin, columns: true bin
+    confusion = [[0] * n for _ in range(n)]  # rows: forecast bin, columns: measured bin
     for pair in pairs:
-        confusion[pair["bin"] - 1][pair["true_bin"] - 1] += 1
+        confusion[pair["forecast_bin"] - 1][pair["measured_bin"] - 1] += 1
 
-    confidences = [p["confidence"] for p in pairs]
-    correct = [p["bin"] == p["true_bin"] for p in pairs]
+    confidences = [p["forecast_confidence"] for p in pairs]
+    correct = [p["forecast_bin"] == p["measured_bin"] for p in pairs]
     reliability = {"confidence": [], "accuracy": [], "count": [], "ece": None}
     risk_coverage = {"coverage": [], "risk": [], "aurc": None}
     if pairs:

@@ -186,8 +186,8 @@ class DatabasePort:
         Forecast.objects.create(
             node=node,
             surrogate=event.get("surrogate") or forecast.get("surrogate", ""),
-            probabilities=list(forecast.get("probs") or []),
-            predicted_bin=forecast.get("bin"),
+            probabilities=list(forecast.get("probabilities") or []),
+            bin=forecast.get("bin"),
             confidence=forecast.get("confidence"),
             reasoning=(forecast.get("reasoning") or "")[:20000],
             abstained=bool(forecast.get("abstained")),
@@ -241,7 +241,7 @@ class DatabasePort:
                 node=node,
                 auto=True,
                 note=event.get("note", ""),
-                forecast={"bin": forecast.predicted_bin, "probabilities": forecast.probabilities} if forecast else None,
+                forecast={"bin": forecast.bin, "probabilities": forecast.probabilities} if forecast else None,
             )
 
     def _best_changed(self, event: BestChanged) -> None:

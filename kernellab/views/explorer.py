@@ -110,7 +110,7 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
 
         chart = forecast_figure(
             probabilities=[float(p) for p in forecast.probabilities], bin_names=list(DEFAULT_BINS.names),
-            forecast_bin=forecast.predicted_bin,
+            forecast_bin=forecast.bin,
             measured_bin=DEFAULT_BINS.bin_of(node.speedup) if node.speedup and node.speedup > 0 else None)
     return {
         "run": run,

@@ -44,7 +44,7 @@ def discovery_report(forecasts: list[Forecast], pairs: list[dict], *, ratio: flo
     if not pairs:
         raise ValueError("Discovery detection needs at least one parent -> child pair.")
     truth = np.array([float(p["g_speedup"]) >= ratio for p in pairs])
-    answered = np.array([not f.abstained and bool(f.probs) for f in forecasts])
+    answered = np.array([not f.abstained and bool(f.probabilities) for f in forecasts])
     prob = np.array([f.prob_at_least(ratio, bins) if a else 0.0 for f, a in zip(forecasts, answered)])
     confident_up = np.array([a and bins.lower(f.bin) >= ratio * (1 - 1e-3) for f, a in zip(forecasts, answered)])
     confidence = np.array([f.confidence if a else 0.0 for f, a in zip(forecasts, answered)])

@@ -94,19 +94,19 @@ def cost_summary(forecasts: list[Forecast], *, wall_s: float | None = None, pric
     }
 
 
-def _score_block(probs: np.ndarray, true_bins: np.ndarray, bins: BinTable) -> dict:
+def _score_block(probabilities: np.ndarray, true_bins: np.ndarray, bins: BinTable) -> dict:
     if len(true_bins) == 0:
         return {}
-    predicted = np.array([scoring.predicted_bin(p) for p in probs])
-    confidence = np.array([scoring.confidence(p) for p in probs])
+    predicted = np.array([scoring.predicted_bin(p) for p in probabilities])
+    confidence = np.array([scoring.confidence(p) for p in probabilities])
     correct = predicted == true_bins
     losses = (~correct).astype(float)
     return {
         "exact_accuracy": float(correct.mean()),
         "within_one_accuracy": float((np.abs(predicted - true_bins) <= 1).mean()),
-        "brier": float(np.mean([scoring.brier(p, t) for p, t in zip(probs, true_bins)])),
-        "crps": float(np.mean([scoring.crps(p, t) for p, t in zip(probs, true_bins)])),
-        "nll": float(np.mean([scoring.nll(p, t) for p, t in zip(probs, true_bins)])),
+        "brier": float(np.mean([scoring.brier(p, t) for p, t in zip(probabilities, true_bins)])),
+        "crps": float(np.mean([scoring.crps(p, t) for p, t in zip(probabilities, true_bins)])),
+        "nll": float(np.mean([scoring.nll(p, t) for p, t in zip(probabilities, true_bins)])),
         "ece": scoring.ece(confidence, correct),
         "aurc": scoring.aurc(confidence, losses),
         "mean_confidence": float(confidence.mean()),
@@ -114,12 +114,12 @@ def _score_block(probs: np.ndarray, true_bins: np.ndarray, bins: BinTable) -> di
     }
 
 
-def _reliability(probs: np.ndarray, true_bins: np.ndarray, n_buckets: int = 10) -> list[dict]:
+def _reliability(probabilities: np.ndarray, true_bins: np.ndarray, n_buckets: int = 10) -> list[dict]:
     """The ECE buckets (same bucketing as scoring.ece): mean confidence and accuracy per bucket."""
     if len(true_bins) == 0:
         return []
-    confidence = np.array([scoring.confidence(p) for p in probs])
-    correct = np.array([scoring.predicted_bin(p) for p in probs]) == true_bins
+    confidence = np.array([scoring.confidence(p) for p in probabilities])
+    correct = np.array([scoring.predicted_bin(p) for p in probabilities]) == true_bins
     idx = np.clip(np.ceil(confidence * n_buckets).astype(int) - 1, 0, n_buckets - 1)
     out = []
     for b in range(n_buckets):
@@ -130,11 +130,11 @@ def _reliability(probs: np.ndarray, true_bins: np.ndarray, n_buckets: int = 10) 
     return out
 
 
-def _risk_curve(probs: np.ndarray, true_bins: np.ndarray, max_points: int = 200) -> dict:
+def _risk_curve(probabilities: np.ndarray, true_bins: np.ndarray, max_points: int = 200) -> dict:
     if len(true_bins) == 0:
         return {"coverage": [], "risk": []}
-    confidence = [scoring.confidence(p) for p in probs]
-    losses = [0.0 if scoring.predicted_bin(p) == t else 1.0 for p, t in zip(probs, true_bins)]
+    confidence = [scoring.confidence(p) for p in probabilities]
+    losses = [0.0 if scoring.predicted_bin(p) == t else 1.0 for p, t in zip(probabilities, true_bins)]
     coverage, risk = scoring.risk_coverage(confidence, losses)
     if coverage.size > max_points:
         keep = np.unique(np.linspace(0, coverage.size - 1, max_points).round().astype(int))
@@ -145,7 +145,7 @@ def _risk_curve(probs: np.ndarray, true_bins: np.ndarray, max_points: int = 200)
 def _recovered(forecasts: list[Forecast], speedups: np.ndarray, problems: list[str], bins: BinTable,
                seed: int = 0) -> dict:
     """Recovered speedup at top-k% within each problem's pool, averaged over problems; and a random ranking."""
-    scores = np.array([f.expected_log_speedup(bins) if not f.abstained and f.probs else -np.inf
+    scores = np.array([f.expected_log_speedup(bins) if not f.abstained and f.probabilities else -np.inf
                        for f in forecasts], dtype=float)
     scores[~np.isfinite(scores)] = -1e9
     by_problem: dict[str, list[int]] = {}
@@ -176,17 +176,17 @@ def evaluate(forecasts: list[Forecast], rows: list[dict], *, bins: BinTable = DE
     true_all = np.array([int(r["true_bin"]) for r in rows])
     speedups = np.array([row_speedup(r) for r in rows])
     problems = [row_problem(r) for r in rows]
-    answered = [i for i, f in enumerate(forecasts) if not f.abstained and f.probs]
-    probs = np.array([forecasts[i].probs for i in answered], dtype=float).reshape(-1, k)
+    answered = [i for i, f in enumerate(forecasts) if not f.abstained and f.probabilities]
+    probabilities = np.array([forecasts[i].probabilities for i in answered], dtype=float).reshape(-1, k)
     true = true_all[answered]
-    predicted = np.array([scoring.predicted_bin(p) for p in probs], dtype=int)
+    predicted = np.array([scoring.predicted_bin(p) for p in probabilities], dtype=int)
     confusion = np.zeros((k, k), dtype=int)
     for t, p in zip(true, predicted):
         confusion[t - 1, p - 1] += 1
     per_problem = {}
     for name in sorted(set(problems)):
         idx = [j for j, i in enumerate(answered) if problems[i] == name]
-        block = _score_block(probs[idx], true[idx], bins) if idx else {}
+        block = _score_block(probabilities[idx], true[idx], bins) if idx else {}
         per_problem[name] = {
             "rows": sum(1 for p in problems if p == name), "answered": len(idx),
             **{key: block.get(key) for key in ("exact_accuracy", "within_one_accuracy", "brier", "crps", "ece")},
@@ -198,9 +198,9 @@ def evaluate(forecasts: list[Forecast], rows: list[dict], *, bins: BinTable = DE
     return {
         "rows": len(rows), "answered": len(answered), "abstained": len(rows) - len(answered),
         "abstain_reasons": dict(abstain_reasons.most_common(8)),
-        "metrics": _score_block(probs, true, bins),
-        "reliability": _reliability(probs, true),
-        "risk_coverage": _risk_curve(probs, true),
+        "metrics": _score_block(probabilities, true, bins),
+        "reliability": _reliability(probabilities, true),
+        "risk_coverage": _risk_curve(probabilities, true),
         "confusion": confusion.tolist(),
         "true_bin_counts": [counts.get(b, 0) for b in range(1, k + 1)],
         "predicted_bin_counts": [int((predicted == b).sum()) for b in range(1, k + 1)],

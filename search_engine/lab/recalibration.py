@@ -28,13 +28,13 @@ class TemperatureScaling:
     def __init__(self, temperature: float = 1.0) -> None:
         self.temperature = float(temperature)
 
-    def fit(self, probs: np.ndarray, true_bins) -> "TemperatureScaling":
-        probs, y = _checked(probs, true_bins)
-        self.temperature = _fit_temperature(probs, y)
+    def fit(self, probabilities: np.ndarray, true_bins) -> "TemperatureScaling":
+        probabilities, y = _checked(probabilities, true_bins)
+        self.temperature = _fit_temperature(probabilities, y)
         return self
 
-    def apply(self, probs: np.ndarray) -> np.ndarray:
-        return _temper(np.asarray(probs, dtype=float), self.temperature)
+    def apply(self, probabilities: np.ndarray) -> np.ndarray:
+        return _temper(np.asarray(probabilities, dtype=float), self.temperature)
 
     def to_dict(self) -> dict:
         return {"method": self.name, "temperature": self.temperature}
@@ -47,22 +47,22 @@ class IsotonicCalibration:
         self.floor = floor
         self.maps: list[tuple[list[float], list[float]]] = []
 
-    def fit(self, probs: np.ndarray, true_bins) -> "IsotonicCalibration":
-        probs, y = _checked(probs, true_bins)
+    def fit(self, probabilities: np.ndarray, true_bins) -> "IsotonicCalibration":
+        probabilities, y = _checked(probabilities, true_bins)
         self.maps = []
-        for b in range(probs.shape[1]):
+        for b in range(probabilities.shape[1]):
             target = (y == b + 1).astype(float)
-            iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(probs[:, b], target)
+            iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(probabilities[:, b], target)
             self.maps.append(([float(x) for x in iso.X_thresholds_], [float(v) for v in iso.y_thresholds_]))
         return self
 
-    def apply(self, probs: np.ndarray) -> np.ndarray:
-        probs = np.asarray(probs, dtype=float)
+    def apply(self, probabilities: np.ndarray) -> np.ndarray:
+        probabilities = np.asarray(probabilities, dtype=float)
         if not self.maps:
             raise ValueError("The isotonic calibration is not fitted.")
-        out = np.empty_like(probs)
+        out = np.empty_like(probabilities)
         for b, (xs, ys) in enumerate(self.maps):
-            out[:, b] = np.interp(probs[:, b], xs, ys) if len(xs) > 1 else (ys[0] if ys else 0.0)
+            out[:, b] = np.interp(probabilities[:, b], xs, ys) if len(xs) > 1 else (ys[0] if ys else 0.0)
         out = np.maximum(out, self.floor)
         return out / out.sum(axis=1, keepdims=True)
 
@@ -90,30 +90,30 @@ def from_dict(data: dict):
 
 def fit_on_forecasts(method: str, forecasts: list[Forecast], true_bins: list[int]):
     """Fit on the answered forecasts of a calibration split."""
-    pairs = [(f.probs, t) for f, t in zip(forecasts, true_bins) if not f.abstained and f.probs]
+    pairs = [(f.probabilities, t) for f, t in zip(forecasts, true_bins) if not f.abstained and f.probabilities]
     if len(pairs) < 2:
         raise ValueError("Recalibration needs at least two answered forecasts in the calibration split.")
-    probs = np.array([p for p, _ in pairs], dtype=float)
-    return make(method).fit(probs, [t for _, t in pairs])
+    probabilities = np.array([p for p, _ in pairs], dtype=float)
+    return make(method).fit(probabilities, [t for _, t in pairs])
 
 
 def apply_to_forecasts(recalibrator, forecasts: list[Forecast]) -> list[Forecast]:
-    answered = [i for i, f in enumerate(forecasts) if not f.abstained and f.probs]
+    answered = [i for i, f in enumerate(forecasts) if not f.abstained and f.probabilities]
     out = list(forecasts)
     if not answered:
         return out
-    probs = recalibrator.apply(np.array([forecasts[i].probs for i in answered], dtype=float))
-    for i, p in zip(answered, probs):
-        fresh = Forecast.from_probs(p, surrogate=forecasts[i].surrogate, reasoning=forecasts[i].reasoning)
-        out[i] = replace(forecasts[i], probs=fresh.probs, bin=fresh.bin, confidence=fresh.confidence)
+    probabilities = recalibrator.apply(np.array([forecasts[i].probabilities for i in answered], dtype=float))
+    for i, p in zip(answered, probabilities):
+        fresh = Forecast.from_probabilities(p, surrogate=forecasts[i].surrogate, reasoning=forecasts[i].reasoning)
+        out[i] = replace(forecasts[i], probabilities=fresh.probabilities, bin=fresh.bin, confidence=fresh.confidence)
     return out
 
 
-def _checked(probs, true_bins) -> tuple[np.ndarray, np.ndarray]:
-    probs = np.asarray(probs, dtype=float)
+def _checked(probabilities, true_bins) -> tuple[np.ndarray, np.ndarray]:
+    probabilities = np.asarray(probabilities, dtype=float)
     y = np.asarray(list(true_bins), dtype=int)
-    if probs.ndim != 2 or probs.shape[0] != y.size or probs.shape[0] == 0:
+    if probabilities.ndim != 2 or probabilities.shape[0] != y.size or probabilities.shape[0] == 0:
         raise ValueError("Recalibration needs one row of bin probabilities per true bin.")
-    if y.min() < 1 or y.max() > probs.shape[1]:
-        raise ValueError(f"True bins must be within 1..{probs.shape[1]}.")
-    return probs, y
+    if y.min() < 1 or y.max() > probabilities.shape[1]:
+        raise ValueError(f"True bins must be within 1..{probabilities.shape[1]}.")
+    return probabilities, y

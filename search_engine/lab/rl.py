@@ -72,7 +72,7 @@ def parse_answer(completion: Any, bins: BinTable = DEFAULT_BINS) -> tuple[list[f
         parsed = parse_forecast(None, completion_text(completion), bins)
     except AnswerError:
         return None, None
-    return parsed.probs, parsed.predicted_bin
+    return parsed.probabilities, parsed.predicted_bin
 
 
 def _rewards(kind: str, completions: list, true_bin: list, bins: BinTable) -> list[float]:
@@ -80,8 +80,8 @@ def _rewards(kind: str, completions: list, true_bin: list, bins: BinTable) -> li
         raise ValueError("The true_bin column must have one value per completion.")
     out = []
     for completion, truth in zip(completions, true_bin):
-        probs, predicted = parse_answer(completion, bins)
-        out.append(scoring.reward(kind, probs, predicted, int(truth), bins.n_bins))
+        probabilities, predicted = parse_answer(completion, bins)
+        out.append(scoring.reward(kind, probabilities, predicted, int(truth), bins.n_bins))
     return out
 
 

@@ -56,7 +56,7 @@ def _candidate_key(candidate: Candidate | None) -> dict:
 class Forecast:
     """A forecast over the bins. An abstention has no probabilities and defers the decision to the GPU."""
 
-    probs: tuple[float, ...]
+    probabilities: tuple[float, ...]
     bin: int | None
     confidence: float
     reasoning: str = ""
@@ -75,17 +75,17 @@ class Forecast:
     log_sd: float | None = None
 
     @classmethod
-    def from_probs(
-        cls, probs, *, surrogate: str = "", reasoning: str = "", raw_sum: float | None = None, **cost: Any
+    def from_probabilities(
+        cls, probabilities, *, surrogate: str = "", reasoning: str = "", raw_sum: float | None = None, **cost: Any
     ) -> "Forecast":
-        p = [max(0.0, float(x)) for x in probs]
+        p = [max(0.0, float(x)) for x in probabilities]
         total = sum(p)
         if total <= 0 or not math.isfinite(total):
             raise ValueError("A forecast needs a positive, finite probability mass.")
         p = [x / total for x in p]
         best = max(range(len(p)), key=lambda i: (p[i], -i))
         return cls(
-            probs=tuple(p),
+            probabilities=tuple(p),
             bin=best + 1,
             confidence=p[best],
             reasoning=reasoning,
@@ -97,7 +97,7 @@ class Forecast:
     @classmethod
     def abstention(cls, reason: str, *, surrogate: str = "", reasoning: str = "", **cost: Any) -> "Forecast":
         return cls(
-            probs=(),
+            probabilities=(),
             bin=None,
             confidence=0.0,
             reasoning=reasoning,
@@ -108,11 +108,11 @@ class Forecast:
         )
 
     def expected_log_speedup(self, bins: BinTable = DEFAULT_BINS) -> float | None:
-        if self.abstained or not self.probs:
+        if self.abstained or not self.probabilities:
             return None
         if self.log_mean is not None:
             return float(self.log_mean)
-        return sum(p * math.log(r) for p, r in zip(self.probs, bins.representatives()))
+        return sum(p * math.log(r) for p, r in zip(self.probabilities, bins.representatives()))
 
     def expected_speedup(self, bins: BinTable = DEFAULT_BINS) -> float | None:
         """Geometric expectation of the speedup under the forecast (bin representatives)."""
@@ -121,25 +121,26 @@ class Forecast:
 
     def prob_at_least(self, speedup: float, bins: BinTable = DEFAULT_BINS) -> float | None:
         """Probability mass of the bins that reach at least the given speedup (upper edge above it)."""
-        if self.abstained or not self.probs:
+        if self.abstained or not self.probabilities:
             return None
-        return float(sum(p for b, p in enumerate(self.probs, start=1) if bins.upper(b) > speedup))
+        return float(sum(p for b, p in enumerate(self.probabilities, start=1) if bins.upper(b) > speedup))
 
     def prob_beyond(self, speedup: float, bins: BinTable = DEFAULT_BINS) -> float | None:
         """Probability mass of the bins lying wholly at or above the given speedup (lower edge >= it)."""
-        if self.abstained or not self.probs:
+        if self.abstained or not self.probabilities:
             return None
-        return float(sum(p for b, p in enumerate(self.probs, start=1) if bins.lower(b) >= speedup))
+        return float(sum(p for b, p in enumerate(self.probabilities, start=1) if bins.lower(b) >= speedup))
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["probs"] = list(self.probs)
+        data["probabilities"] = list(self.probabilities)
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Forecast":
         fields = dict(data)
-        fields["probs"] = tuple(fields.get("probs") or ())
+        # Saved searches and forecast caches written before the field's rename call it "probs".
+        fields["probabilities"] = tuple(fields.get("probabilities") or fields.pop("probs", None) or ())
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in fields.items() if k in known})
 

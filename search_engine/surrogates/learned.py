@@ -161,8 +161,8 @@ class LearnedSurrogate:
 
     def _base_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's bin probabilities, tempered and moved to the run's level."""
-        probs = self._relative_probs(X)
-        return _shift_bins(probs, self._level, self.bins) if self._level else probs
+        probabilities = self._relative_probs(X)
+        return _shift_bins(probabilities, self._level, self.bins) if self._level else probabilities
 
     def _learn_local(self, rows: list[dict]) -> None:
         kept = _measured(rows)
@@ -319,8 +319,8 @@ class LearnedSurrogate:
         lower = np.hstack([exceed, np.zeros((n, 1))])
         ordinal = np.clip(upper - lower, 0, None) + _EPS
         ordinal /= ordinal.sum(axis=1, keepdims=True)
-        probs = (1 - self.ordinal_weight) * multi + self.ordinal_weight * ordinal
-        return probs / probs.sum(axis=1, keepdims=True)
+        probabilities = (1 - self.ordinal_weight) * multi + self.ordinal_weight * ordinal
+        return probabilities / probabilities.sum(axis=1, keepdims=True)
 
     def predict_proba(self, requests: list[ForecastRequest]) -> np.ndarray:
         return self._predict(requests)[0]
@@ -356,14 +356,14 @@ class LearnedSurrogate:
         if self._fitted is None and self._local is None:
             return [Forecast.abstention("The learned surrogate is not trained yet.", surrogate=self.id)
                     for _ in requests]
-        probs, mean, sd = self._predict(requests)
+        probabilities, mean, sd = self._predict(requests)
         latency = (time.perf_counter() - started) / len(requests)
         local = (f" and {self._local.n} of this run's (weighted {self._local.weight:.0%})"
                  if self._local is not None else "")
         reasoning = f"learned surrogate trained on {self.trained_rows} recorded measurements{local}"
         out = []
-        for i, p in enumerate(probs):
-            forecast = Forecast.from_probs(p, surrogate=self.id, latency_s=latency, reasoning=reasoning)
+        for i, p in enumerate(probabilities):
+            forecast = Forecast.from_probabilities(p, surrogate=self.id, latency_s=latency, reasoning=reasoning)
             if mean is not None:
                 forecast.log_mean, forecast.log_sd = float(mean[i]), float(sd[i])
             out.append(forecast)
@@ -412,8 +412,8 @@ def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarra
     edges = np.log(np.asarray(bins.edges))
     cdf = ndtr((edges[None, :] - mu[:, None]) / sigma[:, None])
     cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
-    probs = np.clip(np.diff(cdf, axis=1), 0, None) + _EPS
-    return probs / probs.sum(axis=1, keepdims=True)
+    probabilities = np.clip(np.diff(cdf, axis=1), 0, None) + _EPS
+    return probabilities / probabilities.sum(axis=1, keepdims=True)
 
 
 def _measured(rows: list[dict]) -> list[dict]:
@@ -435,7 +435,7 @@ def _centred(rows: list[dict], groups: list) -> tuple[list[dict], dict]:
     return out, centre
 
 
-def _shift_bins(probs: np.ndarray, shift: float, bins: BinTable) -> np.ndarray:
+def _shift_bins(probabilities: np.ndarray, shift: float, bins: BinTable) -> np.ndarray:
     """Bin probabilities after adding `shift` to log speedup, each bin's mass spread evenly in log
     speedup over the bin (the end bins over a span as wide as prob_above gives them)."""
     edges = np.log(np.asarray(bins.edges, dtype=float))
@@ -447,7 +447,7 @@ def _shift_bins(probs: np.ndarray, shift: float, bins: BinTable) -> np.ndarray:
     a, b = lo + shift, hi + shift
     overlap = np.clip(np.minimum(b[:, None], target_hi[None, :]) - np.maximum(a[:, None], target_lo[None, :]), 0, None)
     transfer = overlap / (hi - lo)[:, None]
-    out = probs @ transfer
+    out = probabilities @ transfer
     return out / out.sum(axis=1, keepdims=True)
 
 
@@ -482,19 +482,19 @@ def _matrix(requests) -> np.ndarray:
     return np.nan_to_num(features_matrix(requests), nan=_MISSING, posinf=-_MISSING, neginf=_MISSING)
 
 
-def _temper(probs: np.ndarray, temperature: float) -> np.ndarray:
-    logits = np.log(np.clip(probs, 1e-12, 1.0)) / temperature
+def _temper(probabilities: np.ndarray, temperature: float) -> np.ndarray:
+    logits = np.log(np.clip(probabilities, 1e-12, 1.0)) / temperature
     logits -= logits.max(axis=1, keepdims=True)
     out = np.exp(logits)
     return out / out.sum(axis=1, keepdims=True)
 
 
-def _fit_temperature(probs: np.ndarray, y: np.ndarray) -> float:
+def _fit_temperature(probabilities: np.ndarray, y: np.ndarray) -> float:
     """The temperature minimising the out-of-fold negative log-likelihood."""
     idx = np.arange(len(y))
 
     def loss(log_t: float) -> float:
-        tempered = _temper(probs, math.exp(log_t))
+        tempered = _temper(probabilities, math.exp(log_t))
         return float(-np.mean(np.log(np.clip(tempered[idx, y - 1], 1e-12, 1.0))))
 
     result = minimize_scalar(loss, bounds=(math.log(0.05), math.log(20.0)), method="bounded")

@@ -48,7 +48,7 @@ class LLMSurrogate:
         excerpt = excerpt[:1000] if isinstance(excerpt, str) else ""
         try:
             parsed = parse_forecast(answer.tool_arguments, answer.content, self.bins, refusal=answer.refusal)
-            forecast = Forecast.from_probs(parsed.probs, surrogate=self.id, reasoning=parsed.reasoning,
+            forecast = Forecast.from_probabilities(parsed.probabilities, surrogate=self.id, reasoning=parsed.reasoning,
                                            raw_sum=parsed.raw_sum, **cost)
         except AnswerError as exc:
             reason = str(exc)

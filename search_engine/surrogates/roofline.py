@@ -83,13 +83,13 @@ class RooflineSurrogate:
         for request in requests:
             started = time.perf_counter()
             guess = max(1e-6, self.estimate_speedup(request))
-            probs = self._lognormal(math.log(guess))
-            out.append(Forecast.from_probs(probs, surrogate=self.id, latency_s=time.perf_counter() - started,
+            probabilities = self._lognormal(math.log(guess))
+            out.append(Forecast.from_probabilities(probabilities, surrogate=self.id, latency_s=time.perf_counter() - started,
                                            reasoning=f"roofline heuristic: about {guess:.3g}x"))
         return out
 
     def _lognormal(self, mu: float) -> list[float]:
         edges = [math.log(e) for e in self.bins.edges]
         cdf = [0.0] + [0.5 * (1 + math.erf((e - mu) / (self.sigma * math.sqrt(2)))) for e in edges] + [1.0]
-        probs = np.diff(cdf) + 1e-6
-        return list(probs / probs.sum())
+        probabilities = np.diff(cdf) + 1e-6
+        return list(probabilities / probabilities.sum())

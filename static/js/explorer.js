@@ -90,9 +90,9 @@
   function style(n) {
     if (n.state === "measured" && n.speedup > 0) return styleFor("measured", n.speedup, 1);
     if (FAILED.has(n.state)) return styleFor("failed", null, 1);
-    if (n.bin) {
-      const conf = n.confidence == null ? 0.5 : n.confidence;
-      return styleFor("forecast", midpoints[n.bin - 1], 0.2 + 0.8 * Math.max(0, Math.min(1, conf)));
+    if (n.forecast_bin) {
+      const conf = n.forecast_confidence == null ? 0.5 : n.forecast_confidence;
+      return styleFor("forecast", midpoints[n.forecast_bin - 1], 0.2 + 0.8 * Math.max(0, Math.min(1, conf)));
     }
     return styleFor("plain", null, 1);
   }
@@ -237,7 +237,7 @@
     for (const n of nodes.values()) {
       // The reference is 1.00x by definition, not by a measurement: it never counts as measured.
       if (n.state === "measured") { if (n.origin !== "root") measured++; }
-      else if (n.bin) forecast++;
+      else if (n.forecast_bin) forecast++;
       if (n.state === "awaiting-approval") pending++;
       if (n.state === "queued" || n.state === "measuring") gpu++;
       if (n.state === "measuring") anyMeasuring = true;
@@ -590,7 +590,7 @@
       let best = null;
       for (const m of n.members) {
         byState[m.state] = (byState[m.state] || 0) + 1;
-        if (m.bin && (best === null || midpoints[m.bin - 1] > best)) best = midpoints[m.bin - 1];
+        if (m.forecast_bin && (best === null || midpoints[m.forecast_bin - 1] > best)) best = midpoints[m.forecast_bin - 1];
       }
       const parent = nodes.get(n.parent);
       return "+" + n.count + " children of " + (parent ? parent.name || parent.key : n.parent) + " not measured (" +
@@ -599,7 +599,7 @@
     }
     const parts = [(n.name || n.key) + " (" + n.key + ")", n.state];
     if (n.speedup) parts.push(n.speedup.toFixed(3) + "× measured");
-    if (n.bin) parts.push("forecast bin " + n.bin + (n.confidence != null ? " at " + n.confidence.toFixed(2) : ""));
+    if (n.forecast_bin) parts.push("forecast bin " + n.forecast_bin + (n.forecast_confidence != null ? " at " + n.forecast_confidence.toFixed(2) : ""));
     const v = verifications.get(n.key);
     if (v && v.progress && (n.state === "measuring" || n.state === "queued")) parts.push(v.progress);
     if (n.discovery) parts.push("discovery");

@@ -19,9 +19,9 @@ def _save(folder, title: str, spread: float) -> str:
     rows = synthetic_rows({"a": [0.3, 0.6, 0.8, 1.2, 1.6, 3.0, 6.0], "b": [0.2, 0.9, 1.1, 2.5]})
     forecasts = []
     for i, r in enumerate(rows):
-        probs = [spread / 7] * 8
-        probs[(r["true_bin"] if i % 3 else max(1, r["true_bin"] - 1)) - 1] = 1 - spread
-        forecasts.append(Forecast.from_probs(probs))
+        probabilities = [spread / 7] * 8
+        probabilities[(r["true_bin"] if i % 3 else max(1, r["true_bin"] - 1)) - 1] = 1 - spread
+        forecasts.append(Forecast.from_probabilities(probabilities))
     evaluation = evaluate(forecasts, rows)
     return save_report(folder, {
         "title": title, "created_at": "2026-11-30T00:00:00+00:00", "surrogate": {"id": "test@1", "settings": {}},

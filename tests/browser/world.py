@@ -73,7 +73,7 @@ def add_node(*, run: int, key: str, parent: str, state: str = "forecast", speedu
         )
         if probabilities:
             Forecast.objects.create(node=node, surrogate="learned@test", probabilities=probabilities,
-                                    predicted_bin=bin, confidence=confidence, reasoning=reasoning)
+                                    bin=bin, confidence=confidence, reasoning=reasoning)
         node_changed(node=node)
     return time.time()
 

@@ -22,9 +22,9 @@ def _onehot(bin_: int) -> list[float]:
 def _dashboard_page(client, members, node):
     run, root = node.run, node.parent
     now = timezone.now()
-    _measured_child(run, root, "a", speedup=1.2, probs=_onehot(5), confidence=1.0, finished_at=now, energy={"j_per_call": 0.02})
-    _measured_child(run, root, "b", speedup=3.0, probs=_onehot(7), confidence=1.0, finished_at=now, energy={"j_per_call": 0.01})
-    _measured_child(run, root, "c", speedup=0.6, probs=[0, 0, 0, 0, 0, 0.6, 0.4, 0], confidence=0.6, finished_at=now)
+    _measured_child(run, root, "a", speedup=1.2, probabilities=_onehot(5), confidence=1.0, finished_at=now, energy={"j_per_call": 0.02})
+    _measured_child(run, root, "b", speedup=3.0, probabilities=_onehot(7), confidence=1.0, finished_at=now, energy={"j_per_call": 0.01})
+    _measured_child(run, root, "c", speedup=0.6, probabilities=[0, 0, 0, 0, 0, 0.6, 0.4, 0], confidence=0.6, finished_at=now)
     client.force_login(members["viewer"])
     return client.get(reverse("run-dashboard", args=[run.pk]))
 

@@ -158,8 +158,8 @@ def test_a_learned_surrogate_run_stores_each_revised_forecast_beside_the_first(s
     for entry in revised_nodes:
         node = Node.objects.get(run=run, key=str(entry["id"]))
         latest = Forecast.objects.filter(node=node).order_by("-pk").first()
-        assert latest.predicted_bin == entry["forecast"]["bin"]
-        assert latest.probabilities == pytest.approx(entry["forecast"]["probs"], abs=0.05)
+        assert latest.bin == entry["forecast"]["bin"]
+        assert latest.probabilities == pytest.approx(entry["forecast"]["probabilities"], abs=0.05)
     assert Forecast.objects.filter(node__run=run).count() > Node.objects.filter(run=run).exclude(origin="root").count() - \
         Node.objects.filter(run=run, state=NodeState.FAILED_COMPILE).count()
 

@@ -51,7 +51,7 @@ def test_the_explorer_page_carries_what_the_script_needs(client, members, node):
 
 def test_the_panel_shows_code_diff_forecast_measurement_and_notes(client, members, node):
     Forecast.objects.create(
-        node=node, surrogate="learned@v3", probabilities=[0, 0, 0, 0.1, 0.7, 0.2, 0, 0], predicted_bin=5,
+        node=node, surrogate="learned@v3", probabilities=[0, 0, 0, 0.1, 0.7, 0.2, 0, 0], bin=5,
         confidence=0.7, reasoning="The change adds **nothing**:\n- same loads\n- same stores\n<script>alert(1)</script>",
     )
     m = Measurement.objects.create(kernel=node.kernel, problem=node.run.problem, status="ok", speedup=1.02, backend="replay",

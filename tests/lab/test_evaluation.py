@@ -17,9 +17,9 @@ from tests.lab.helpers import synthetic_rows
 
 
 def _onehot(b: int, mass: float = 1.0) -> Forecast:
-    probs = [(1 - mass) / 7] * 8
-    probs[b - 1] = mass
-    return Forecast.from_probs(probs, surrogate="test")
+    probabilities = [(1 - mass) / 7] * 8
+    probabilities[b - 1] = mass
+    return Forecast.from_probabilities(probabilities, surrogate="test")
 
 
 def test_a_perfect_surrogate_scores_perfectly_and_recovers_the_best_kernel():
@@ -42,9 +42,9 @@ def test_scores_match_the_scoring_rules_and_one_bin_off_counts_within_one():
     m = ev["metrics"]
     assert m["exact_accuracy"] == 0.5
     assert m["within_one_accuracy"] == 0.75
-    expected_brier = np.mean([scoring.brier(f.probs, r["true_bin"]) for f, r in zip(forecasts, rows)])
+    expected_brier = np.mean([scoring.brier(f.probabilities, r["true_bin"]) for f, r in zip(forecasts, rows)])
     assert m["brier"] == pytest.approx(expected_brier)
-    assert m["nll"] == pytest.approx(np.mean([scoring.nll(f.probs, r["true_bin"]) for f, r in zip(forecasts, rows)]))
+    assert m["nll"] == pytest.approx(np.mean([scoring.nll(f.probabilities, r["true_bin"]) for f, r in zip(forecasts, rows)]))
     assert ev["confusion"][6][3] == 1  # true bin 7 forecast as 4
     assert ev["true_bin_counts"][4] == 2
 
@@ -83,7 +83,7 @@ def test_recalibration_fitted_on_one_split_lowers_ece_and_nll_on_another(method)
     def scores(fs):
         conf = [f.confidence for f in fs]
         correct = [f.bin == t for f, t in zip(fs, test_t)]
-        return scoring.ece(conf, correct), np.mean([scoring.nll(f.probs, t) for f, t in zip(fs, test_t)])
+        return scoring.ece(conf, correct), np.mean([scoring.nll(f.probabilities, t) for f, t in zip(fs, test_t)])
 
     ece_before, nll_before = scores(test_f)
     ece_after, nll_after = scores(after)
@@ -102,7 +102,7 @@ def test_recalibration_leaves_abstentions_alone_and_round_trips():
     out = recalibration.apply_to_forecasts(model, [abstention, cal_f[0]])
     assert out[0] is abstention
     again = recalibration.from_dict(model.to_dict())
-    assert np.allclose(again.apply(np.array([cal_f[0].probs])), model.apply(np.array([cal_f[0].probs])))
+    assert np.allclose(again.apply(np.array([cal_f[0].probabilities])), model.apply(np.array([cal_f[0].probabilities])))
 
 
 def test_discovery_precision_and_recall_against_the_base_rate():

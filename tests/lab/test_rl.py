@@ -14,9 +14,9 @@ from tests.lab.helpers import synthetic_rows
 PROBS = [0.0, 0.0, 0.0, 0.1, 0.6, 0.2, 0.1, 0.0]  # most probable: bin 5
 
 
-def _answer(probs=PROBS, bin_=5) -> str:
+def _answer(probabilities=PROBS, bin_=5) -> str:
     return "Reasoning first.\n```json\n" + json.dumps(
-        {"reasoning": "vectorised loads", "probabilities": probs, "predicted_bin": bin_}) + "\n```"
+        {"reasoning": "vectorised loads", "probabilities": probabilities, "predicted_bin": bin_}) + "\n```"
 
 
 def test_an_example_is_the_llm_surrogates_own_prompt_with_the_true_bin():

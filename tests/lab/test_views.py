@@ -24,9 +24,9 @@ def _report(data_dir, title: str, right: bool) -> str:
     rows = synthetic_rows({"a": [0.3, 1.2, 3.0, 6.0]})
     forecasts = []
     for r in rows:
-        probs = [0.02] * 8
-        probs[(r["true_bin"] if right else 1) - 1] = 0.86
-        forecasts.append(Forecast.from_probs(probs))
+        probabilities = [0.02] * 8
+        probabilities[(r["true_bin"] if right else 1) - 1] = 0.86
+        forecasts.append(Forecast.from_probabilities(probabilities))
     return save_report(data_dir / "reports" / "team", {
         "title": title, "created_at": "2026-11-30T00:00:00+00:00", "surrogate": {"id": "test@1", "settings": {}},
         "dataset": {"name": "tiny", "rows": 4, "problems": {"a": 4}, "fingerprint": "f"}, "protocol": "every row",
@@ -107,9 +107,9 @@ def test_a_report_with_discovery_detection_shows_precision_beside_chance(client,
     pairs = neighbour_pairs(synthetic_rows({"a": [1.0, 2.0, 1.1]}), knob_values={"BLOCK": [32, 64, 128]})
     forecasts = []
     for p in pairs:
-        probs = [0.02] * 8
-        probs[6 if p["g_speedup"] >= 2 ** 0.5 else 2] = 0.86
-        forecasts.append(Forecast.from_probs(probs))
+        probabilities = [0.02] * 8
+        probabilities[6 if p["g_speedup"] >= 2 ** 0.5 else 2] = 0.86
+        forecasts.append(Forecast.from_probabilities(probabilities))
     report["discovery"] = discovery_report(forecasts, pairs, levels=(0.5,))
     (data_dir / "reports" / "team" / f"{report_id}.json").write_text(json.dumps(report))
     client.force_login(members["viewer"])

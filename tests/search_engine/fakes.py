@@ -134,9 +134,9 @@ class TableSurrogate:
             h = int(hashlib.sha256(candidate_hash(request.candidate).encode()).hexdigest()[:8], 16)
             if (h % 1000) / 1000 >= self.accuracy:
                 b = b + 1 if b < 8 else b - 1
-            probs = [(1 - self.confidence) / 7] * 8
-            probs[b - 1] = self.confidence
-            out.append(Forecast.from_probs(probs, surrogate="table@1", reasoning=f"table says bin {b}"))
+            probabilities = [(1 - self.confidence) / 7] * 8
+            probabilities[b - 1] = self.confidence
+            out.append(Forecast.from_probabilities(probabilities, surrogate="table@1", reasoning=f"table says bin {b}"))
         return out
 
     def learn(self, rows):

@@ -191,7 +191,7 @@ class ConfidentOnlyForVec4(TableSurrogate):
         out = super().forecast_many(requests)
         for i, request in enumerate(requests):
             if (request.candidate.get("knobs") or {}).get("VEC") != 4:
-                out[i] = Forecast.from_probs([1 / 8] * 8, surrogate="table@1", reasoning="no idea")
+                out[i] = Forecast.from_probabilities([1 / 8] * 8, surrogate="table@1", reasoning="no idea")
         return out
 
 
@@ -305,7 +305,7 @@ class _LearnsTheTruth(TableSurrogate):
             return super().forecast_many(requests)
         from search_engine.surrogates.base import Forecast
 
-        return [Forecast.from_probs([0.05, 0.05, 0.1, 0.3, 0.3, 0.1, 0.05, 0.05], surrogate="table@1")
+        return [Forecast.from_probabilities([0.05, 0.05, 0.1, 0.3, 0.3, 0.1, 0.05, 0.05], surrogate="table@1")
                 for _ in requests]
 
 
@@ -348,7 +348,7 @@ def test_a_pruned_child_returns_when_its_revised_forecast_no_longer_says_slower(
 
     class NowOptimistic(TableSurrogate):
         def forecast_many(self, requests):
-            return [Forecast.from_probs([0, 0, 0, 0, 0, 0, 0.1, 0.9], surrogate="table@1") for _ in requests]
+            return [Forecast.from_probabilities([0, 0, 0, 0, 0, 0, 0.1, 0.9], surrogate="table@1") for _ in requests]
 
     port = FakePort()
     driver.port, driver.surrogate = port, NowOptimistic()
@@ -380,7 +380,7 @@ class PessimistSurrogate(TableSurrogate):
 
     def forecast_many(self, requests):
         self.calls += len(requests)
-        return [Forecast.from_probs([0.45, 0.4, 0.1, 0.05, 0, 0, 0, 0], surrogate="table@1") for _ in requests]
+        return [Forecast.from_probabilities([0.45, 0.4, 0.1, 0.05, 0, 0, 0, 0], surrogate="table@1") for _ in requests]
 
 
 def test_a_run_whose_forecasts_say_nothing_helps_still_measures_and_learns_every_step():

@@ -47,7 +47,7 @@ def test_a_pruned_node_is_said_pruned_in_its_event_and_freed_when_its_forecast_i
 
     class NowOptimistic(TableSurrogate):
         def forecast_many(self, requests):
-            return [Forecast.from_probs([0, 0, 0, 0, 0, 0, 0.1, 0.9], surrogate="table@1") for _ in requests]
+            return [Forecast.from_probabilities([0, 0, 0, 0, 0, 0, 0.1, 0.9], surrogate="table@1") for _ in requests]
 
     driver.port, driver.surrogate = FakePort(), NowOptimistic()
     learning.revise_forecasts(driver, rows=5)

@@ -35,11 +35,11 @@ def client(server, **kw):
 def assert_forecast_or_reasoned_abstention(f):
     assert f.tokens_in > 0 and f.latency_s > 0
     if f.abstained:
-        assert f.abstain_reason and not f.probs and f.bin is None
+        assert f.abstain_reason and not f.probabilities and f.bin is None
     else:
-        assert len(f.probs) == 8 and abs(sum(f.probs) - 1) < 1e-9 and 1 <= f.bin <= 8
+        assert len(f.probabilities) == 8 and abs(sum(f.probabilities) - 1) < 1e-9 and 1 <= f.bin <= 8
         assert f.raw_sum is not None and f.raw_sum > 0
-        assert f.confidence == max(f.probs)
+        assert f.confidence == max(f.probabilities)
 
 
 def test_the_surrogate_turns_real_answers_into_forecasts_or_abstentions(llm_server):

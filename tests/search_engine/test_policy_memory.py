@@ -12,9 +12,9 @@ from tests.search_engine.test_tree import cand
 
 
 def forecast_on(bin_, confidence):
-    probs = [(1 - confidence) / 7] * 8
-    probs[bin_ - 1] = confidence
-    return Forecast.from_probs(probs)
+    probabilities = [(1 - confidence) / 7] * 8
+    probabilities[bin_ - 1] = confidence
+    return Forecast.from_probabilities(probabilities)
 
 
 def tree_with_children(forecasts, parent_speedup=1.0):
@@ -49,15 +49,15 @@ def test_uncertain_children_that_could_beat_the_best_go_to_the_gpu_at_most_k_per
 
 
 def test_an_uncertain_child_unlikely_to_beat_the_best_is_parked():
-    tree, ids = tree_with_children([Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0])])
+    tree, ids = tree_with_children([Forecast.from_probabilities([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0])])
     decisions = SelectivePolicy(PolicySettings(threshold=0.7, min_gpu_per_step=0)).decide(tree, ids, 10)
     assert decisions[0].action == "park"
 
 
 def test_a_step_where_nothing_clears_the_bar_still_measures_its_most_promising_candidate():
-    unlikely = [Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
-                Forecast.from_probs([0.2, 0.5, 0.2, 0.1, 0, 0, 0, 0]),
-                Forecast.from_probs([0.6, 0.3, 0.1, 0, 0, 0, 0, 0])]
+    unlikely = [Forecast.from_probabilities([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
+                Forecast.from_probabilities([0.2, 0.5, 0.2, 0.1, 0, 0, 0, 0]),
+                Forecast.from_probabilities([0.6, 0.3, 0.1, 0, 0, 0, 0, 0])]
     tree, ids = tree_with_children(unlikely)
     decisions = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2)).decide(tree, ids, 10)
     measured = [d for d in decisions if d.action == "measure"]
@@ -99,7 +99,7 @@ def test_a_forecast_only_best_is_verified():
 
 
 def test_prob_above_spreads_a_bin_log_uniformly():
-    f = Forecast.from_probs([0, 0, 0, 0, 1, 0, 0, 0])  # all mass in [1.0, 1.414)
+    f = Forecast.from_probabilities([0, 0, 0, 0, 1, 0, 0, 0])  # all mass in [1.0, 1.414)
     assert prob_above(f, 0.9) == 1.0
     assert prob_above(f, 1.5) == 0.0
     assert prob_above(f, 1.414 ** 0.5) == pytest.approx(0.5, abs=1e-3)
@@ -149,8 +149,8 @@ def test_memory_deduplicates_caps_and_renders():
 
 
 def test_a_stalled_search_measures_its_most_promising_parked_children():
-    unlikely = [Forecast.from_probs([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
-                Forecast.from_probs([0.1, 0.3, 0.3, 0.2, 0.1, 0, 0, 0])]
+    unlikely = [Forecast.from_probabilities([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
+                Forecast.from_probabilities([0.1, 0.3, 0.3, 0.2, 0.1, 0, 0, 0])]
     tree, ids = tree_with_children(unlikely)
     policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1, min_gpu_per_step=0))
     assert [d.action for d in policy.decide(tree, ids, 10)] == ["park", "park"]

@@ -188,11 +188,11 @@ def test_an_answer_without_a_valid_bin_scores_zero(kind, predicted):
 
 
 @pytest.mark.parametrize("kind", ["brier", "crps"])
-@pytest.mark.parametrize("probs", [
+@pytest.mark.parametrize("probabilities", [
     None, [0.5] * 8, [0.2, 0.8], [float("nan")] + [1 / 7] * 7, [-0.1, 1.1] + [0] * 6, "garbled",
 ])
-def test_an_answer_without_valid_probabilities_scores_zero(kind, probs):
-    assert scoring.reward(kind, probs, 3, 3) == 0.0
+def test_an_answer_without_valid_probabilities_scores_zero(kind, probabilities):
+    assert scoring.reward(kind, probabilities, 3, 3) == 0.0
 
 
 def test_a_perfect_answer_earns_the_most():

@@ -47,7 +47,7 @@ def test_a_tool_call_is_parsed_and_renormalised_with_the_raw_sum_kept():
     parsed = parse_forecast(args, None)
     assert parsed.predicted_bin == 6 and parsed.raw_sum == pytest.approx(1.0)
     doubled = parse_forecast(json.dumps({"probabilities": [0.2] * 8, "predicted_bin": 1}), None)
-    assert doubled.raw_sum == pytest.approx(1.6) and sum(doubled.probs) == pytest.approx(1.0)
+    assert doubled.raw_sum == pytest.approx(1.6) and sum(doubled.probabilities) == pytest.approx(1.0)
 
 
 def test_a_json_object_in_the_content_is_the_fallback():
@@ -177,7 +177,7 @@ def test_usable_answers_are_cached_and_abstentions_are_not(tmp_path):
     surrogate = LLMSurrogate(c, cache=JsonFileCache(tmp_path / "cache.json"))
     first = surrogate.forecast(request())
     second = surrogate.forecast(request())
-    assert len(c.client.calls) == 1 and second.cached and second.probs == first.probs
+    assert len(c.client.calls) == 1 and second.cached and second.probabilities == first.probabilities
     reopened = LLMSurrogate(c, cache=JsonFileCache(tmp_path / "cache.json"))
     assert reopened.forecast(request()).cached and len(c.client.calls) == 1
     other = request({"BLOCK": 128, "ITEMS": 2, "VEC": 4, "ALGO": "naive"})
@@ -191,8 +191,8 @@ def test_usable_answers_are_cached_and_abstentions_are_not(tmp_path):
 
 def test_the_sqlite_cache_keeps_forecasts(tmp_path):
     cache = SqliteCache(tmp_path / "f.sqlite")
-    cache.put("k", {"probs": [1.0], "bin": 1})
-    assert SqliteCache(tmp_path / "f.sqlite").get("k") == {"probs": [1.0], "bin": 1}
+    cache.put("k", {"probabilities": [1.0], "bin": 1})
+    assert SqliteCache(tmp_path / "f.sqlite").get("k") == {"probabilities": [1.0], "bin": 1}
     assert cache.get("missing") is None
 
 
@@ -280,12 +280,12 @@ def test_the_learned_surrogate_beats_a_uniform_forecast_on_held_out_variants(tra
     forecasts = model.forecast_many([ForecastRequest(reference=r["reference"], candidate=r["candidate"],
                                                      problem=r["problem"], reference_ms=0.5) for r in test])
     truth = [DEFAULT_BINS.bin_of(r["speedup"]) for r in test]
-    crps = np.mean([scoring.crps(f.probs, t) for f, t in zip(forecasts, truth)])
+    crps = np.mean([scoring.crps(f.probabilities, t) for f, t in zip(forecasts, truth)])
     uniform = np.mean([scoring.crps([1 / 8] * 8, t) for t in truth])
     within_one = np.mean([abs(f.bin - t) <= 1 for f, t in zip(forecasts, truth)])
     assert crps < 0.6 * uniform
     assert within_one >= 0.7
-    assert all(len(f.probs) == 8 and abs(sum(f.probs) - 1) < 1e-9 for f in forecasts)
+    assert all(len(f.probabilities) == 8 and abs(sum(f.probabilities) - 1) < 1e-9 for f in forecasts)
 
 
 def test_the_learned_surrogate_saves_and_loads(trained, tmp_path):
@@ -347,7 +347,7 @@ def test_the_roofline_heuristic_centres_its_forecast_on_its_guess():
     surrogate = RooflineSurrogate()
     assert surrogate.estimate_speedup(itself) == pytest.approx(1.0)
     f = surrogate.forecast(itself)
-    assert len(f.probs) == 8 and f.bin in (4, 5) and f.confidence < 0.5
+    assert len(f.probabilities) == 8 and f.bin in (4, 5) and f.confidence < 0.5
     assert "roofline heuristic" in f.reasoning
     # A reference 100x slower than the roofline leaves room for an extreme speedup.
     slow = ForecastRequest(reference=REFERENCE, candidate=REFERENCE, problem=PROBLEM, reference_ms=100 * 0.028)
@@ -355,7 +355,7 @@ def test_the_roofline_heuristic_centres_its_forecast_on_its_guess():
 
 
 def test_forecast_round_trips_through_a_dict():
-    f = Forecast.from_probs([0, 0, 0, 0, 0.25, 0.5, 0.25, 0], surrogate="s", tokens_in=5)
+    f = Forecast.from_probabilities([0, 0, 0, 0, 0.25, 0.5, 0.25, 0], surrogate="s", tokens_in=5)
     assert Forecast.from_dict(json.loads(json.dumps(f.to_dict()))) == f
     assert f.expected_speedup() == pytest.approx(math.exp(0.25 * math.log(DEFAULT_BINS.representative(5))
                                                           + 0.5 * math.log(DEFAULT_BINS.representative(6))
@@ -423,12 +423,12 @@ def test_the_centred_target_centres_each_problem_on_its_own():
     assert [r["speedup"] for r in out] == [pytest.approx(0.5), pytest.approx(2.0), pytest.approx(2.0),
                                            pytest.approx(0.5), None]
     # Moving bin probabilities along log speedup keeps their mass and order; no move changes nothing.
-    probs = np.array([[0.1, 0.2, 0.3, 0.2, 0.1, 0.05, 0.03, 0.02]])
-    assert np.allclose(_shift_bins(probs, 0.0, DEFAULT_BINS), probs)
-    up = _shift_bins(probs, math.log(4.0), DEFAULT_BINS)
+    probabilities = np.array([[0.1, 0.2, 0.3, 0.2, 0.1, 0.05, 0.03, 0.02]])
+    assert np.allclose(_shift_bins(probabilities, 0.0, DEFAULT_BINS), probabilities)
+    up = _shift_bins(probabilities, math.log(4.0), DEFAULT_BINS)
     reps = np.log(DEFAULT_BINS.representatives())
-    assert up.sum() == pytest.approx(1.0) and (up @ reps) > (probs @ reps) + 0.5
-    assert _shift_bins(probs, 50.0, DEFAULT_BINS)[0, -1] == pytest.approx(1.0)
+    assert up.sum() == pytest.approx(1.0) and (up @ reps) > (probabilities @ reps) + 0.5
+    assert _shift_bins(probabilities, 50.0, DEFAULT_BINS)[0, -1] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="centred"):
         LearnedSurrogate(target="median")
 
@@ -447,16 +447,16 @@ def test_after_learning_a_forecast_also_gives_a_continuous_log_speedup_that_rank
     assert np.corrcoef([f.log_mean for f in forecasts], truth)[0, 1] > 0.6
     # The continuous part agrees with the bins it came with: its mean lies in a bin holding mass.
     for f in forecasts:
-        assert f.probs[DEFAULT_BINS.bin_of(math.exp(f.log_mean)) - 1] > 0.05
+        assert f.probabilities[DEFAULT_BINS.bin_of(math.exp(f.log_mean)) - 1] > 0.05
 
 
 def test_prob_above_reads_the_continuous_part_where_there_is_one():
     from search_engine.policy import prob_above
 
-    f = Forecast.from_probs([0, 0, 0, 0, 0, 0, 0, 1.0])  # "extreme speedup": 4.3x and 7x look alike
-    assert prob_above(f, 5.0) == prob_above(Forecast.from_probs([0, 0, 0, 0, 0, 0, 0, 1.0]), 5.0)
+    f = Forecast.from_probabilities([0, 0, 0, 0, 0, 0, 0, 1.0])  # "extreme speedup": 4.3x and 7x look alike
+    assert prob_above(f, 5.0) == prob_above(Forecast.from_probabilities([0, 0, 0, 0, 0, 0, 0, 1.0]), 5.0)
     f.log_mean, f.log_sd = math.log(7.0), 0.05
-    g = Forecast.from_probs([0, 0, 0, 0, 0, 0, 0, 1.0])
+    g = Forecast.from_probabilities([0, 0, 0, 0, 0, 0, 0, 1.0])
     g.log_mean, g.log_sd = math.log(4.3), 0.05
     assert prob_above(f, 7.0) == pytest.approx(0.5)
     assert prob_above(f, 6.0) > 0.99 and prob_above(g, 6.0) < 0.01
