@@ -10,20 +10,22 @@ from tests.lab.helpers import SAXPY_DIR
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(1800)]
 
 
-def test_a_real_model_is_evaluated_with_tokens_counted_and_answers_cached(llm_server, settings, tmp_path, capsys):
+def test_a_real_model_is_evaluated_with_tokens_counted_and_answers_cached(llm_server, settings, tmp_path, capsys,
+                                                                           workspace):
     settings.DATA_DIR = tmp_path
+    reports = tmp_path / "reports" / workspace.slug  # the lab keeps reports per workspace
     dataset = tmp_path / "saxpy.jsonl"
     call_command("export_dataset", str(dataset), "--from", "records", "--problems-dir", str(SAXPY_DIR))
     args = ["evaluate_surrogate", "--dataset", str(dataset), "--surrogate", "llm", "--llm-model", llm_server["model"],
             "--base-url", llm_server["base_url"], "--limit", "2", "--concurrency", "1", "--max-tokens", "300",
             "--cache", str(tmp_path / "cache.sqlite3"), "--price-in", "0.1", "--price-out", "0.4"]
     call_command(*args)
-    first = load_report(tmp_path / "reports", list_reports(tmp_path / "reports")[0]["id"])
+    first = load_report(reports, list_reports(reports)[0]["id"])
     ev = first["evaluation"]
     assert ev["rows"] == 2 and ev["answered"] + ev["abstained"] == 2
     assert first["cost"]["tokens_in"] > 1000 and first["cost"]["usd"] > 0  # two prompts of reference + candidate
     call_command(*args)
-    second = max((load_report(tmp_path / "reports", r["id"]) for r in list_reports(tmp_path / "reports")),
+    second = max((load_report(reports, r["id"]) for r in list_reports(reports)),
                  key=lambda r: r["id"])
     assert second["cost"]["cached"] == ev["answered"]  # usable answers come from the cache; abstentions are asked again
     print(capsys.readouterr().out)
