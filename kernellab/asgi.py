@@ -1,4 +1,7 @@
+import ctypes
 import os
+import threading
+import time
 
 from django.core.asgi import get_asgi_application
 
@@ -34,6 +37,29 @@ class ThreadPerConnection:
         async with ThreadSensitiveContext():
             return await self.app(scope, receive, send)
 
+
+def return_freed_memory(interval_s: float) -> threading.Thread | None:
+    """glibc keeps what threads freed in its per-thread arenas, so after a burst of requests and
+    sockets a web process would stay at its peak size: trimming every few seconds hands the freed
+    pages back to the system (KERNELLAB_MALLOC_TRIM_S, 0 = never; nothing to do off glibc)."""
+    if interval_s <= 0:
+        return None
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval_s)
+            trim(0)
+
+    thread = threading.Thread(target=loop, name="malloc-trim", daemon=True)
+    thread.start()
+    return thread
+
+
+return_freed_memory(float(os.environ.get("KERNELLAB_MALLOC_TRIM_S", "5") or 0))
 
 application = ProtocolTypeRouter(
     {

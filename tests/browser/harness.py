@@ -77,11 +77,11 @@ class KernelLabServer:
         subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=self.env, check=True)
 
     def start(self) -> None:
-        from kernellab.management.commands.serve import web_commands
+        from kernellab.management.commands.serve import web_commands, web_environment
 
         log = open(self.log_path, "a")
         commands, self.listener = web_commands("127.0.0.1", self.port, self.web_processes)
-        self.webs = [subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        self.webs = [subprocess.Popen(command, cwd=ROOT, env=web_environment(self.env), stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True, pass_fds=fds) for command, fds in commands]
         self.web = self.webs[0]
         deadline = time.time() + 60

@@ -23,3 +23,24 @@ def test_two_web_processes_both_serve_requests():
         for _ in range(20):
             with urllib.request.urlopen(server.url + "/accounts/login/", timeout=10) as response:
                 assert response.status == 200
+
+
+def test_web_processes_get_two_malloc_arenas_unless_told_otherwise():
+    from kernellab.management.commands.serve import web_environment
+
+    assert web_environment({"PATH": "/usr/bin"})["MALLOC_ARENA_MAX"] == "2"
+    assert web_environment({"MALLOC_ARENA_MAX": "8"})["MALLOC_ARENA_MAX"] == "8"
+
+
+def test_freed_memory_is_trimmed_on_an_interval_that_zero_turns_off():
+    import ctypes
+
+    from kernellab.asgi import return_freed_memory
+
+    assert return_freed_memory(0) is None
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return  # not glibc: nothing to trim
+    thread = return_freed_memory(3600)
+    assert thread is not None and thread.daemon and thread.is_alive()

@@ -40,6 +40,12 @@ def worker_command(queues: list[str], concurrency: int = 2) -> list[str]:
     ]
 
 
+def web_environment(base: dict[str, str]) -> dict[str, str]:
+    """A web process's environment: glibc gets two malloc arenas instead of one per thread (each
+    websocket has a thread for its database work), so memory freed after a burst can be returned."""
+    return {"MALLOC_ARENA_MAX": "2", **base}
+
+
 def web_commands(host: str, port: int, count: int) -> tuple[list[tuple[list[str], tuple[int, ...]]], socket.socket | None]:
     """daphne commands for `count` processes: one binds the port itself; several share one listening
     socket (the kernel hands each new connection to one of them), so requests and websockets spread
@@ -93,7 +99,7 @@ class Command(BaseCommand):
                                              + (f" ({count} web processes)" if count > 1 else "")))
         webs, listener = web_commands(host, port, count)  # the listener stays open while they serve
         for command, fds in webs:
-            processes.append(subprocess.Popen(command, pass_fds=fds))
+            processes.append(subprocess.Popen(command, pass_fds=fds, env=web_environment(dict(os.environ))))
         web = processes[-1]
 
         def stop(signum, frame):
