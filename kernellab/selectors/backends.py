@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from kernellab.models import Problem, SearchRun, Verification, VerificationState
-from kernellab.selectors.problems import bundled_dir
+from kernellab.selectors.problems import problem_records_file
 from kernellab.selectors.workers import queue_has_live_worker, queue_worker_sentence
 
 BACKENDS = ("auto", "replay", "cupy", "pycuda")
@@ -39,9 +39,7 @@ class BackendChoice:
 
 
 def problem_has_recordings(*, problem: Problem, gpu: str) -> bool:
-    if not problem.bundled:
-        return False
-    return (bundled_dir() / problem.name / "records" / f"{gpu}.jsonl.gz").is_file()
+    return problem_records_file(problem, gpu).is_file()
 
 
 def backend_choice(*, problem: Problem, backend: str, target_gpu: str) -> BackendChoice:

@@ -7,7 +7,7 @@ import random
 from django.conf import settings
 
 from kernellab.models import Verification
-from kernellab.selectors.problems import bundled_dir
+from kernellab.selectors.problems import problem_records_root
 from kernellab.services.problems import problem_spec
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,8 @@ def runner_backend(run) -> str:
 
 
 def records_root_for(problem) -> str | None:
-    return str(bundled_dir()) if problem.bundled else None
+    root = problem_records_root(problem)
+    return str(root) if problem.bundled or (root / problem.name / "records").is_dir() else None
 
 
 def measure_for_verification(verification: Verification) -> tuple[dict, list[dict]]:

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from kernellab.models import ApprovalMode, SearchRun
 from kernellab.services.errors import ServiceError
-from kernellab.services.problems import bundled_dir, problem_spec
+from kernellab.services.problems import problem_spec
 
 
 class RunContext:
@@ -25,13 +25,12 @@ class RunContext:
 
     @cached_property
     def replay_records(self) -> dict[str, dict]:
-        """Recorded measurements of this problem by source hash (bundled problems only)."""
-        if not self.problem.bundled:
-            return {}
+        """Recorded measurements of this problem by source hash (bundled, or imported with its folder)."""
         from gpu_runner.backends.replay import read_records
 
-        folder = bundled_dir() / self.problem.name / "records"
-        path = folder / f"{self.run.target_gpu}.jsonl.gz"
+        from kernellab.selectors.problems import problem_records_file
+
+        path = problem_records_file(self.problem, self.run.target_gpu)
         table: dict[str, dict] = {}
         if path.exists():
             for record in read_records(path):

@@ -1,0 +1,104 @@
+"""Search a problem folder or an uploaded problem headless, with the web app's driver, generators,
+surrogates and runner, into the same database; writes a JSON and a text report."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from kernellab.models import Membership, Role
+from kernellab.services.errors import ServiceError
+from kernellab.services.headless_search import UNBOUNDED_GPU_BUDGET, SearchProgress, problem_find, problem_from_folder, search_headless
+from kernellab.services.lab import lab_workspace_for_command
+from kernellab.services.run_context import GENERATOR_BUILDERS
+from kernellab.services.surrogates import SURROGATE_BUILDERS
+from kernellab.selectors.backends import BACKENDS
+
+BAR_WIDTH = 30
+
+
+class Command(BaseCommand):
+    help = ("Search a problem folder (problem.toml, reference.cu, family.cu) or an uploaded problem (id or name) "
+            "headless; the run shows up in the explorer.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("problem", help="a problem folder, or an uploaded problem's id or name")
+        parser.add_argument("--budget", type=int, help="GPU measurements to spend (default 40, or unbounded with --seconds)")
+        parser.add_argument("--seconds", type=float, help="stop after this many seconds of searching")
+        parser.add_argument("--backend", default="auto", choices=BACKENDS)
+        parser.add_argument("--generator", choices=tuple(GENERATOR_BUILDERS),
+                            help="default: template for a problem with knobs, else transform")
+        parser.add_argument("--surrogate", default="learned", choices=tuple(SURROGATE_BUILDERS))
+        parser.add_argument("--children", type=int, default=4, help="candidates per expansion")
+        parser.add_argument("--screening-width", type=int, default=0, help="candidates proposed at the root (0: off)")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--workspace", help="the workspace (default: the only workspace)")
+        parser.add_argument("--user", help="whose run it is (default: the workspace's first admin)")
+        parser.add_argument("--out", help="folder for report.json and report.txt (default: print the text report only)")
+
+    def handle(self, *args, problem, budget, seconds, backend, generator, surrogate, children, screening_width,
+               seed, workspace, user, out, **options):
+        try:
+            target = lab_workspace_for_command(workspace)
+            person = self._user(target, user)
+            folder = Path(problem)
+            if folder.is_dir():
+                found = problem_from_folder(workspace=target, user=person, folder=folder)
+            else:
+                found = problem_find(workspace=target, key=problem)
+            self.stdout.write(f"Searching {found.name} in {target.slug}"
+                              + (f" for {seconds:g} s" if seconds else "") + (f", {budget} GPU measurements" if budget else ""))
+            report = search_headless(problem=found, user=person, gpu_budget=budget, seconds=seconds, backend=backend,
+                                     generator=generator, surrogate=surrogate, children_per_step=children,
+                                     screening_width=screening_width, seed=seed, on_progress=self._progress_printer())
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
+        if self.stdout.isatty():
+            self.stdout.write("")
+        text = report.text()
+        self.stdout.write(text, ending="")
+        self.stdout.write(f"Explore it at /runs/{report.run_id}/")
+        if out:
+            folder = Path(out)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+            (folder / "report.txt").write_text(text)
+            self.stdout.write(f"Report written to {folder / 'report.json'} and {folder / 'report.txt'}")
+        if report.status == "failed":
+            raise CommandError(f"The search failed: {report.status_reason}")
+
+    def _user(self, workspace, username: str | None):
+        if username:
+            person = get_user_model().objects.filter(username=username).first()
+            if person is None:
+                raise ServiceError(f"No user {username!r}.")
+            return person
+        membership = (Membership.objects.filter(workspace=workspace, role=Role.ADMIN).select_related("user")
+                      .order_by("pk").first())
+        if membership is None:
+            raise ServiceError(f"{workspace.name} has no admin; pass --user.")
+        return membership.user
+
+    def _progress_printer(self):
+        tty = self.stdout.isatty()
+
+        def show(progress: SearchProgress) -> None:
+            if progress.seconds:
+                done = min(1.0, progress.elapsed_s / progress.seconds)
+            else:
+                done = min(1.0, progress.measurements / max(1, progress.gpu_budget))
+            best = f"{progress.best_speedup:.3f}x" if progress.best_speedup else "-"
+            budget = "" if progress.gpu_budget >= UNBOUNDED_GPU_BUDGET else f"/{progress.gpu_budget}"
+            numbers = (f"step {progress.step}  measured {progress.measurements}{budget}  "
+                       f"nodes {progress.nodes}  best {best}  {progress.elapsed_s:.0f} s")
+            if tty:
+                filled = int(round(done * BAR_WIDTH))
+                self.stdout.write(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {numbers}", ending="")
+                sys.stdout.flush()
+            else:
+                self.stdout.write(f"{100 * done:3.0f}% {numbers}")
+
+        return show

@@ -1,0 +1,98 @@
+"""manage.py search: a problem folder or an uploaded problem searched headless, through the web
+app's run services, on the replay backend with the recorded H200 measurements of saxpy."""
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from kernellab.models import Node, NodeState, Problem, RunStatus, SearchRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SAXPY = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems" / "saxpy"
+
+
+@pytest.fixture
+def lab(settings, tmp_path, members):
+    settings.DATA_DIR = tmp_path / "data"  # the bundled problems stay: the learned surrogate trains on them
+    return members
+
+
+def _search(*args) -> str:
+    out = io.StringIO()
+    call_command("search", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_a_problem_folder_is_uploaded_searched_on_replay_and_reported(lab, tmp_path):
+    printed = _search(str(SAXPY), "--backend", "replay", "--budget", "6", "--surrogate", "roofline",
+                      "--out", str(tmp_path / "report"))
+    run = SearchRun.objects.get()
+    assert run.problem.name == "saxpy" and not run.problem.bundled
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert run.generator == "template" and run.backend == "replay" and run.gpu_budget == 6
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    measured = Node.objects.filter(run=run, state=NodeState.MEASURED).exclude(origin="root")
+    assert report["run_id"] == run.pk
+    assert report["candidates_measured"] == measured.count() > 0
+    assert report["candidates_generated"] == Node.objects.filter(run=run).exclude(origin="root").count()
+    assert report["measurements_requested"] <= 6
+    best = max(measured, key=lambda n: n.speedup)
+    if best.speedup > 1:
+        assert report["best_speedup"] == pytest.approx(best.speedup)
+        assert report["best_source"] == best.kernel.source and "saxpy_family" in report["best_source"]
+    assert report["wall_s"] >= report["compile_s"] + report["measure_s"] - 1e-6
+    assert "measured" in printed and f"/runs/{run.pk}/" in printed
+    assert (tmp_path / "report" / "report.txt").read_text().startswith("Search of saxpy")
+
+
+def test_progress_is_one_line_per_step_when_not_on_a_terminal(lab):
+    printed = _search(str(SAXPY), "--backend", "replay", "--budget", "4", "--surrogate", "roofline")
+    steps = [line for line in printed.splitlines() if line.lstrip().startswith(tuple("0123456789")) and "step " in line]
+    run = SearchRun.objects.get()
+    assert len(steps) == run.driver_state["step"] and "\r" not in printed
+
+
+def test_an_uploaded_problem_is_found_by_name_and_searched_again_in_a_second_run(lab):
+    _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline")
+    _search("saxpy", "--backend", "replay", "--budget", "2", "--surrogate", "roofline")
+    assert Problem.objects.count() == 1 and SearchRun.objects.count() == 2
+    assert all(run.status == RunStatus.FINISHED for run in SearchRun.objects.all())
+
+
+def test_a_time_budget_ends_the_run_and_says_so(lab):
+    _search(str(SAXPY), "--backend", "replay", "--seconds", "0.001", "--surrogate", "roofline", "--generator", "transform")
+    run = SearchRun.objects.get()
+    assert run.status == RunStatus.FINISHED
+    assert "time budget of 0.001 s is spent" in run.status_reason
+    assert run.driver_state["step"] == 1
+
+
+def test_a_changed_folder_with_the_name_of_an_uploaded_problem_is_refused(lab, tmp_path):
+    _search(str(SAXPY), "--backend", "replay", "--budget", "1", "--surrogate", "roofline")
+    changed = tmp_path / "saxpy"
+    shutil.copytree(SAXPY, changed)
+    (changed / "reference.cu").write_text((SAXPY / "reference.cu").read_text().replace("a * x[i]", "x[i] * a"))
+    with pytest.raises(CommandError, match="already has a different problem named saxpy"):
+        _search(str(changed), "--backend", "replay", "--budget", "1")
+
+
+def test_an_unknown_problem_names_the_ones_there_are(lab):
+    with pytest.raises(CommandError, match="has no problem 'nope'"):
+        _search("nope")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_progress_is_one_bar_redrawn_in_place(lab):
+    out = _Terminal()
+    call_command("search", str(SAXPY), "--backend", "replay", "--budget", "4", "--surrogate", "roofline", stdout=out)
+    bars = out.getvalue().split("\r")[1:]
+    assert len(bars) == SearchRun.objects.get().driver_state["step"]
+    assert bars[-1].startswith("[" + "#" * 30 + "]") and "measured 4/4" in bars[-1]
