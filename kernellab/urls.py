@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from kernellab.forms import LoginForm
+from kernellab.views.problem_knobs import problem_knobs_page
 from kernellab.views import docs, explorer, lab, members, pages, problems, runs
 
 urlpatterns = [
@@ -31,6 +32,7 @@ urlpatterns = [
     path("w/<slug:slug>/problems/new-pytorch", problems.problem_upload_pytorch, name="problem-upload-pytorch"),
     path("docs/spec", docs.spec_reference, name="spec-reference"),
     path("problems/<int:problem_id>/", problems.problem_detail, name="problem-detail"),
+    path("problems/<int:problem_id>/knobs", problem_knobs_page, name="problem-knobs"),
     path("problems/<int:problem_id>/runs/new", runs.run_new, name="run-new"),
     path("runs/<int:run_id>/", explorer.run_explorer, name="run-explorer"),
     path("runs/<int:run_id>/tree.json", explorer.run_tree_json, name="run-tree"),
