@@ -18,7 +18,20 @@ _OPTION_PATTERNS = [
     (re.compile(r"^-{1,2}std=c\+\+(17|20)$"), lambda m: f"--std=c++{m.group(1)}"),
     (re.compile(r"^-lineinfo$"), lambda m: "-lineinfo"),
     (re.compile(r"^--extra-device-vectorization$"), lambda m: "--extra-device-vectorization"),
+    (re.compile(r"^-{1,2}expt-relaxed-constexpr$"), lambda m: "--expt-relaxed-constexpr"),
+    # The architecture-specific target (sm_90a) that wgmma and TMA instructions need.
+    (re.compile(r"^(?:-arch|--gpu-architecture)=(sm_\d+a)$"), lambda m: f"--gpu-architecture={m.group(1)}"),
 ]
+_ARCH_OPTION = re.compile(r"^--gpu-architecture=(sm_\d+a)$")
+
+
+def arch_option(options: tuple[str, ...] | list[str]) -> str | None:
+    """The architecture a candidate asks for in its compile options ('sm_90a'), or None."""
+    for option in nvrtc_options(options):
+        match = _ARCH_OPTION.match(option)
+        if match:
+            return match.group(1)
+    return None
 
 
 def nvrtc_options(options: tuple[str, ...] | list[str]) -> list[str]:
@@ -36,8 +49,9 @@ def nvrtc_options(options: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def nvcc_options(options: tuple[str, ...] | list[str]) -> list[str]:
+    """Candidate options for nvcc; the architecture is left out (the caller passes one -arch)."""
     translated = nvrtc_options(options)   # checks the whitelist
-    return [o.replace("--maxrregcount", "-maxrregcount") for o in translated]
+    return [o.replace("--maxrregcount", "-maxrregcount") for o in translated if not _ARCH_OPTION.match(o)]
 
 
 @dataclass(frozen=True)

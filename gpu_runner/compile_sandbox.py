@@ -2,7 +2,7 @@
 
 nvcc runs under bubblewrap (Debian's `bubblewrap` package): a new mount namespace with `/usr` (the
 host compiler, the system headers and a system CUDA toolkit), the toolkit that `find_tool` chose, the
-allowed include directory (KERNELLAB_INCLUDE_DIR) read-only, the compile's scratch folder as the only
+allowed include directories (the CUTLASS/CuTe headers and KERNELLAB_INCLUDE_DIR) read-only, the compile's scratch folder as the only
 writable place, an empty /tmp, no network, no other process, and a cleared environment. Files such as
 the project's `data/` folder, `/etc` or a home directory do not exist inside it.
 
@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from .directives import allowed_include_dir
+from .directives import allowed_include_dirs
 
 
 class SandboxUnavailable(RuntimeError):
@@ -122,7 +122,5 @@ def sandboxed(argv: Sequence[str], scratch: str, tools: Sequence[str] = ()) -> l
     if sandbox_status().mode != "bwrap":
         return list(argv)
     read_only = toolkit_roots([argv[0], *tools])
-    extra = allowed_include_dir()
-    if extra is not None:
-        read_only.append(str(extra))
+    read_only += [str(extra) for extra in allowed_include_dirs() if str(extra) not in read_only]
     return _bwrap_command(argv, scratch, read_only)

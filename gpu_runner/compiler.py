@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .compile_sandbox import sandboxed
-from .directives import allowed_include_dir, find_forbidden_directive
+from .cutlass_headers import cutlass_include_dir, cutlass_version, uses_cutlass
+from .directives import allowed_include_dirs, find_forbidden_directive
 from .result import CompileDiagnostic, CompileReport, CompilerFacts
 
 DEFAULT_ARCH = "sm_90"
@@ -87,8 +88,13 @@ def nvcc_version() -> str:
 
 
 def include_flags() -> list[str]:
-    extra = allowed_include_dir()
-    return ["-I", str(extra)] if extra is not None else []
+    """-I for each allowed header folder (CUTLASS/CuTe first), for nvcc and NVRTC alike."""
+    return [f"-I{extra}" for extra in allowed_include_dirs()]
+
+
+def cutlass_flags(source: str) -> list[str]:
+    """What CuTe and CUTLASS need beyond C++17: constexpr functions called from device code."""
+    return ["--expt-relaxed-constexpr"] if uses_cutlass(source) else []
 
 
 _QUOTED = re.compile(r'"[^"\n]*"|\'[^\'\n]*\'')
@@ -235,10 +241,13 @@ def cache_dir() -> Path:
 def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
                   sass: bool = True, use_cache: bool = True, timeout_s: float = 180.0) -> CompileOutput:
     """Compile `source` to a cubin for `arch` with nvcc; never raises for a bad source."""
-    from .candidate import nvcc_options
+    from .candidate import arch_option, nvcc_options
 
+    arch = arch_option(list(options)) or arch
     flags = ["-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas", "-v", *nvcc_options(list(options))]
-    key = hashlib.sha256(json.dumps([source, flags, nvcc_version(), sass]).encode()).hexdigest()
+    flags += [flag for flag in cutlass_flags(source) if flag not in flags]
+    key = hashlib.sha256(json.dumps([source, flags, include_flags(), nvcc_version(), cutlass_version(),
+                                     sass]).encode()).hexdigest()
     cached = cache_dir() / key[:2] / key
     if use_cache and (cached / "report.json").is_file():
         try:
@@ -273,6 +282,8 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
         tail = log.strip().splitlines()[-1] if log.strip() else "nvcc failed without a message"
         diagnostics.append(CompileDiagnostic(None, tail))
     facts = parse_ptxas(log) if ok else None
+    if facts is not None and cutlass_include_dir() is not None:
+        facts.cutlass = cutlass_version()
     if facts is not None and sass and cubin is not None:
         try:
             per_kernel = sass_counts(cubin)

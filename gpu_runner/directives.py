@@ -2,7 +2,7 @@
 
 A candidate, a hand-written child or an uploaded reference may include only headers from an
 allow-list (the C/C++ standard library, the CUDA toolkit's headers, and the allow-listed include
-directory, see `allowed_include_dir`). The check reads the source as the preprocessor does before it
+directories, see `allowed_include_dirs`). The check reads the source as the preprocessor does before it
 looks for directives: trigraphs and digraphs are translated, backslash-newlines are spliced, comments
 are removed (string and character literals are respected), so `%:include`, `??=include`, `#include \\`
 + newline + path, and a directive hidden behind a comment all read as `#include`. The argument must be
@@ -10,7 +10,7 @@ a literal `<header>`: a quoted path, a macro (`#define P "..." / #include P`), `
 `#import`, `#include_next`, `#embed` and `__has_include` of a header outside the list are refused.
 
 This is the second of three layers (docs/security.md): every
-compile also runs in a sandbox that sees only the toolkit and the allowed include directory, and
+compile also runs in a sandbox that sees only the toolkit and the allowed include directories, and
 compiler messages about other files are stripped of quoted text.
 """
 from __future__ import annotations
@@ -49,10 +49,19 @@ _CUDA_HEADER = re.compile(r"^(?:cuda|cuda_[\w]+|cuComplex|math_constants|math_fu
                           r"driver_types|library_types|nvfunctional|cudaTypedefs|cublas[\w]*)\.(?:h|hpp|cuh)$")
 
 
-def allowed_include_dir() -> Path | None:
-    """The one extra include directory (KERNELLAB_INCLUDE_DIR, e.g. CUTLASS) that sources may read."""
+def allowed_include_dirs() -> list[Path]:
+    """The header folders beyond the toolkit that sources may read, in search order: the CUTLASS/CuTe
+    headers of the `nvidia-cutlass` wheel, then KERNELLAB_INCLUDE_DIR (folders separated by os.pathsep)."""
+    from .cutlass_headers import cutlass_include_dir
+
+    dirs = [cutlass_include_dir()]
     value = os.environ.get("KERNELLAB_INCLUDE_DIR", "").strip()
-    return Path(value).resolve() if value else None
+    dirs += [Path(part).resolve() for part in value.split(os.pathsep) if part.strip()]
+    unique: list[Path] = []
+    for directory in dirs:
+        if directory is not None and directory not in unique:
+            unique.append(directory)
+    return unique
 
 
 @lru_cache(maxsize=64)
@@ -77,8 +86,7 @@ def header_allowed(name: str, *, extension: bool = False) -> bool:
         return True
     if "/" in name and name.split("/", 1)[0] in _ALLOWED_DIRS:
         return True
-    extra = allowed_include_dir()
-    return extra is not None and _in_extra_dir(str(extra), name)
+    return any(_in_extra_dir(str(extra), name) for extra in allowed_include_dirs())
 
 
 def translate(source: str, *, comments: bool = False) -> str:

@@ -53,6 +53,7 @@ class CompilerFacts:
     stack_bytes: int | None = None
     sass: dict[str, int] = field(default_factory=dict)
     kernels: dict[str, dict[str, int]] = field(default_factory=dict)
+    cutlass: str | None = None      # the CUTLASS/CuTe headers' version on the include path, if any
 
 
 @dataclass

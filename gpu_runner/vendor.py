@@ -1,6 +1,7 @@
 """Vendor baselines named by a problem's `[vendor] kind`, timed like any candidate (CuPy only).
 
 - cublas_sgemm: C = A @ B (row-major, fp32) through cuBLAS (cupy.matmul).
+- cublas_hgemm: C = A @ B (row-major, fp16, fp32 accumulation) through cuBLAS (cupy.matmul).
 - cublas_sgemv: y = A @ x (A row-major fp32, x a vector) through cuBLAS (cupy.matmul).
 - cupy_sum: out[0] = sum(x).
 - cupy_transpose: out = x.T materialised (cupy.copyto).
@@ -25,7 +26,7 @@ def vendor_candidate(problem: Problem) -> Candidate:
 
 
 def _operation(kind: str, cp: Any, ins: list, out: Any) -> Callable[[], None]:
-    if kind in ("cublas_sgemm", "cublas_sgemv"):
+    if kind in ("cublas_sgemm", "cublas_hgemm", "cublas_sgemv"):
         a, b = ins
         return lambda: cp.matmul(a, b, out=out)
     x = ins[0]

@@ -4,7 +4,7 @@ from django.urls import path
 
 from kernellab.forms import LoginForm
 from kernellab.views.problem_knobs import problem_knobs_page
-from kernellab.views import docs, explorer, lab, members, pages, problems, runs
+from kernellab.views import cutlass, docs, explorer, lab, members, pages, problems, runs
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -31,6 +31,8 @@ urlpatterns = [
     path("w/<slug:slug>/problems/new", problems.problem_upload, name="problem-upload"),
     path("w/<slug:slug>/problems/new-pytorch", problems.problem_upload_pytorch, name="problem-upload-pytorch"),
     path("docs/spec", docs.spec_reference, name="spec-reference"),
+    path("cutlass/", cutlass.cutlass_search_page, name="cutlass-search"),
+    path("cutlass/file", cutlass.cutlass_file_page, name="cutlass-file"),
     path("problems/<int:problem_id>/", problems.problem_detail, name="problem-detail"),
     path("problems/<int:problem_id>/knobs", problem_knobs_page, name="problem-knobs"),
     path("problems/<int:problem_id>/runs/new", runs.run_new, name="run-new"),

@@ -128,8 +128,9 @@ class LLMClient:
         self._semaphore = threading.BoundedSemaphore(max(1, self.max_concurrency))
 
     def chat(self, messages: list[dict], *, tool: dict | None = None, max_tokens: int | None = None,
-             temperature: float | None = None, seed: int | None = None) -> ChatAnswer:
-        """One chat completion; with a tool, the call is forced (tool_choice names the function)."""
+             temperature: float | None = None, seed: int | None = None, force_tool: bool = True) -> ChatAnswer:
+        """One chat completion; with a tool, the call is forced (tool_choice names the function) unless
+        `force_tool` is False, when the model may call it or answer in text."""
         answer = ChatAnswer()
         if self.fold_system:
             messages = fold_system_message(messages)
@@ -150,7 +151,8 @@ class LLMClient:
                 kwargs["extra_body"] = self.extra_body
             if use_tools:
                 kwargs["tools"] = [tool]
-                kwargs["tool_choice"] = {"type": "function", "function": {"name": tool["function"]["name"]}}
+                kwargs["tool_choice"] = ({"type": "function", "function": {"name": tool["function"]["name"]}}
+                                         if force_tool else "auto")
             if self.budget is not None and not self.budget.take():
                 answer.error = f"The run's budget of {self.budget.limit} LLM calls is spent."
                 attempt -= 1

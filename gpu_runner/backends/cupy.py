@@ -9,7 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..candidate import nvrtc_options
+from ..candidate import arch_option, nvrtc_options
+from ..compiler import compile_cubin, cutlass_flags, include_flags
 from ..hardware import describe
 from ..result import Hardware
 from .base import Buffer, CompileFailed, Device
@@ -49,8 +50,14 @@ class CupyDevice(Device):
     def compile(self, source: str, options: Sequence[str], kernel_names: Sequence[str]) -> Any:
         from cupy.cuda.compiler import CompileException
 
-        module = self.cp.RawModule(code=source, options=tuple(nvrtc_options(options)) + ("--std=c++17",),
-                                   backend="nvrtc")
+        if arch_option(list(options)):
+            # RawModule picks the device's architecture itself; an sm_90a build goes through nvcc.
+            output = compile_cubin(source, options, sass=False)
+            if output.cubin is None:
+                raise CompileFailed(output.report.log)
+            return self.load_cubin(output.cubin)
+        flags = tuple(nvrtc_options(options)) + ("--std=c++17", *cutlass_flags(source), *include_flags())
+        module = self.cp.RawModule(code=source, options=flags, backend="nvrtc")
         try:
             module.compile()
         except CompileException as exc:

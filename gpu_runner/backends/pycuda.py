@@ -7,7 +7,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..candidate import nvcc_options
+from ..candidate import arch_option, nvcc_options
+from ..compiler import cutlass_flags
+from ..directives import allowed_include_dirs
 from ..hardware import describe
 from ..result import Hardware
 from .base import Buffer, CompileFailed, Device
@@ -48,8 +50,9 @@ class PycudaDevice(Device):
 
         major, minor = self.dev.compute_capability()
         try:
-            return SourceModule(source, options=nvcc_options(options) + ["-std=c++17"], no_extern_c=True,
-                                arch=f"sm_{major}{minor}")
+            return SourceModule(source, options=nvcc_options(options) + ["-std=c++17", *cutlass_flags(source)],
+                                no_extern_c=True, arch=arch_option(list(options)) or f"sm_{major}{minor}",
+                                include_dirs=[str(d) for d in allowed_include_dirs()])
         except self.cuda.CompileError as exc:
             raise CompileFailed(f"{exc.stderr or ''}\n{exc.stdout or ''}\n{exc}") from None
 

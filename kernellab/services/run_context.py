@@ -130,7 +130,12 @@ def _transform_generator(context: RunContext):
 def _llm_generator(context: RunContext):
     from search_engine.generators.llm import LLMGenerator
 
-    return LLMGenerator(llm_client("generator", budget=context.llm_budget), feedback=context.run.feedback)
+    from kernellab.selectors.cutlass import cutlass_index_path, cutlass_search_text
+
+    # The model may search the CUTLASS/CuTe headers where the index is built (manage.py cutlass_index).
+    code_search = cutlass_search_text if cutlass_index_path().is_file() else None
+    return LLMGenerator(llm_client("generator", budget=context.llm_budget), feedback=context.run.feedback,
+                        code_search=code_search)
 
 
 # The run form offers these, in this order.

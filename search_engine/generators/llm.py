@@ -3,11 +3,17 @@
 
 An answer without code, with a kernel that does not fit the launch plan, or garbled, becomes a failed
 proposal with the reason; an endpoint that does not answer too. Never fatal.
+
+Given a code search (`code_search(query) -> text`, the CUTLASS/CuTe index where the web app has one),
+the model is first offered the function `search_cutlass(query)`: if it calls it, the results are shown
+to it and a second call asks for the kernel, so what it found goes into the proposal.
 """
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 from search_engine.candidates import candidate_hash, make_candidate, signature_problem
 from search_engine.generators.base import Proposal, ProposalContext
@@ -21,13 +27,14 @@ class LLMGenerator:
     name = "llm"
 
     def __init__(self, client: LLMClient, *, feedback: str = "notes", temperature: float = 0.8,
-                 max_tokens: int | None = None) -> None:
+                 max_tokens: int | None = None, code_search: Callable[[str], str] | None = None) -> None:
         if feedback not in FEEDBACK_MODES:
             raise ValueError(f"Feedback must be one of {', '.join(FEEDBACK_MODES)}.")
         self.client = client
         self.feedback = feedback
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.code_search = code_search
 
     def propose(self, context: ProposalContext, n: int) -> list[Proposal]:
         messages = generator_messages(context, feedback=self.feedback)
@@ -50,7 +57,21 @@ class LLMGenerator:
         return out
 
     def _one(self, context: ProposalContext, messages: list[dict], seed: int) -> Proposal:
-        answer = self.client.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature, seed=seed)
+        searched = None
+        if self.code_search is not None:
+            answer = self.client.chat(messages, tool=SEARCH_CUTLASS_TOOL, force_tool=False, max_tokens=self.max_tokens,
+                                      temperature=self.temperature, seed=seed)
+            query = _search_query(answer)
+            if query is None or answer.error:
+                searched = answer   # answered in text (or failed): that is the proposal
+            else:
+                messages = messages + [
+                    {"role": "assistant", "content": f"search_cutlass({json.dumps(query)})"},
+                    {"role": "user", "content": f"Results of search_cutlass({json.dumps(query)}) in the CUTLASS/CuTe "
+                                                f"headers and examples:\n\n{self.code_search(query)}\n\nNow answer "
+                                                "with the kernel as asked above."}]
+        answer = searched or self.client.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                                              seed=seed)
         cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}
         if answer.error:
             return Proposal(None, failure=answer.error, **cost)
@@ -90,3 +111,23 @@ def _launch_problem(candidate) -> str | None:
                 or not 1 <= len(step["grid"]) <= 3 or not 1 <= len(step["block"]) <= 3:
             return "A launch step's grid and block must be lists of one to three expressions."
     return None
+
+
+SEARCH_CUTLASS_TOOL = {"type": "function", "function": {
+    "name": "search_cutlass",
+    "description": ("Search the CUTLASS and CuTe C++ headers and examples (included as <cute/...> and "
+                    "<cutlass/...>) for building blocks; returns ranked snippets with file and line."),
+    "parameters": {"type": "object", "properties": {"query": {
+        "type": "string", "description": "words or identifiers, e.g. 'tiled copy' or 'mma atom sm90'"}},
+        "required": ["query"]}}}
+
+
+def _search_query(answer) -> str | None:
+    """The query of a search_cutlass call, or None when the model answered without one."""
+    if answer.tool_name != "search_cutlass" or not answer.tool_arguments:
+        return None
+    try:
+        query = json.loads(answer.tool_arguments).get("query")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return query.strip()[:200] if isinstance(query, str) and query.strip() else None

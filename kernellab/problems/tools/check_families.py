@@ -36,7 +36,7 @@ NUMPY_DTYPES = {"float32": "float32", "float64": "float64", "int32": "int32", "i
 # --- expected outputs (float64 or exact), one function per problem -----------------------------
 
 def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
-    if name == "sgemm":
+    if name in ("sgemm", "hgemm"):
         return {"C": cp.matmul(inputs["A"].astype(cp.float64), inputs["B"].astype(cp.float64))}
     if name == "reduce_sum":
         return {"out": inputs["x"].astype(cp.float64).sum().reshape(1)}
@@ -67,7 +67,7 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
 
 
 def vendor_call(cp, kind: str, inputs: dict, outputs: dict):
-    if kind == "cublas_sgemm":
+    if kind in ("cublas_sgemm", "cublas_hgemm"):
         return lambda: cp.matmul(inputs["A"], inputs["B"], out=outputs["C"])
     if kind == "cublas_sgemv":
         return lambda: cp.matmul(inputs["A"], inputs["x"], out=outputs["y"])
@@ -240,7 +240,9 @@ def worker(args) -> int:
                 module = cp.RawModule(code=variant.source, options=("--std=c++17",))
                 record["compiled"] = "nvrtc"
             modules = [module]
-            if nvrtc_every and i % nvrtc_every == 0 and record["compiled"] == "nvcc":
+            # NVRTC here targets the device's own architecture; sm_90a families are checked from nvcc's cubins.
+            arch_specific = any(o.startswith("-arch=") for o in problem.family.get("compile_options", []))
+            if nvrtc_every and i % nvrtc_every == 0 and record["compiled"] == "nvcc" and not arch_specific:
                 modules.append(cp.RawModule(code=variant.source, options=("--std=c++17",)))
                 record["nvrtc_too"] = True
             errors = []

@@ -28,13 +28,13 @@ _RESOURCES = re.compile(
     r"|Compiling entry function '(\w+)'|Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
 
 
-def nvcc_compile(source: str, cubin: Path) -> dict:
-    """Compile to a cubin for sm_90; returns registers/spills per kernel or the error."""
+def nvcc_compile(source: str, cubin: Path, flags: list[str]) -> dict:
+    """Compile to a cubin with the family's flags (sm_90 by default); registers/spills per kernel or the error."""
     with tempfile.TemporaryDirectory() as tmp:
         cu = Path(tmp) / "variant.cu"
         cu.write_text(source)
         proc = subprocess.run(
-            ["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(cubin), str(cu)],
+            ["nvcc", *flags, "-std=c++17", "-cubin", "-Xptxas", "-v", "-o", str(cubin), str(cu)],
             capture_output=True, text=True)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
@@ -82,7 +82,7 @@ def main() -> int:
 
         def work(item):
             i, variant = item
-            facts = nvcc_compile(variant.source, folder / f"{i}.cubin")
+            facts = nvcc_compile(variant.source, folder / f"{i}.cubin", problem.nvcc_flags())
             return i, {"knobs": variant.knobs, "source_hash": variant.source_hash, **facts}
 
         with ThreadPoolExecutor(args.jobs) as pool:

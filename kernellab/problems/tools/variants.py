@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -96,6 +97,16 @@ class Problem:
         bind(0)
         return valid
 
+    def nvcc_flags(self) -> list[str]:
+        """The family's compile options as nvcc flags: its -arch (sm_90 unless it asks for sm_90a) and,
+        where it uses CuTe/CUTLASS, the headers of the nvidia-cutlass wheel."""
+        options = list(self.family.get("compile_options", []))
+        arch = next((o for o in options if o.startswith("-arch=")), "-arch=sm_90")
+        flags = [arch] + [o for o in options if not o.startswith("-arch=")]
+        if re.search(r"#include\s*<(?:cute|cutlass)/", self.family_source or ""):
+            flags.append(f"-I{cutlass_include_dir()}")
+        return flags
+
     def render(self, knobs: dict) -> Variant:
         lines = []
         for name, value in knobs.items():
@@ -144,6 +155,16 @@ def _substitute_step(step: dict, knobs: dict) -> dict:
         "shared": _substitute(step.get("shared", "0"), knobs),
         "args": list(step["args"]),
     }
+
+
+def cutlass_include_dir() -> Path:
+    """The CUTLASS/CuTe headers of the nvidia-cutlass wheel (cutlass_library/source/include)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the nvidia-cutlass wheel is not installed (pip install nvidia-cutlass)")
+    return Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
 
 
 def load(folder: Path) -> Problem:

@@ -1,0 +1,81 @@
+"""The CUTLASS/CuTe headers of the nvidia-cutlass wheel: allowed, on the include path, indexed, compiled."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gpu_runner import compiler
+from gpu_runner.cutlass_headers import cutlass_include_dir, cutlass_source_root, cutlass_version
+from gpu_runner.cutlass_index import build_index, read_indexed_file, search_index
+from gpu_runner.directives import allowed_include_dirs, check_directives
+
+needs_cutlass = pytest.mark.skipif(cutlass_source_root() is None, reason="the nvidia-cutlass wheel is not installed")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not compiler._wheel_bins(),
+                                reason="nvcc is not installed")
+
+CUTE_KERNEL = """#include <cute/tensor.hpp>
+using namespace cute;
+
+extern "C" __global__ void scale_cute(const float* x, float* y, int n) {
+    Tensor gx = make_tensor(make_gmem_ptr(x), make_shape(n));
+    Tensor gy = make_tensor(make_gmem_ptr(y), make_shape(n));
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < size(gx)) gy(i) = 2.0f * gx(i);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    if cutlass_source_root() is None:
+        pytest.skip("the nvidia-cutlass wheel is not installed")
+    database = tmp_path_factory.mktemp("cutlass") / "index.sqlite3"
+    build_index(cutlass_source_root(), database, version=cutlass_version() or "")
+    return database
+
+
+@needs_cutlass
+def test_the_wheel_headers_are_allowed_and_on_the_include_path_with_a_version(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_INCLUDE_DIR", str(tmp_path))
+    assert allowed_include_dirs() == [cutlass_include_dir(), tmp_path.resolve()]
+    assert f"-I{cutlass_include_dir()}" in compiler.include_flags()
+    assert check_directives(CUTE_KERNEL) is None
+    assert cutlass_version() and cutlass_version().count(".") == 2
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("tiled copy", {"include/cute/atom/copy_atom.hpp", "examples/cute/tutorial/tiled_copy.cu"}),
+    ("mma atom sm90", {"include/cute/atom/mma_traits_sm90_gmma.hpp", "include/cute/arch/mma_sm90_gmma.hpp",
+                       "include/cute/arch/mma_sm90.hpp", "include/cute/atom/mma_traits_sm90.hpp"}),
+    ("cp.async", {"include/cute/arch/copy_sm80.hpp", "include/cutlass/arch/memory_sm80.h"}),
+])
+def test_the_index_finds_the_files_that_define_a_building_block(index, query, expected):
+    hits = search_index(index, query, limit=5)
+    assert expected & {hit.path for hit in hits}, [hit.path for hit in hits]
+    top = hits[0]
+    assert top.line >= top.first_line >= 1 and top.snippet
+
+
+def test_a_query_of_words_that_nothing_holds_finds_nothing(index):
+    assert search_index(index, "zzqx qqzzy") == []
+    assert search_index(index, "  ,, ") == []
+
+
+@needs_cutlass
+@pytest.mark.parametrize("path", ["../../../../etc/passwd", "/etc/passwd", "include/../../cutlass_library/__init__.py",
+                                  "include/cute/../../../../../../etc/hostname", "tools/util/include/cutlass/util/host_tensor.h",
+                                  ""])
+def test_files_outside_the_indexed_headers_and_examples_are_refused(path):
+    with pytest.raises(PermissionError):
+        read_indexed_file(cutlass_source_root(), path)
+    assert "cute" in read_indexed_file(cutlass_source_root(), "include/cute/tensor.hpp")
+
+
+@needs_cutlass
+@needs_nvcc
+def test_a_cute_kernel_compiles_and_its_facts_name_the_cutlass_version():
+    report = compiler.compile_cubin(CUTE_KERNEL, (), sass=False, use_cache=False).report
+    assert report.ok, report.log[-2000:]
+    assert report.facts.cutlass == cutlass_version()
+    assert "scale_cute" in report.facts.kernels
