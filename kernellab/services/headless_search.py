@@ -53,6 +53,7 @@ class SearchReport:
     best_node: str | None
     best_source: str | None
     best_launch: list | None
+    winning_recipe: str | None
     candidates_generated: int
     candidates_forecast: int
     candidates_measured: int
@@ -80,7 +81,7 @@ class SearchReport:
             + (f", {self.status_reason}" if self.status_reason else ""),
             f"  generator {self.generator}, surrogate {self.surrogate}, backend {self.backend}, "
             f"GPU budget {self.gpu_budget}" + (f", {self.seconds_budget:g} s" if self.seconds_budget else ""),
-            f"  best: {best}",
+            f"  best: {best}" + (f", by the {self.winning_recipe} recipe" if self.winning_recipe else ""),
             f"  candidates: {self.candidates_generated} generated, {self.candidates_forecast} forecast, "
             f"{self.candidates_measured} measured, {self.candidates_failed} failed"
             + (f", {self.candidates_not_recorded} not in the recorded data" if self.candidates_not_recorded else ""),
@@ -288,6 +289,7 @@ def search_report(*, run: SearchRun, wall_s: float, compile_s: float, measure_s:
         best_node=best.key if best is not None else None,
         best_source=best_kernel.source if best_kernel is not None else None,
         best_launch=best_kernel.as_candidate().get("launch") if best_kernel is not None else None,
+        winning_recipe=_recipe_of(best_kernel.as_candidate().get("name") or "") if best_kernel is not None else None,
         candidates_generated=nodes.count(),
         candidates_forecast=nodes.filter(forecasts__isnull=False).distinct().count(),
         candidates_measured=nodes.filter(state=NodeState.MEASURED).count(),
@@ -300,3 +302,11 @@ def search_report(*, run: SearchRun, wall_s: float, compile_s: float, measure_s:
         other_s=round(max(0.0, wall_s - compile_s - measure_s), 3),
         counters=counters,
     )
+
+
+def _recipe_of(kernel_name: str) -> str | None:
+    from search_engine.generators.recipes import RECIPE_NAME_PREFIX
+
+    if not kernel_name.startswith(RECIPE_NAME_PREFIX):
+        return None
+    return kernel_name[len(RECIPE_NAME_PREFIX):].split(":", 1)[0]

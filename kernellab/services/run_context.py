@@ -127,6 +127,12 @@ def _transform_generator(context: RunContext):
     return TransformGenerator()
 
 
+def _recipe_generator(context: RunContext):
+    from search_engine.generators.recipes import RecipeGenerator
+
+    return RecipeGenerator()
+
+
 def _llm_generator(context: RunContext):
     from search_engine.generators.llm import LLMGenerator
 
@@ -142,6 +148,7 @@ def _llm_generator(context: RunContext):
 GENERATOR_BUILDERS: dict[str, Callable[[RunContext], object]] = {
     "template": _template_generator,
     "transform": _transform_generator,
+    "recipes": _recipe_generator,
     "llm": _llm_generator,
 }
 

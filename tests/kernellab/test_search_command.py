@@ -96,3 +96,16 @@ def test_on_a_terminal_progress_is_one_bar_redrawn_in_place(lab):
     bars = out.getvalue().split("\r")[1:]
     assert len(bars) == SearchRun.objects.get().driver_state["step"]
     assert bars[-1].startswith("[" + "#" * 30 + "]") and "measured 4/4" in bars[-1]
+
+
+def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, tmp_path):
+    _search(str(SAXPY), "--backend", "replay", "--budget", "3", "--surrogate", "roofline", "--generator", "recipes",
+            "--out", str(tmp_path / "report"))
+    run = SearchRun.objects.get()
+    children = Node.objects.filter(run=run).exclude(origin="root").select_related("kernel")
+    assert children and all(n.kernel.as_candidate()["name"].startswith("recipe vectorise: ") for n in children)
+    assert all("kl_load<VEC>" in n.kernel.source for n in children)
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    # The recorded H200 data never measured these kernels: replay says so rather than guess.
+    assert report["candidates_not_recorded"] == Node.objects.filter(run=run, state=NodeState.NOT_RECORDED).count() > 0
+    assert report["winning_recipe"] is None
