@@ -240,6 +240,10 @@ class Node(models.Model):
     forecast_bin = models.PositiveSmallIntegerField(null=True, blank=True)
     forecast_confidence = models.FloatField(null=True, blank=True)
     is_discovery = models.BooleanField(default=False)
+    # The generator's failed attempts to expand this node (reason, excerpt, step), oldest first.
+    failed_proposals = models.JSONField(default=list, blank=True)
+    # The run's change number of the last change about this node: what a cached panel is keyed by.
+    change_seq = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -241,7 +241,8 @@ class SearchDriver:
                 self.memory.add("failed", f"proposal from node {parent_id}", proposal.failure or "no candidate",
                                 "failure", parent_id)
                 self._publish(ProposalFailed(type=EventKind.PROPOSAL_FAILED, node_id=parent_id,
-                                             reason=proposal.failure, generator=getattr(self.generator, "name", "")))
+                                             reason=proposal.failure, generator=getattr(self.generator, "name", ""),
+                                             excerpt=proposal.raw_excerpt[:500], step=self.step_count))
                 continue
             child = self.tree.add_child(parent_id, proposal.candidate, proposal.rationale, step=self.step_count)
             if child is None:

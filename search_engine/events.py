@@ -48,6 +48,8 @@ class ProposalFailed(_Published):
     node_id: int  # the parent the generator was expanding
     reason: str | None
     generator: str
+    excerpt: NotRequired[str]  # the start of the unusable answer
+    step: NotRequired[int]
 
 
 class ForecastMade(_Published):

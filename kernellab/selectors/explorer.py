@@ -113,35 +113,9 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
 
 
 def node_failed_proposals(*, node: Node) -> list[dict]:
-    """The generator's failed attempts to expand this node, each with its reason, newest first, as
-    the search keeps them (a garbled or empty LLM answer, a kernel that does not fit the launch)."""
-    if not node.key.isdigit():
-        return []  # not a node of the search (its keys are the driver's node ids)
-    seq = SearchRun.objects.filter(pk=node.run_id).values_list("change_seq", flat=True).first()
-    return list(reversed(_failed_proposals_by_node(node.run_id, seq).get(int(node.key), [])))
-
-
-_FAILED_PROPOSALS: OrderedDict[tuple[int, int | None], dict[int, list]] = OrderedDict()
-
-
-def _failed_proposals_by_node(run_id: int, seq: int | None) -> dict[int, list]:
-    """Every node's failed proposals at one change number, read from the saved search once: a node
-    panel would otherwise decode the run's whole saved tree each time. Each step that changes
-    them also records a change, so the change number names the saved state."""
-    from search_engine.saved_state import SavedSearch
-
-    key = (run_id, seq)
-    cached = _FAILED_PROPOSALS.get(key)
-    if cached is None:
-        state = SearchRun.objects.filter(pk=run_id).values_list("driver_state", flat=True).first()
-        saved = SavedSearch(state)
-        cached = {node_id: saved.failed_proposals(node_id) for node_id in saved.node_ids()}
-        _FAILED_PROPOSALS[key] = cached
-        while len(_FAILED_PROPOSALS) > 16:
-            _FAILED_PROPOSALS.popitem(last=False)
-    else:
-        _FAILED_PROPOSALS.move_to_end(key)
-    return cached
+    """The generator's failed attempts to expand this node, each with its reason, newest first (a
+    garbled or empty LLM answer, a kernel that does not fit the launch)."""
+    return list(reversed(node.failed_proposals or []))
 
 
 def node_forecast(*, node: Node) -> Forecast | None:
@@ -181,6 +155,47 @@ def node_discovery(*, node: Node) -> Discovery | None:
 
 def node_children_count(*, node: Node) -> int:
     return Node.objects.filter(parent=node).count()
+
+
+@dataclass(frozen=True)
+class NodeStory:
+    """Everything a node panel reads about a node besides the node itself."""
+
+    forecast: Forecast | None
+    verifications: list
+    measurements: list
+    comments: list
+    discovery: Discovery | None
+    failed_proposals: list
+
+
+_STORIES: OrderedDict[tuple, NodeStory] = OrderedDict()
+_STORIES_LOCK = threading.Lock()
+
+
+def node_story(*, node: Node) -> NodeStory:
+    """A node's story as of its last change. Every write a panel shows (forecast, verification,
+    measurement, comment, discovery, failed proposal) records a change about the node, whose number
+    the node keeps (`Node.change_seq`), so that number names the story; a measurement of the same kernel by another run of the problem is
+    caught by the problem's latest measurement. Panels that many people open read it once."""
+    # Read now, not from `node`: a view may have written (a comment, a discovery) since it loaded it.
+    version = Node.objects.filter(pk=node.pk).values_list("updated_at", "change_seq").first()
+    latest = Measurement.objects.filter(problem_id=node.run.problem_id).aggregate(latest=Max("pk"))["latest"]
+    key = (node.pk, version, latest)
+    with _STORIES_LOCK:
+        story = _STORIES.get(key)
+        if story is not None:
+            _STORIES.move_to_end(key)
+            return story
+    story = NodeStory(
+        forecast=node_forecast(node=node), verifications=node_verifications(node=node),
+        measurements=node_measurements(node=node), comments=list(node_comments(node=node)),
+        discovery=node_discovery(node=node), failed_proposals=node_failed_proposals(node=node))
+    with _STORIES_LOCK:
+        _STORIES[key] = story
+        while len(_STORIES) > 512:
+            _STORIES.popitem(last=False)
+    return story
 
 
 def problem_runs(*, problem: Problem) -> QuerySet[SearchRun]:

@@ -46,6 +46,10 @@ def change_record(*, run: SearchRun, kind: str, payload: dict) -> RunChange:
     seq = SearchRun.objects.filter(pk=run.pk).values_list("change_seq", flat=True).get()
     run.change_seq = seq
     change = RunChange.objects.create(run=run, seq=seq, kind=kind, payload=payload)
+    # The node this change is about: a node's own changes carry its payload, the others name it.
+    node_key = payload.get("key") if kind in ("node", "forecast", "discovery") else payload.get("node")
+    if isinstance(node_key, str):
+        Node.objects.filter(run_id=run.pk, key=node_key).update(change_seq=seq)
     transaction.on_commit(lambda: _push(run.pk, change))
     return change
 

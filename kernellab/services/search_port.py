@@ -19,6 +19,7 @@ from search_engine.events import (
     ForecastMade,
     Measured,
     NodeCreated,
+    ProposalFailed,
     SearchEvent,
     StateChanged,
     StepDone,
@@ -29,6 +30,8 @@ from kernellab.models import Forecast, Node, NodeState, SearchRun
 from kernellab.services.changes import change_record, node_changed
 from kernellab.services.kernels import kernel_get_or_create
 from kernellab.services.run_context import RunContext
+
+FAILED_PROPOSALS_KEPT = 200  # the newest; a generator that keeps failing on one node says the same thing
 
 # The one table from the driver's node states to the database's; a pruned node (accepted on a
 # forecast that it is slower than its parent) is shown as pruned.
@@ -73,8 +76,7 @@ class DatabasePort:
             EventKind.DISCOVERY: self._discovery,
             EventKind.BEST_CHANGED: self._best_changed,
             EventKind.STEP: self._step_done,
-            # A failed proposal is kept in the driver's state (see the node's failed proposals).
-            EventKind.PROPOSAL_FAILED: None,
+            EventKind.PROPOSAL_FAILED: self._proposal_failed,
         }
 
     @contextmanager
@@ -248,6 +250,14 @@ class DatabasePort:
         node = self.node(event["node_id"])
         SearchRun.objects.filter(pk=self.run.pk).update(best_node=node, best_speedup=event.get("speedup"))
         change_record(run=self.run, kind="best", payload={"node": node.key, "speedup": event.get("speedup")})
+
+    def _proposal_failed(self, event: ProposalFailed) -> None:
+        node = self.node(event["node_id"])
+        failure = {"reason": event.get("reason") or "no candidate", "excerpt": event.get("excerpt") or "",
+                   "step": event.get("step")}
+        node.failed_proposals = [*(node.failed_proposals or []), failure][-FAILED_PROPOSALS_KEPT:]
+        node.save(update_fields=["failed_proposals", "updated_at"])
+        node_changed(node=node)
 
     def _step_done(self, event: StepDone) -> None:
         counters = event.get("counters") or {}

@@ -17,17 +17,7 @@ from kernellab.figures import forecast_figure
 from kernellab.forms import CommentForm, DiscoveryForm, HumanChildForm
 from kernellab.models import Verification, VerificationState
 from kernellab.selectors.backends import run_wait_reason
-from kernellab.selectors.explorer import (
-    bin_midpoints,
-    node_children_count,
-    node_comments,
-    node_discovery,
-    node_failed_proposals,
-    node_forecast,
-    node_measurements,
-    node_verifications,
-    run_tree_snapshot,
-)
+from kernellab.selectors.explorer import bin_midpoints, node_children_count, node_story, run_tree_snapshot
 from kernellab.selectors.runs import node_get
 from kernellab.services import ServiceError
 from kernellab.selectors.access import membership_role, user_can
@@ -90,16 +80,17 @@ def _diff_html(before: str, after: str, before_name: str, after_name: str):
 
 def _panel_context(request, run, node, *, error: str | None = None, notice: str | None = None, forms: dict | None = None) -> dict:
     workspace = run.workspace
-    forecast = node_forecast(node=node)
+    story = node_story(node=node)
+    forecast = story.forecast
     parent = node.parent
     source = node.kernel.source if node.kernel else ""
     diff_html, added, removed = ("", 0, 0)
     if parent is not None and parent.kernel is not None and node.kernel is not None:
         diff_html, added, removed = _diff_html(parent.kernel.source, source, f"parent {parent.key}", f"node {node.key}")
-    verifications = node_verifications(node=node)
+    verifications = story.verifications
     pending = next((v for v in verifications if v.state == VerificationState.PENDING), None)
     open_verification = next((v for v in verifications if v.state in {"pending-approval", "approved", "queued", "running"}), None)
-    measurements = node_measurements(node=node)
+    measurements = story.measurements
     forms = forms or {}
     compile_facts = (node.kernel.compiler_facts if node.kernel else {}) or {}
     if not compile_facts and measurements:
@@ -130,10 +121,10 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
         "open_verification": open_verification,
         "compile_facts": compile_facts,
         "compile_errors": (node.kernel.compile_errors if node.kernel else []) or [],
-        "comments": node_comments(node=node),
-        "discovery": node_discovery(node=node),
-        "children_count": node_children_count(node=node),
-        "failed_proposals": node_failed_proposals(node=node),
+        "comments": story.comments,
+        "discovery": story.discovery,
+        "children_count": node_children_count(node=node),  # a new child changes the child, not this node
+        "failed_proposals": story.failed_proposals,
         "comment_form": forms.get("comment") or CommentForm(),
         "discovery_form": forms.get("discovery") or DiscoveryForm(),
         "child_form": forms.get("child")

@@ -257,3 +257,19 @@ def test_the_snapshot_shows_every_node_write_after_it_was_cached(client, members
     node_changed(node=Node.objects.get(run=node.run, key="n2"))
     after = client.get(reverse("run-tree", args=[node.run_id])).json()
     assert after["seq"] > before["seq"] and [n["key"] for n in after["nodes"]] == ["n0", "n1", "n2"]
+
+
+def test_an_unchanged_nodes_panel_is_read_once_and_a_comment_shows_at_once(client, members, node):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(members["engineer"])
+    url = f"/runs/{node.run_id}/nodes/{node.key}/"
+    client.get(url, HTTP_HX_REQUEST="true")
+    with CaptureQueriesContext(connection) as again:
+        client.get(url, HTTP_HX_REQUEST="true")
+    assert not any("kernellab_comment" in q["sql"] or "kernellab_verification" in q["sql"] for q in again.captured_queries)
+    response = client.post(f"/runs/{node.run_id}/nodes/{node.key}/comment", {"body": "tried a wider tile"},
+                           HTTP_HX_REQUEST="true")
+    assert "tried a wider tile" in response.content.decode()
+    assert "tried a wider tile" in client.get(url, HTTP_HX_REQUEST="true").content.decode()
