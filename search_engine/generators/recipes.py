@@ -10,6 +10,9 @@ Recipes so far:
 - vectorise: "global loads/stores are 4 bytes per thread" in an elementwise kernel (one thread per
   index, `p[i]` accesses only): VEC consecutive elements per thread through 16/8-byte loads and
   stores, with a scalar loop for the tail; knobs VEC and BLOCK.
+- warp-per-row: "one thread per row" in a row-wise kernel: the row's column loops split over the 32
+  lanes of a warp, and each sum, max or min a loop builds combined with shuffles; knob WARPS (rows
+  per block).
 """
 from __future__ import annotations
 
@@ -322,9 +325,145 @@ def _kernel(root: Node, name: str) -> Node | None:
     return None
 
 
+# ---- warp per row: the columns of a row split over a warp, reduced with shuffles ----------------
+WARP = 32
+WARPS_PER_BLOCK = (1, 2, 4, 8, 16, 32)
+_WARP_HELPERS = """\
+// Written by KernelLab's warp-per-row recipe: a row's columns over the 32 lanes of a warp.
+template <typename T> __device__ __forceinline__ T kl_warp_sum(T v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T kl_warp_max(T v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) { T other = __shfl_xor_sync(0xffffffffu, v, offset); v = other > v ? other : v; }
+    return v;
+}
+template <typename T> __device__ __forceinline__ T kl_warp_min(T v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) { T other = __shfl_xor_sync(0xffffffffu, v, offset); v = other < v ? other : v; }
+    return v;
+}
+"""
+_REDUCERS = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
+
+
+def one_thread_per_row_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "one thread per row" in text or "warp per row" in text
+
+
+def warp_per_row_family(parent: Candidate) -> RecipeFamily:
+    source = parent["source"]
+    steps = [s for s in parent["launch"] if "kernel" in s]
+    if len(steps) != 1:
+        raise CannotApply(f"it rewrites a single kernel launch, and this plan has {len(steps)} kernel launches.")
+    step = steps[0]
+    root = Parser(_CUDA).parse(source.encode()).root_node
+    kernel = _kernel(root, step["kernel"])
+    if kernel is None:
+        raise CannotApply(f"the kernel {step['kernel']} is not defined in the source.")
+    body = kernel.child_by_field_name("body")
+    statements = [c for c in body.named_children if c.type != "comment"]
+    if not statements or statements[0].type != "declaration":
+        raise CannotApply("the kernel does not begin by computing its row from blockIdx, blockDim and threadIdx.")
+    row, row_type = _element_index(statements[0])
+    _, row_statements = _guarded_elements(statements[1:], row)
+    for node in row_statements:
+        for inner in _walk(node):
+            if inner.type == "field_expression" and _text(inner.child_by_field_name("argument")) in ("threadIdx", "blockDim"):
+                raise CannotApply(f"the row's code reads {_text(inner)} (line {inner.start_point[0] + 1}), whose meaning a warp per row changes.")
+            if inner.type == "return_statement":
+                raise CannotApply(f"the row's code returns early (line {inner.start_point[0] + 1}).")
+    loops = [n for n in row_statements if n.type == "for_statement"]
+    if not loops:
+        raise CannotApply("the row's code has no loop over its columns at its top level.")
+    for node in row_statements:
+        if node.type != "for_statement" and any(n.type in ("for_statement", "while_statement", "do_statement") for n in _walk(node)):
+            raise CannotApply(f"a loop at line {node.start_point[0] + 1} is inside another statement, so its columns cannot be split.")
+    edits: list[tuple[int, int, str]] = []
+    for loop in loops:
+        edits += _strided_loop(loop)
+    block = step["block"]
+    if len(block) != 1 or not str(block[0]).strip().isdigit():
+        raise CannotApply("the block is not one literal size, so the recipe cannot rescale the grid.")
+    rows_per_block = int(block[0])
+    grid = [str(e) for e in step["grid"]]
+    if len(grid) != 1 or not _has_number(grid[0], rows_per_block):
+        raise CannotApply(f"the grid {grid} does not divide the rows by the block size {rows_per_block}.")
+    first = statements[0]
+    edits.append((first.start_byte, first.end_byte,
+                  "const long long kl_thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                  f"    const int kl_lane = threadIdx.x % {WARP};\n"
+                  f"    {row_type} {row} = ({row_type})(kl_thread / {WARP});"))
+    data = source.encode()
+    for start, end, text in sorted(edits, key=lambda e: e[0], reverse=True):
+        data = data[:start] + text.encode() + data[end:]
+    launch = [dict(s) for s in parent["launch"]]
+    launch[parent["launch"].index(step)] = {**step, "grid": [_replace_number(grid[0], rows_per_block, "WARPS")],
+                                            "block": [f"WARPS*{WARP}"]}
+    return RecipeFamily(recipe="warp-per-row", template=_WARP_HELPERS + data.decode(), launch=launch,
+                        knobs={"WARPS": list(WARPS_PER_BLOCK)}, start={"WARPS": 4},
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+def _strided_loop(loop: Node) -> list[tuple[int, int, str]]:
+    """The loop's columns split over the lanes (start at the lane, step a warp) and, after it, each
+    variable it reduces combined across the warp."""
+    line = loop.start_point[0] + 1
+    init, condition, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    if init is None or init.type != "declaration" or condition is None or update is None:
+        raise CannotApply(f"the loop at line {line} does not declare its own column counter.")
+    declarator = next((c for c in init.children if c.type == "init_declarator"), None)
+    counter = declarator.child_by_field_name("declarator") if declarator is not None else None
+    start = declarator.child_by_field_name("value") if declarator is not None else None
+    if counter is None or start is None:
+        raise CannotApply(f"the loop at line {line} does not declare its own column counter.")
+    name = _text(counter)
+    steps_by_one = (update.type == "update_expression" and _text(update).replace(" ", "") in (f"++{name}", f"{name}++")) or \
+        (update.type == "assignment_expression" and _text(update).replace(" ", "") == f"{name}+=1")
+    if not steps_by_one:
+        raise CannotApply(f"the loop at line {line} steps by {_text(update)}, not one column at a time.")
+    local = {_text(n) for n in _walk(loop) if n.type == "identifier" and n.parent is not None
+             and n.parent.type in ("init_declarator", "declaration") and n.parent.child_by_field_name("declarator") == n}
+    reductions: dict[str, str] = {}
+    body = loop.child_by_field_name("body")
+    for node in _walk(body):
+        if node.type == "update_expression":
+            target = node.child_by_field_name("argument")
+            if target is not None and target.type == "identifier" and _text(target) not in local:
+                raise CannotApply(f"the loop at line {line} counts with {_text(node)}, which the lanes would each count apart.")
+        if node.type != "assignment_expression":
+            continue
+        left = node.child_by_field_name("left")
+        if left is None or left.type != "identifier" or _text(left) in local:
+            continue  # a write to memory (one column per lane) or to the loop's own variables
+        variable, operator, right = _text(left), _text(node.child_by_field_name("operator")), node.child_by_field_name("right")
+        kind = None
+        if operator == "+=":
+            kind = "sum"
+        elif operator == "=" and right is not None and right.type == "call_expression":
+            function = _text(right.child_by_field_name("function"))
+            arguments = [a for a in right.child_by_field_name("arguments").named_children]
+            if function in _REDUCERS and len(arguments) == 2 and variable in (_text(a) for a in arguments):
+                kind = _REDUCERS[function]
+        if kind is None:
+            raise CannotApply(f"the loop at line {line} updates {variable} by {_text(node)}, which is not a sum, "
+                              "max or min the warp can combine.")
+        if reductions.get(variable, kind) != kind:
+            raise CannotApply(f"the loop at line {line} combines {variable} in two ways.")
+        reductions[variable] = kind
+    header = [(start.start_byte, start.end_byte, f"kl_lane + ({_text(start)})"),
+              (update.start_byte, update.end_byte, f"{name} += {WARP}")]
+    after = "".join(f"\n    {v} = kl_warp_{kind}({v});" for v, kind in reductions.items())
+    return header + ([(loop.end_byte, loop.end_byte, after)] if after else [])
+
+
 # ---- the generator ------------------------------------------------------------------------------
 RECIPES: tuple[Recipe, ...] = (
     Recipe("vectorise", "4-byte global loads and stores", narrow_accesses_noted, vectorise_family),
+    Recipe("warp-per-row", "one thread per row", one_thread_per_row_noted, warp_per_row_family),
 )
 
 
