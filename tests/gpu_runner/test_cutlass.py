@@ -79,3 +79,33 @@ def test_a_cute_kernel_compiles_and_its_facts_name_the_cutlass_version():
     assert report.ok, report.log[-2000:]
     assert report.facts.cutlass == cutlass_version()
     assert "scale_cute" in report.facts.kernels
+
+
+def test_candidates_may_ask_for_sm90a_and_relaxed_constexpr_but_not_for_other_flags():
+    from gpu_runner.candidate import arch_option, nvcc_options, nvrtc_options
+    from gpu_runner.spec import SpecError
+
+    options = ["-arch=sm_90a", "--expt-relaxed-constexpr", "-maxrregcount=128"]
+    assert arch_option(options) == "sm_90a"
+    assert nvcc_options(options) == ["--expt-relaxed-constexpr", "-maxrregcount=128"]
+    assert "--gpu-architecture=sm_90a" in nvrtc_options(options)
+    assert arch_option(["-maxrregcount=64"]) is None
+    for refused in ("-arch=sm_90a -I/etc", "-I/etc", "--include-path=/etc", "-arch=compute_90a", "-arch=sm_90"):
+        with pytest.raises(SpecError):
+            nvrtc_options([refused])
+
+
+@needs_cutlass
+@needs_nvcc
+def test_a_variant_of_the_bundled_cute_hgemm_family_builds_for_sm90a_with_warpgroup_mma():
+    from pathlib import Path
+
+    from gpu_runner import load_problem, render_variant
+
+    problem = load_problem(Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "hgemm")
+    candidate = render_variant(problem, {"BM": 128, "BN": 256, "BK": 64, "STAGES": 3, "WGM": 2, "GROUP": 8})
+    output = compiler.compile_cubin(candidate.source, candidate.compile_options, use_cache=False)
+    assert output.report.ok, output.report.log[-2000:]
+    facts = output.report.facts
+    assert facts.cutlass == cutlass_version() and facts.spill_stores == 0
+    assert {"HGMMA.64", "WARPGROUP.ARRIVE", "LDGSTS.E.LTC128B.128"} <= set(facts.sass), sorted(facts.sass)

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import variants  # noqa: E402
 
-NUMPY_DTYPES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64",
+NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64", "int32": "int32", "int64": "int64",
                 "uint32": "uint32", "uint8": "uint8"}
 
 
