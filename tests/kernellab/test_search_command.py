@@ -109,3 +109,17 @@ def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, t
     # The recorded H200 data never measured these kernels: replay says so rather than guess.
     assert report["candidates_not_recorded"] == Node.objects.filter(run=run, state=NodeState.NOT_RECORDED).count() > 0
     assert report["winning_recipe"] is None
+
+
+def test_auto_knobs_give_a_problem_without_a_family_knobs_the_template_generator_explores(lab, tmp_path):
+    folder = tmp_path / "saxpy"
+    shutil.copytree(SAXPY, folder)
+    (folder / "family.cu").unlink()
+    spec = (folder / "problem.toml").read_text()
+    (folder / "problem.toml").write_text(spec[:spec.index("[family]")])
+    printed = _search(str(folder), "--backend", "replay", "--budget", "3", "--surrogate", "roofline", "--auto-knobs")
+    assert "Knobs found in the kernel: BLOCK [64, 96, 128, 192, 256, 384, 512, 768, 1024]" in printed
+    run = SearchRun.objects.get()
+    assert run.generator == "template" and "[[family.launch]]" in run.problem.spec_toml
+    blocks = {n.kernel.as_candidate()["launch"][0]["block"][0] for n in Node.objects.filter(run=run).exclude(origin="root")}
+    assert len(blocks) > 1

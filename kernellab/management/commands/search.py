@@ -34,13 +34,15 @@ class Command(BaseCommand):
         parser.add_argument("--surrogate", default="learned", choices=tuple(SURROGATE_BUILDERS))
         parser.add_argument("--children", type=int, default=4, help="candidates per expansion")
         parser.add_argument("--screening-width", type=int, default=0, help="candidates proposed at the root (0: off)")
+        parser.add_argument("--auto-knobs", action="store_true",
+                            help="a problem without knobs gets the ones found in its kernel (as confirmed on its knobs page)")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--workspace", help="the workspace (default: the only workspace)")
         parser.add_argument("--user", help="whose run it is (default: the workspace's first admin)")
         parser.add_argument("--out", help="folder for report.json and report.txt (default: print the text report only)")
 
     def handle(self, *args, problem, budget, seconds, backend, generator, surrogate, children, screening_width,
-               seed, workspace, user, out, **options):
+               seed, workspace, user, out, auto_knobs, **options):
         try:
             target = lab_workspace_for_command(workspace)
             person = self._user(target, user)
@@ -49,6 +51,8 @@ class Command(BaseCommand):
                 found = problem_from_folder(workspace=target, user=person, folder=folder)
             else:
                 found = problem_find(workspace=target, key=problem)
+            if auto_knobs and not found.family_source:
+                found = self._confirm_knobs(found, person)
             self.stdout.write(f"Searching {found.name} in {target.slug}"
                               + (f" for {seconds:g} s" if seconds else "") + (f", {budget} GPU measurements" if budget else ""))
             report = search_headless(problem=found, user=person, gpu_budget=budget, seconds=seconds, backend=backend,
@@ -69,6 +73,19 @@ class Command(BaseCommand):
             self.stdout.write(f"Report written to {folder / 'report.json'} and {folder / 'report.txt'}")
         if report.status == "failed":
             raise CommandError(f"The search failed: {report.status_reason}")
+
+    def _confirm_knobs(self, problem, person):
+        from kernellab.selectors.problem_knobs import problem_knobs
+        from kernellab.services.problem_knobs import problem_knobs_save
+
+        found = problem_knobs(problem=problem)
+        if found.unavailable or not found.rows:
+            self.stdout.write(f"No knobs found in {problem.name}'s kernel" + (f": {found.unavailable}." if found.unavailable else "."))
+            return problem
+        problem = problem_knobs_save(problem=problem, user=person, knobs={r.name: r.proposed for r in found.rows},
+                                     constraints=found.constraints)
+        self.stdout.write("Knobs found in the kernel: " + "; ".join(f"{r.name} {r.proposed}" for r in found.rows))
+        return problem
 
     def _user(self, workspace, username: str | None):
         if username:
