@@ -353,6 +353,23 @@ def generator_messages(context, *, feedback: str = "notes") -> list[dict]:
     ]
 
 
+def code_search_note() -> str:
+    """Said to the generator when it may call search_cutlass (see generators/llm.py)."""
+    return ("## CUTLASS and CuTe\nThe CUTLASS/CuTe C++ headers are on the include path (`#include <cute/tensor.hpp>`, "
+            "`<cutlass/...>`; sources that include them are compiled with --expt-relaxed-constexpr). Before you "
+            "answer you may call search_cutlass(query) once to find a building block (copy atoms, MMA atoms, "
+            "swizzled shared-memory layouts, pipelines) in the headers and the examples. The kernel keeps the "
+            "current kernel's compiler options; wgmma and TMA need -arch=sm_90a among them.")
+
+
+def code_search_messages(query: str, results: str) -> list[dict]:
+    """The generator's search_cutlass call and its results, followed by the request for the kernel."""
+    call = f"search_cutlass({json.dumps(query)})"
+    return [{"role": "assistant", "content": call},
+            {"role": "user", "content": f"Results of {call} in the CUTLASS/CuTe headers and examples:\n\n{results}"
+                                        "\n\nNow answer with the kernel as asked above."}]
+
+
 @dataclass
 class GeneratedKernel:
     source: str

@@ -18,7 +18,8 @@ from typing import Callable
 from search_engine.candidates import candidate_hash, make_candidate, signature_problem
 from search_engine.generators.base import Proposal, ProposalContext
 from search_engine.llm_client import LLMClient
-from search_engine.prompts import AnswerError, generator_messages, parse_generated
+from search_engine.prompts import (AnswerError, code_search_messages, code_search_note, generator_messages,
+                                   parse_generated)
 
 FEEDBACK_MODES = ("notes", "raw", "none")
 
@@ -59,17 +60,14 @@ class LLMGenerator:
     def _one(self, context: ProposalContext, messages: list[dict], seed: int) -> Proposal:
         searched = None
         if self.code_search is not None:
+            messages = messages[:-1] + [{**messages[-1], "content": messages[-1]["content"] + "\n\n" + code_search_note()}]
             answer = self.client.chat(messages, tool=SEARCH_CUTLASS_TOOL, force_tool=False, max_tokens=self.max_tokens,
                                       temperature=self.temperature, seed=seed)
             query = _search_query(answer)
             if query is None or answer.error:
                 searched = answer   # answered in text (or failed): that is the proposal
             else:
-                messages = messages + [
-                    {"role": "assistant", "content": f"search_cutlass({json.dumps(query)})"},
-                    {"role": "user", "content": f"Results of search_cutlass({json.dumps(query)}) in the CUTLASS/CuTe "
-                                                f"headers and examples:\n\n{self.code_search(query)}\n\nNow answer "
-                                                "with the kernel as asked above."}]
+                messages = messages + code_search_messages(query, self.code_search(query))
         answer = searched or self.client.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature,
                                               seed=seed)
         cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}

@@ -46,3 +46,7 @@ def test_a_path_outside_the_headers_and_examples_is_refused(signed_in, path):
 def test_the_pages_need_a_signed_in_user(client):
     assert client.get(reverse("cutlass-search"), {"q": "copy"}).status_code == 302
     assert client.get(reverse("cutlass-file"), {"path": "include/cute/tensor.hpp"}).status_code == 302
+
+
+def test_every_page_links_to_the_search(signed_in):
+    assert f'href="{reverse("cutlass-search")}"' in signed_in.get(reverse("discoveries")).content.decode()

@@ -52,6 +52,7 @@ def test_a_search_call_puts_its_results_into_the_request_that_yields_the_proposa
     assert searched == ["tiled copy"]
     assert [s.kind for s in server.served] == ["search", "kernel"]
     assert requests[0][1]["tool"]["function"]["name"] == "search_cutlass" and requests[0][1]["force_tool"] is False
+    assert "<cute/tensor.hpp>" in requests[0][0][-1]["content"]
     assert "struct TiledCopy : Copy_Atom" in requests[1][0][-1]["content"]
     assert not proposal.failed and proposal.candidate["source"].strip() == REFERENCE["source"].strip()
 
