@@ -105,6 +105,11 @@ def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, t
     children = Node.objects.filter(run=run).exclude(origin="root").select_related("kernel")
     assert children and all(n.kernel.as_candidate()["name"].startswith("recipe vectorise: ") for n in children)
     assert all("kl_load<VEC>" in n.kernel.source for n in children)
+    root = Node.objects.get(run=run, origin="root")
+    from kernellab.selectors.explorer import node_failed_proposals
+
+    assert [f["reason"] for f in node_failed_proposals(node=root)] == [
+        "The warp-per-row recipe (for one thread per row) cannot apply: the row's code has no loop over its columns at its top level."]
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     # The recorded H200 data never measured these kernels: replay says so rather than guess.
     assert report["candidates_not_recorded"] == Node.objects.filter(run=run, state=NodeState.NOT_RECORDED).count() > 0
