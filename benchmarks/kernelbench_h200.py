@@ -2,6 +2,10 @@
 CUDA-graph and torch.compile baselines, and each GPU's distinct solution (up to five per task).
 
     python benchmarks/kernelbench_h200.py CUDA_L1_DIR OUT_DIR [--levels 1 2] [--deadline-s 540] [--limit N]
+        [--bundled kernellab/problems/kb_*] [--skip 1:2 1:4 ...]
+
+--bundled measures the project's own KernelBench-format problems first (each folder's reference.py and
+candidates/*.py), recorded under the folder's name.
 
 Builds all solutions first in parallel (each in a compile-sandboxed subprocess, cached by source hash),
 measures task by task in a sandboxed worker child, and appends one JSON line per measurement to
@@ -57,6 +61,16 @@ def read_tasks(folder: Path, levels: set[int]) -> list[dict]:
     return out
 
 
+def bundled_task(folder: Path) -> dict:
+    solutions = {}
+    for path in sorted((folder / "candidates").glob("*.py")):
+        source = path.read_text()
+        solutions[hashlib.sha256(source.encode()).hexdigest()] = {"source": source, "gpus": [], "authors": {},
+                                                                   "name": path.stem}
+    return {"level": 0, "task": folder.name, "problem": folder.name, "reference": (folder / "reference.py").read_text(),
+            "solutions": solutions}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("cuda_l1")
@@ -65,6 +79,7 @@ def main() -> int:
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--limit", type=int)
     parser.add_argument("--skip", nargs="*", default=[], help="tasks already measured, as LEVEL:TASK")
+    parser.add_argument("--bundled", nargs="*", default=[], help="folders of the project's own problems")
     parser.add_argument("--compile-baseline-tasks", type=int, default=4)
     parser.add_argument("--do-bench-tasks", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
@@ -74,6 +89,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     tasks = [t for t in read_tasks(Path(args.cuda_l1), set(args.levels))
              if f"{t['level']}:{t['task']}" not in set(args.skip)][: args.limit]
+    tasks = [bundled_task(Path(folder)) for folder in args.bundled] + tasks
     root = Path(os.environ.get("KL_BUILD_ROOT", "/tmp/kl-kernelbench-builds"))
     pool = ThreadPoolExecutor(args.jobs)
     builds = {digest: pool.submit(build_solution, s["source"], root) for t in tasks for digest, s in t["solutions"].items()}
@@ -107,11 +123,12 @@ def main() -> int:
             level1_seen += 1
         t0 = time.monotonic()
         evidence = request({"reference": task["reference"], "settings": SETTINGS, "baselines": baselines}, 240)
-        write({"level": task["level"], "task": task["task"], "variant": "reference", "evidence": evidence,
-               "wall_s": time.monotonic() - t0})
+        write({"level": task["level"], "task": task["task"], "problem": task.get("problem"), "variant": "reference",
+               "evidence": evidence, "wall_s": time.monotonic() - t0})
         for digest, solution in task["solutions"].items():
             build = builds[digest].result()
-            base = {"level": task["level"], "task": task["task"], "variant": f"cuda-l1:{digest[:10]}",
+            variant = f"bundled:{solution['name']}" if task.get("problem") else f"cuda-l1:{digest[:10]}"
+            base = {"level": task["level"], "task": task["task"], "problem": task.get("problem"), "variant": variant,
                     "source_hash": digest, "source": solution["source"], "solution_gpus": solution["gpus"],
                     "authors_speedup": solution["authors"], "build_s": build["seconds"]}
             if not build["ok"]:

@@ -2,7 +2,12 @@
 problems (kernellab/problems/kernelbench/records/h200.jsonl.gz, re-judged with the current verdict) and
 benchmarks/results/kernelbench_h200_<date>.json.
 
-    python benchmarks/kernelbench_h200_summarize.py RECORDS_JSONL KERNELBENCH_DIR [--date YYYY-MM-DD]
+    python benchmarks/kernelbench_h200_summarize.py RECORDS_JSONL [RECORDS_JSONL ...] --kernelbench KERNELBENCH_DIR
+        [--date YYYY-MM-DD]
+
+Several records files (device calls) are merged; a later file's measurement of the same task and variant
+replaces an earlier one's. Measurements of the project's own problems (a "problem" on the line) go to
+kernellab/problems/<problem>/records/h200.jsonl.gz as replay records and stay out of the CUDA-L1 figures.
 """
 from __future__ import annotations
 
@@ -18,11 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpu_runner.candidate import source_hash  # noqa: E402
 from gpu_runner.kernelbench import task_name  # noqa: E402
 from gpu_runner.kernelbench_verdict import judge_solution  # noqa: E402
 
 KEEP = ("custom_kernels", "library_kernels", "aten_ops", "timing", "baseline_errors", "do_bench_ms", "fallback_message",
-        "inputs_modified", "phase_s")
+        "inputs_modified", "phase_s", "extension_builds")
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
@@ -49,10 +55,55 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return cov / var if var else None
 
 
+COMMAND = ("two device calls of python benchmarks/kernelbench_h200.py .kb-data OUT --levels 1 2 --jobs 14: "
+           "--deadline-s 520 (level-1 tasks 2-48), then --deadline-s 390 --bundled kernellab/problems/kb_* --skip "
+           "<the 24 tasks of the first call> (the bundled problems, then level-1 tasks 50-76); then "
+           "python benchmarks/kernelbench_h200_summarize.py FIRST/records.jsonl SECOND/records.jsonl "
+           "--kernelbench ../shared/datasets/kernelbench")
+
+
+def write_bundled_records(rows: list[dict]) -> None:
+    """Replay records of the project's own problems: MeasurementResult fields keyed by source hash."""
+    from gpu_runner.spec import load_problem
+
+    by_problem: dict[str, list[dict]] = {}
+    for row in rows:
+        by_problem.setdefault(row["problem"], []).append(row)
+    for problem, problem_rows in by_problem.items():
+        folder = ROOT / "kernellab" / "problems" / problem
+        reference_source = load_problem(folder).reference.source
+        lines = []
+        for row in sorted(problem_rows, key=lambda r: (r["variant"] != "reference", r["variant"])):
+            evidence = row.get("evidence") or {}
+            timing = evidence.get("timing") or {}
+            base = {"problem": problem, "variant": row["variant"], "backend": "torch", "size_case": "default",
+                    "hardware_name": row["_hardware"].get("name"), "torch": row["_hardware"].get("torch"),
+                    "reference": timing.get("reference"),
+                    "baselines": {k.split(":", 1)[1]: v for k, v in timing.items() if k.startswith("baseline:")}}
+            if row["variant"] == "reference":
+                lines.append({**base, "status": "ok" if timing else "unavailable", "source": reference_source,
+                              "source_hash": source_hash(reference_source), "candidate_name": "reference",
+                              "candidate": timing.get("reference"), "speedup": 1.0 if timing else None,
+                              "reason": "The reference program, timed as eager PyTorch." if timing else
+                              (evidence.get("reference_error") or "")[-300:]})
+                continue
+            verdict = judge_solution(evidence)
+            lines.append({**base, "status": verdict.status, "reason": verdict.reason, "speedup": verdict.speedup,
+                          "candidate": timing.get("candidate"), "source": row["source"],
+                          "source_hash": row["source_hash"], "candidate_name": row["variant"].split(":", 1)[1],
+                          "pytorch_notes": verdict.notes, "build_s": row.get("build_s"),
+                          "evidence": {k: evidence[k] for k in KEEP + ("extension_builds",) if k in evidence}})
+        target = folder / "records" / "h200.jsonl.gz"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(target, "wt") as handle:
+            for line in lines:
+                handle.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("records")
-    parser.add_argument("kernelbench")
+    parser.add_argument("records", nargs="+")
+    parser.add_argument("--kernelbench", required=True)
     parser.add_argument("--date", default=datetime.date.today().isoformat())
     args = parser.parse_args()
     names = {}
@@ -60,15 +111,24 @@ def main() -> int:
         level = int(level_dir.name[5:])
         for file in level_dir.glob("*.py"):
             names[(level, int(file.name.split("_", 1)[0]))] = task_name(file.name, level)[0]
-    rows = [json.loads(line) for line in open(args.records) if line.strip()]
-    hardware, tasks, out_lines = {}, set(), []
+    merged: dict[tuple, dict] = {}
+    hardware: dict = {}
+    for path in args.records:
+        for line in open(path):
+            row = json.loads(line) if line.strip() else {}
+            if "worker" in row:
+                hardware = {"name": row["worker"][1].get("gpu"), "torch": row["worker"][1].get("torch")}
+            if "variant" in row:
+                merged[(row["level"], row["task"], row["variant"])] = {**row, "_hardware": hardware}
+    rows = list(merged.values())
+    bundled = [row for row in rows if row.get("problem")]
+    rows = [row for row in rows if not row.get("problem")]
+    write_bundled_records(bundled)
+    tasks, out_lines = set(), []
     candidates, failed, builds, notes_count = Counter(), Counter(), [], Counter()
     pairs, ok_pairs, do_bench_diffs, wall = [], [], [], 0.0
     for row in rows:
-        if "variant" not in row:
-            if "worker" in row:
-                hardware = {"name": row["worker"][1].get("gpu"), "torch": row["worker"][1].get("torch")}
-            continue
+        hardware = row["_hardware"]
         evidence = row.get("evidence") or {}
         problem = names.get((row["level"], row["task"]), f"kb{row['level']}_{row['task']}")
         wall += row.get("wall_s") or 0.0
@@ -114,9 +174,8 @@ def main() -> int:
     builds.sort()
     result = {
         "date": args.date, "gpu": hardware.get("name"), "torch": hardware.get("torch"),
-        "command": "python benchmarks/kernelbench_h200.py CUDA_L1_DIR OUT --levels 1 2 --deadline-s 520 --jobs 14 "
-                   "(one 10-minute device call), then benchmarks/kernelbench_h200_summarize.py",
-        "tasks_imported": len(names), "tasks_in_cuda_l1_levels_1_2": 100, "tasks_measured": len(tasks),
+        "command": COMMAND,
+        "tasks_imported": len(names), "tasks_in_cuda_l1_levels_1_2": 100, "tasks_not_reached": 100 - len(tasks), "tasks_measured": len(tasks),
         "candidates": sum(candidates.values()), "candidates_correct": candidates["ok"],
         "candidates_by_status": dict(candidates), "candidates_failed": dict(failed),
         "build_s_median": statistics.median(builds) if builds else None,

@@ -102,7 +102,10 @@ class Candidate:
         if clash:
             raise SpecError("candidate.temps", f"'{sorted(clash)[0]}' is already an argument of the problem")
         all_args = {a.name: a for a in problem.args} | {t.name: t for t in temps}
-        launch = parse_launch(data.get("launch"), "candidate.launch", names, all_args)
+        if problem.reference.kind == "pytorch" and not data.get("launch"):
+            launch = []   # a KernelBench solution: ModelNew launches its own kernels
+        else:
+            launch = parse_launch(data.get("launch"), "candidate.launch", names, all_args)
         options = data.get("compile_options") or []
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise SpecError("candidate.compile_options", "must be a list of strings")
@@ -121,8 +124,27 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def check_kernelbench_solution(problem: Problem, candidate: Candidate) -> None:
+    """A candidate of a PyTorch-reference problem is a KernelBench solution (`class ModelNew`) or the
+    reference program itself, read with `ast` only."""
+    from .kernelbench import ProgramError, parse_program
+
+    if candidate.launch or candidate.temps or candidate.compile_options:
+        raise SpecError("candidate.launch", "a KernelBench solution has no launch plan, temps or compile options: "
+                                            "its ModelNew launches its own kernels")
+    if candidate.source == problem.reference.source:
+        return
+    try:
+        parse_program(candidate.source, model_class="ModelNew")
+    except ProgramError as exc:
+        raise SpecError("candidate.source", exc.message) from None
+
+
 def check_candidate(problem: Problem, candidate: Candidate) -> None:
     """Raise SpecError unless the candidate's launch plan fits the problem in every size case."""
+    if problem.reference.kind == "pytorch":
+        check_kernelbench_solution(problem, candidate)
+        return
     all_args = {a.name: a for a in problem.args} | {t.name: t for t in candidate.temps}
     nvrtc_options(candidate.compile_options)
     if not candidate.launch:

@@ -18,6 +18,8 @@ LIBRARY_KERNEL = re.compile(r"at::|at_cuda_detail|aten|cublas|cudnn|cutlass|gemm
                             r"nvjet|hopper_|volta_|turing_|magma|cub::|triton_|nchwToNhwc|nhwcToNchw|implicit_convolve|"
                             r"convolve_|cask_|fft|splitKreduce|Kernel2D|memcpy|memset|elementwise_kernel|"
                             r"reduce_kernel|vectorized_", re.IGNORECASE)
+# What the build of a solution prints before each extension build that failed (see pytorch_worker).
+BUILD_FAILED_MARK = "KL-EXTENSION-BUILD-FAILED"
 FALLBACK_MESSAGE = re.compile(r"fall(ing)?\s*back|fallback|using (the )?pytorch|torch implementation", re.IGNORECASE)
 # Ops that move or describe memory rather than compute the result.
 BOOKKEEPING_OPS = {"empty", "empty_like", "empty_strided", "view", "reshape", "_reshape_alias", "as_strided",
@@ -76,7 +78,7 @@ def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = 
     if evidence.get("refusal"):
         return SolutionVerdict("rejected-guard", evidence["refusal"])
     if evidence.get("build_error"):
-        return SolutionVerdict("failed-compile", f"The solution does not build: {_last_line(evidence['build_error'])}")
+        return SolutionVerdict("failed-compile", f"The solution does not build: {_build_error(evidence['build_error'])}")
     if evidence.get("reference_error"):
         return SolutionVerdict("unavailable", f"The reference failed: {_last_line(evidence['reference_error'])}")
     if evidence.get("runtime_error"):
@@ -112,6 +114,11 @@ def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = 
         ops = work_ops(evidence.get("aten_ops") or {})
         what = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4]) or "no op"
         same = " (the reference's own ops)" if ops and ops == work_ops(evidence.get("reference_aten_ops") or {}) else ""
+        failed = [b for b in evidence.get("extension_builds") or [] if not b.get("ok")]
+        if failed:
+            return SolutionVerdict("failed-compile", f"Its extension '{failed[0]['name']}' did not build "
+                                                     f"({failed[0]['error'][:200]}), so PyTorch did the work with "
+                                                     f"{what}{same}.", notes, measured)
         return SolutionVerdict("rejected-guard", f"No kernel of the solution's own ran in ModelNew.forward: PyTorch did "
                                                  f"the work with {what}{same}.", notes, measured)
     escape = timer_escape(evidence.get("escape"), margin_ms=settings.escape_margin_ms, ratio=settings.escape_ratio)
@@ -147,6 +154,14 @@ def _work_notes(evidence: dict[str, Any]) -> list[str]:
     if evidence.get("fallback_message"):
         notes.append(f"printed: {evidence['fallback_message'][:120]}")
     return notes
+
+
+def _build_error(log: str) -> str:
+    """The line naming a failed extension build where the build marked one, else the log's last line."""
+    for line in str(log).splitlines():
+        if line.startswith(BUILD_FAILED_MARK):
+            return f"its extension {line[len(BUILD_FAILED_MARK):].strip()}"[:300]
+    return _last_line(log)
 
 
 def _last_line(text: str) -> str:

@@ -22,12 +22,30 @@ from pathlib import Path
 from typing import Any
 
 from .compile_sandbox import sandboxed
-from .kernelbench_verdict import LIBRARY_KERNEL, extension_refusal, FALLBACK_MESSAGE
+from .kernelbench_verdict import BUILD_FAILED_MARK, FALLBACK_MESSAGE, LIBRARY_KERNEL, extension_refusal
 from .runtime_ops import derive_seed
 from .settings import MeasureSettings
 from .timing import Timer, summarize, time_sides
 
-BUILD_SCRIPT = "import os, runpy; runpy.run_path(os.environ['KL_PROGRAM'], run_name='kernelbench_solution')"
+# The build imports the program with its extension builds watched, so that a solution that catches its own
+# build failure (and would fall back to PyTorch) still fails its build. Self-contained: the compile sandbox
+# need not see this package.
+BUILD_SCRIPT = f"""
+import os, runpy, sys
+from torch.utils import cpp_extension
+def watch(original):
+    def watched(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except BaseException as exc:
+            lines = [l.strip() for l in str(exc).splitlines() if 'error' in l.lower()] or [repr(exc)[-300:]]
+            print({BUILD_FAILED_MARK!r}, kwargs.get('name', args[0] if args else '?'), lines[0][-300:], file=sys.stderr)
+            raise
+    return watched
+cpp_extension.load_inline = watch(cpp_extension.load_inline)
+cpp_extension.load = watch(cpp_extension.load)
+runpy.run_path(os.environ['KL_PROGRAM'], run_name='kernelbench_solution')
+"""
 
 
 def source_digest(source: str) -> str:
@@ -65,11 +83,50 @@ def build_solution(source: str, root: Path, timeout_s: float = 600.0) -> dict:
     except subprocess.TimeoutExpired:
         log, ok = f"the build did not finish within {timeout_s:g} s", False
     seconds = time.perf_counter() - started
-    if ok and "Error building extension" in log:
+    if ok and (BUILD_FAILED_MARK in log or "Error building extension" in log):
         ok = False   # the program caught its own build failure (and would fall back to PyTorch)
     if ok:
         done.write_text(f"{seconds:.2f}\n")
     return {"ok": ok, "seconds": seconds, "log": log, "cached": False}
+
+
+def watch_extension_builds() -> list[dict]:
+    """Record every torch.utils.cpp_extension.load_inline / load call from now on in this process:
+    {name, ok, seconds, error}. Many LLM-written solutions build inside try/except (at import, in
+    __init__ or in forward) and fall back to PyTorch on failure; the record is how the verdict sees it."""
+    from torch.utils import cpp_extension
+
+    builds: list[dict] = []
+    for attribute in ("load_inline", "load"):
+        original = getattr(cpp_extension, attribute)
+        if getattr(original, "_kl_watched", None) is not None:
+            original = original._kl_watched
+
+        def watched(*args, _original=original, **kwargs):
+            started = time.perf_counter()
+            name = str(kwargs.get("name", args[0] if args else "?"))
+            try:
+                module = _original(*args, **kwargs)
+            except BaseException as exc:
+                builds.append({"name": name, "ok": False, "seconds": round(time.perf_counter() - started, 3),
+                               "error": _build_error_line(exc)})
+                raise
+            builds.append({"name": name, "ok": True, "seconds": round(time.perf_counter() - started, 3), "error": ""})
+            return module
+
+        watched._kl_watched = original
+        setattr(cpp_extension, attribute, watched)
+    return builds
+
+
+def _build_error_line(exc: BaseException) -> str:
+    """The compiler's first error line where there is one, else the exception's last line."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "error" in line.lower() and ("error:" in line or "Error" in line) and not line.startswith("Error building"):
+            return line.strip()[-400:]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {(lines[-1] if lines else '')[-400:]}"
 
 
 def _load_program(source: str, name: str, extensions: Path | None) -> tuple[types.ModuleType, str]:
@@ -237,10 +294,14 @@ def measure_solution(reference_source: str, solution_source: str | None, *, exte
         return evidence
     solution = None
     if solution_source is not None:
+        evidence["extension_builds"] = watch_extension_builds()
         try:
             solution_module, printed = _load_program(solution_source, "kernelbench_solution", extensions)
             torch.manual_seed(seed)
-            solution = solution_module.ModelNew(*reference_module.get_init_inputs()).cuda().eval()
+            constructed = io.StringIO()
+            with contextlib.redirect_stdout(constructed), contextlib.redirect_stderr(constructed):
+                solution = solution_module.ModelNew(*reference_module.get_init_inputs()).cuda().eval()
+            printed += constructed.getvalue()
         except Exception:  # noqa: BLE001
             evidence["runtime_error"] = traceback.format_exc()[-1500:]
             return evidence
@@ -260,7 +321,7 @@ def measure_solution(reference_source: str, solution_source: str | None, *, exte
             _poison_cache([t.numel() * t.element_size() for t in _outputs(ref, torch)], torch)
             buffer = io.StringIO()
             try:
-                with contextlib.redirect_stdout(buffer):
+                with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
                     cand = solution(*inputs)
                 torch.cuda.synchronize()
             except Exception:  # noqa: BLE001

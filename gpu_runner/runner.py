@@ -13,7 +13,9 @@ from .result import CompileReport, Hardware, MeasurementResult
 from .settings import MeasureSettings
 from .spec import Problem
 
-BACKENDS = ("cupy", "pycuda", "static", "replay")
+BACKENDS = ("cupy", "pycuda", "static", "replay", "torch")
+# A PyTorch-reference problem is measured by the torch backend wherever a CUDA backend was asked for.
+GPU_BACKENDS = ("cupy", "pycuda")
 
 
 def gpu_present() -> bool:
@@ -37,6 +39,9 @@ def make_backend(name: str, **options) -> Backend:
     if name == "replay":
         from .backends.replay import ReplayBackend
         return ReplayBackend(**options)
+    if name == "torch":
+        from .backends.torch import TorchBackend
+        return TorchBackend(**options)
     raise ValueError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)}, auto)")
 
 
@@ -64,6 +69,8 @@ class Runner:
         if name is None:
             replay = self._get("replay")
             name = "replay" if problem is not None and replay.has_records(problem) else "static"  # type: ignore[attr-defined]
+        if name in GPU_BACKENDS and problem is not None and problem.reference.kind == "pytorch":
+            name = "torch"
         return self._get(name)
 
     def _get(self, name: str) -> Backend:
@@ -78,7 +85,13 @@ class Runner:
 
     def measure(self, problem: Problem, candidate: Candidate, *, seed: int = 0, profile: bool = False,
                 energy: bool = False, timeout_s: float = 300.0) -> MeasurementResult:
-        return self.backend_for(problem).measure(problem, candidate, seed=seed, profile=profile, energy=energy,
+        backend = self.backend_for(problem)
+        if problem.reference.kind == "pytorch" and backend.name == "static":
+            return MeasurementResult(status="unavailable", reason="The static backend cannot run a PyTorch "
+                                     "reference: a GPU worker with torch, or recorded data, measures it.",
+                                     backend="static", seed=seed, problem=problem.name,
+                                     candidate_name=candidate.name, source_hash=candidate.source_hash)
+        return backend.measure(problem, candidate, seed=seed, profile=profile, energy=energy,
                                                  timeout_s=timeout_s, settings=self.settings)
 
     def measure_many(self, problem: Problem, candidates: Iterable[Candidate], *, seed: int = 0,
@@ -103,7 +116,11 @@ class Runner:
                                       energy=energy)
 
     def check(self, problem: Problem, candidate: Candidate) -> CompileReport:
-        """Compile with nvcc (no GPU needed): errors with line numbers, ptxas facts, SASS counts."""
+        """Compile with nvcc (no GPU needed): errors with line numbers, ptxas facts, SASS counts; a KernelBench
+        solution is read with `ast` (it is built only on a GPU worker)."""
+        if problem.reference.kind == "pytorch":
+            from .backends.torch import kernelbench_check
+            return kernelbench_check(problem, candidate)
         backend = self._backends.get(self._fixed or "")
         hello = getattr(backend, "_hello", None)
         arch = hello["arch"] if hello else getattr(backend, "arch", DEFAULT_ARCH) if self._fixed == "static" \

@@ -10,7 +10,12 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "problems"
 
 
 def bundled_problem_dirs(root: Path = BUNDLED_DIR) -> list[Path]:
-    return sorted(p for p in root.iterdir() if (p / "problem.toml").exists())
+    """The bundled CUDA problems whose records train the surrogates (a KernelBench-format problem's
+    records are of PyTorch programs, which the CUDA features cannot read)."""
+    from gpu_runner.spec import reference_kind
+
+    return sorted(p for p in root.iterdir() if (p / "problem.toml").exists()
+                  and reference_kind((p / "problem.toml").read_text()) == "cuda")
 
 
 def problem_numbers(spec) -> dict:

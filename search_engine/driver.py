@@ -249,7 +249,9 @@ class SearchDriver:
                 self.counters.duplicates += 1
                 continue
             created.append(child.id)
-            self._publish_created(child)
+            # A generator that only replays recorded solutions says so on every node it makes.
+            origin = getattr(self.generator, "origin", None)
+            self._publish_created(child, **({"origin": origin} if origin else {}))
         if not proposals:
             parent.exhausted = True
             self._publish_state(parent, parent.state, "the generator has nothing new for this node")

@@ -39,7 +39,7 @@ class NodeCreated(_Published):
     candidate: Candidate
     candidate_hash: str
     state: NodeState
-    origin: NotRequired[str]  # "human" for a person's candidate; absent for the generator's
+    origin: NotRequired[str]  # "human" for a person's candidate, "replayed" for a recorded one; absent for the generator's
     author_id: NotRequired[int | None]
 
 

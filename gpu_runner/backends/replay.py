@@ -75,6 +75,9 @@ class ReplayBackend(Backend):
         return bool(self._records(problem))
 
     def check(self, problem: Problem, candidate: Candidate) -> CompileReport:
+        if problem.reference.kind == "pytorch":
+            from .torch import kernelbench_check
+            return kernelbench_check(problem, candidate)
         return compile_cubin(candidate.source, candidate.compile_options, DEFAULT_ARCH).report
 
     def measure(self, problem: Problem, candidate: Candidate, *, seed: int, profile: bool, energy: bool,

@@ -56,3 +56,71 @@ def kernelbench_h200_comparison(*, problem: Problem) -> dict | None:
                  for r in records if r.get("variant", "").startswith("baseline:") and r.get("status") == "ok"}
     return {"rows": rows, "reference_ms": ((reference or {}).get("reference") or {}).get("median_ms"),
             "baselines_ms": baselines, "hardware": ((reference or records[0]).get("hardware") or {}).get("name")}
+
+
+CUDA_L1_GPUS = ("h100", "a100", "l40", "3090", "h20")
+MAX_RECORDED_SOLUTIONS = 5
+
+
+def cuda_l1_dir() -> Path:
+    """Where CUDA-L1's solutions are read in place: KERNELLAB_CUDA_L1_DIR, else ../shared/datasets/cuda-l1."""
+    import os
+
+    from django.conf import settings
+
+    configured = getattr(settings, "KERNELLAB_CUDA_L1_DIR", None) or os.environ.get("KERNELLAB_CUDA_L1_DIR")
+    return Path(configured) if configured else Path(settings.BASE_DIR).parent / "shared" / "datasets" / "cuda-l1"
+
+
+@functools.lru_cache(maxsize=8)
+def _cuda_l1_rows(path: str, mtime: float) -> dict[tuple[int, int], list[dict]]:
+    import json
+
+    by_task: dict[tuple[int, int], list[dict]] = {}
+    with open(path) as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if isinstance(row, dict) and row.get("custom_code"):
+                by_task.setdefault((int(row["level_id"]), int(row["task_id"])), []).append(row)
+    return by_task
+
+
+def kernelbench_task(*, problem: Problem) -> tuple[int, int] | None:
+    """(level, task) from the problem's [kernelbench] table, set when it was imported from KernelBench."""
+    import tomllib
+
+    try:
+        table = tomllib.loads(problem.spec_toml).get("kernelbench") or {}
+    except tomllib.TOMLDecodeError:
+        return None
+    level, task = table.get("level"), table.get("task")
+    return (int(level), int(task)) if isinstance(level, int) and isinstance(task, int) else None
+
+
+def recorded_solutions(*, problem: Problem):
+    """(solutions, dataset) for the replayed generator: a bundled problem's own candidates/, else the
+    CUDA-L1 solutions of its KernelBench task (one per distinct source, up to five, in GPU order)."""
+    from search_engine.generators.replayed import RecordedSolution
+
+    if problem.bundled:
+        folder = bundled_dir() / problem.name / "candidates"
+        solutions = [RecordedSolution(source=path.read_text(), label=f"bundled candidate {path.stem}")
+                     for path in sorted(folder.glob("*.py"))] if folder.is_dir() else []
+        return solutions, f"the problem's bundled candidates ({len(solutions)})"
+    task = kernelbench_task(problem=problem)
+    solutions, seen = [], set()
+    folder = cuda_l1_dir()
+    for gpu in CUDA_L1_GPUS if task else ():
+        path = folder / f"{gpu}.jsonl"
+        if not path.is_file():
+            continue
+        for row in _cuda_l1_rows(str(path), path.stat().st_mtime).get(task, []):
+            if row["custom_code"] in seen or len(solutions) >= MAX_RECORDED_SOLUTIONS:
+                continue
+            seen.add(row["custom_code"])
+            solutions.append(RecordedSolution(source=row["custom_code"],
+                                              label=f"CUDA-L1 {gpu} solution (authors: {row.get('score_default')}x "
+                                                    f"on the {gpu.upper()})"))
+    return solutions, f"CUDA-L1 ({folder})"

@@ -144,12 +144,25 @@ def _llm_generator(context: RunContext):
                         code_search=code_search)
 
 
+def _replayed_generator(context: RunContext):
+    from search_engine.generators.replayed import ReplayedGenerator
+
+    from kernellab.selectors.kernelbench import recorded_solutions
+
+    solutions, dataset = recorded_solutions(problem=context.problem)
+    if not solutions:
+        raise ServiceError("The replayed generator has no recorded solutions for this problem: it needs a bundled "
+                           "problem's candidates or a KernelBench task with CUDA-L1 solutions.")
+    return ReplayedGenerator(solutions, dataset)
+
+
 # The run form offers these, in this order.
 GENERATOR_BUILDERS: dict[str, Callable[[RunContext], object]] = {
     "template": _template_generator,
     "transform": _transform_generator,
     "recipes": _recipe_generator,
     "llm": _llm_generator,
+    "replayed": _replayed_generator,
 }
 
 

@@ -82,3 +82,23 @@ def test_the_worker_measures_a_relu_solution_against_its_reference(tmp_path):
     cheat = own_ops.replace("return torch.relu(x)", "x.relu_()\n        return x")
     assert "inputs are read-only" in judge_solution(measure_solution(RELU, cheat, extensions=tmp_path,
                                                                       settings=settings), settings).reason
+
+
+def test_a_solution_whose_extension_failed_to_build_and_fell_back_to_pytorch_is_a_failed_compile_naming_the_error():
+    builds = [{"name": "matmul_cuda", "ok": False, "seconds": 30.0,
+               "error": "main.cpp:37:27: error: 'getCurrentCUDAStream' is not a member of 'at::cuda'"}]
+    verdict = judge_solution({**TIMED, "custom_kernels": {}, "aten_ops": {"mm": 1}, "reference_aten_ops": {"mm": 1},
+                              "extension_builds": builds})
+    assert verdict.status == "failed-compile"
+    assert verdict.reason.startswith("Its extension 'matmul_cuda' did not build (main.cpp:37:27: error: "
+                                     "'getCurrentCUDAStream'")
+    assert "PyTorch did the work with mm x1" in verdict.reason
+
+
+def test_a_build_log_with_a_caught_extension_failure_names_that_extension_not_the_last_line():
+    log = ("Warning: falling back\nKL-EXTENSION-BUILD-FAILED diag_cuda error: no instance of overloaded function\n"
+           "done\n")
+    verdict = judge_solution({"build_error": log})
+    assert verdict.status == "failed-compile"
+    assert verdict.reason == ("The solution does not build: its extension diag_cuda error: no instance of "
+                              "overloaded function")

@@ -56,8 +56,10 @@ def recorded_rows(problem_dir: Path, records_path: Path, source: str) -> tuple[l
 
 def recorded_files(problems_dir: Path, gpu: str | None) -> list[tuple[Path, Path]]:
     """(problem folder, records file) for every problem with records for the GPU (or any GPU)."""
+    from kernellab.datasets import bundled_problem_dirs
+
     out = []
-    for folder in sorted(p for p in problems_dir.iterdir() if (p / "problem.toml").exists()):
+    for folder in bundled_problem_dirs(problems_dir):
         for path in sorted((folder / "records").glob("*.jsonl.gz")):
             if gpu is None or path.name == f"{gpu}.jsonl.gz":
                 out.append((folder, path))

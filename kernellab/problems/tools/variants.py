@@ -176,7 +176,9 @@ def load(folder: Path) -> Problem:
 
 
 def bundled() -> list[Problem]:
-    return [load(p.parent) for p in sorted(PROBLEMS_DIR.glob("*/problem.toml"))]
+    """The bundled CUDA families; a KernelBench-format problem (kind = "pytorch") has no family."""
+    return [load(p.parent) for p in sorted(PROBLEMS_DIR.glob("*/problem.toml"))
+            if tomllib.loads(p.read_text()).get("problem", {}).get("kind") != "pytorch"]
 
 
 def shape_of(arg_shape: list, names: dict) -> tuple[int, ...]:

@@ -1,0 +1,62 @@
+"""A whole run over a bundled KernelBench-format problem with no LLM and no GPU: the replayed generator
+proposes the problem's recorded candidates and the replay backend answers with their H200 measurements."""
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from kernellab.models import Measurement, Node, NodeState, RunStatus
+from kernellab.selectors.kernelbench import cuda_l1_dir, recorded_solutions
+from kernellab.services.problems import problem_create_pytorch, problem_load_bundled
+from kernellab.services.runs import run_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def layernorm(settings, workspace, tmp_path):
+    settings.DATA_DIR = tmp_path
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    from kernellab.celery import app
+
+    app.conf.task_always_eager = True
+    yield next(p for p in problem_load_bundled(workspace=workspace) if p.name == "kb_layernorm")
+    app.conf.task_always_eager = False
+
+
+KERNELBENCH = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "kernelbench"
+
+
+def test_a_replayed_run_over_a_kernelbench_problem_measures_every_recorded_candidate_labelled_replayed(
+        layernorm, members, client):
+    run = run_create(problem=layernorm, user=members["engineer"], generator="replayed", surrogate="none",
+                     backend="replay", gpu_budget=6, children_per_step=2)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    children = Node.objects.filter(run=run).exclude(origin="root")
+    assert sorted(n.kernel.name for n in children) == ["replayed bundled candidate block_two_pass",
+                                                       "replayed bundled candidate warp_two_pass"]
+    assert {n.origin for n in children} == {"replayed"}
+    assert all(n.state == NodeState.MEASURED for n in children)
+    speedups = sorted(round(n.speedup, 3) for n in children)
+    assert speedups == [0.826, 1.151]   # the H200 records of the two candidates
+    assert run.best_speedup == pytest.approx(1.151, abs=1e-3)
+    assert {m.backend for m in Measurement.objects.filter(problem=layernorm)} == {"replay"}
+    client.force_login(members["viewer"])
+    page = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    assert 'id="replayed-label"' in page and "Replayed: recorded solutions, no LLM" in page
+    node = children.first()
+    panel = client.get(reverse("node-panel", args=[run.pk, node.key]), HTTP_HX_REQUEST="true").content.decode()
+    assert "a recorded solution, not written in this run" in panel
+
+
+def test_the_replayed_generator_reads_an_imported_tasks_cuda_l1_solutions_in_place(workspace, members):
+    if not (cuda_l1_dir() / "h100.jsonl").is_file() or not (KERNELBENCH / "level1").is_dir():
+        pytest.skip(f"the CUDA-L1 and KernelBench datasets are not at {cuda_l1_dir()} and {KERNELBENCH}")
+    file = next((KERNELBENCH / "level1").glob("50_*.py"))
+    problem = problem_create_pytorch(workspace=workspace, user=members["engineer"], program_source=file.read_text(),
+                                     name="kb1_50", level=1, task=50)
+    solutions, dataset = recorded_solutions(problem=problem)
+    assert 1 <= len(solutions) <= 5 and dataset.startswith("CUDA-L1")
+    assert len({s.source for s in solutions}) == len(solutions)
+    assert all(s.label.startswith("CUDA-L1 ") and "class ModelNew" in s.source for s in solutions)
