@@ -4,13 +4,16 @@
 // The main loop follows CUTLASS's examples/cute/tutorial/hopper/wgmma_sm90.cu (BSD-3-Clause):
 // cp.async (SM80_CP_ASYNC_CACHEALWAYS, 128-bit) fills a STAGES-deep ring of swizzled shared-memory
 // tiles and Hopper's warpgroup MMA (wgmma, SM90 GMMA atoms, both operands from shared memory) consumes
-// them. Unlike the tutorial, the copy of tile k+STAGES-1 overlaps the MMA of tile k.
+// them. Unlike the tutorial, copies run ahead of the MMA (the copy of a later tile overlaps the MMA of
+// tile k), the MMA of tile k may overlap the next iteration (OVERLAP), and C is stored as half2.
 //
 // Knobs (the variant's #define lines come before this text):
 //   BM, BN, BK   block tile; BK = 64 uses the 128-byte swizzle atom, BK = 32 the 64-byte one
 //   STAGES       shared-memory tiles in flight (2 to 5)
 //   WGM          warpgroups (128 threads each) stacked along M; each computes (BM/WGM) x BN
 //   GROUP        blocks along M that walk N together (1: row by row; 8: grouped raster, better L2 reuse)
+//   OVERLAP      0: wait for each tile's MMA before the next; 1: leave one MMA in flight (wgmma.wait 1),
+//                so copies run STAGES-2 tiles ahead instead of STAGES-1
 //
 // Needs M % BM == 0, N % BN == 0, K % BK == 0 (a constraint of the family), sm_90a and
 // --expt-relaxed-constexpr (the family's compile options).
@@ -103,9 +106,12 @@ hgemm_cute(const __half* __restrict__ A_, const __half* __restrict__ B_, __half*
     Tensor tCrC = thr_mma.make_fragment_C(tCgC);
     clear(tCrC);
 
+    // Tiles fetched ahead of the one multiplied; the stage they land in was last read by an MMA that
+    // every thread has waited for before the barrier of this iteration (OVERLAP MMAs stay in flight).
+    constexpr int AHEAD = STAGES - 1 - OVERLAP;
     const int k_tiles = size<3>(tAgA);
     CUTE_UNROLL
-    for (int stage = 0; stage < STAGES - 1; ++stage) {
+    for (int stage = 0; stage < AHEAD; ++stage) {
         if (stage < k_tiles) {
             copy(copy_a, tAgA(_, _, _, stage), tAsA(_, _, _, stage));
             copy(copy_b, tBgB(_, _, _, stage), tBsB(_, _, _, stage));
@@ -115,13 +121,12 @@ hgemm_cute(const __half* __restrict__ A_, const __half* __restrict__ B_, __half*
 
     CUTE_NO_UNROLL
     for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-        cp_async_wait<STAGES - 2>();
+        cp_async_wait<AHEAD - 1>();
         // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
 
-        // The stage read by the previous iteration's (finished) MMA takes tile k + STAGES - 1.
-        const int next = k_tile + STAGES - 1;
+        const int next = k_tile + AHEAD;
         if (next < k_tiles) {
             const int write = next % STAGES;
             copy(copy_a, tAgA(_, _, _, next), tAsA(_, _, _, write));
@@ -134,11 +139,16 @@ hgemm_cute(const __half* __restrict__ A_, const __half* __restrict__ B_, __half*
         warpgroup_arrive();
         cute::gemm(mma, tCrA(_, _, _, read), tCrB(_, _, _, read), tCrC);
         warpgroup_commit_batch();
-        warpgroup_wait<0>();
+        warpgroup_wait<OVERLAP>();
         warpgroup_fence_operand(tCrC);
     }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tCrC);
 
+    // Each thread's accumulators come in pairs of neighbouring columns: stored as 32-bit half2 writes.
+    Tensor tCrC_half = make_fragment_like<T>(tCrC);
     CUTE_UNROLL
     for (int i = 0; i < size(tCrC); ++i)
-        tCgC(i) = T(tCrC(i));
+        tCrC_half(i) = T(tCrC(i));
+    copy(AutoVectorizingCopyWithAssumedAlignment<32>{}, tCrC_half, tCgC);
 }
