@@ -103,9 +103,32 @@ def test_a_variant_of_the_bundled_cute_hgemm_family_builds_for_sm90a_with_warpgr
     from gpu_runner import load_problem, render_variant
 
     problem = load_problem(Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "hgemm")
-    candidate = render_variant(problem, {"BM": 128, "BN": 256, "BK": 64, "STAGES": 3, "WGM": 2, "GROUP": 8})
+    candidate = render_variant(problem, {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "WGM": 2, "GROUP": 8,
+                                         "OVERLAP": 1})
     output = compiler.compile_cubin(candidate.source, candidate.compile_options, use_cache=False)
     assert output.report.ok, output.report.log[-2000:]
     facts = output.report.facts
     assert facts.cutlass == cutlass_version() and facts.spill_stores == 0
-    assert {"HGMMA.64", "WARPGROUP.ARRIVE", "LDGSTS.E.LTC128B.128"} <= set(facts.sass), sorted(facts.sass)
+    assert {"HGMMA.64", "WARPGROUP.ARRIVE", "LDGSTS.E.LTC128B.128", "STG.E"} <= set(facts.sass), sorted(facts.sass)
+    assert "STG.E.U16" not in facts.sass   # C is written as half2
+
+
+@pytest.mark.gpu
+def test_on_the_h200_a_cute_hgemm_variant_is_correct_and_timed_beside_cublas():
+    from pathlib import Path
+
+    from gpu_runner import MeasureSettings, Runner, load_problem, render_variant
+
+    problem = load_problem(Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "hgemm")
+    candidate = render_variant(problem, {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "WGM": 2, "GROUP": 8,
+                                         "OVERLAP": 1})
+    settings = MeasureSettings(validation_sets=2, min_reps=10, max_reps=30, target_timing_ms=50.0, kernel_timeout_s=10.0)
+    with Runner("cupy", settings=settings) as runner:
+        result = runner.measure(problem, candidate, seed=1)
+        vendor = runner.measure_vendor(problem, seed=1)
+    assert result.status == "ok", result.reason
+    assert result.compiler.cutlass == cutlass_version()
+    assert vendor.status == "ok" and vendor.candidate_name == "vendor:cublas_hgemm", vendor.reason
+    # Both speedups are over the same reference: their ratio is the variant's share of cuBLAS's speed.
+    print(f"hgemm {candidate.name}: {result.speedup / vendor.speedup:.2f} of cuBLAS")
+    assert result.speedup > 10   # tensor cores against one scalar fp32 dot product per thread
