@@ -147,10 +147,15 @@ class RunCreateForm(forms.Form):
     def __init__(self, *args, problem=None, llm_configured: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.llm_configured = llm_configured
+        from gpu_runner.spec import reference_kind
+
+        # A PyTorch (KernelBench) problem's candidates are ModelNew programs: only recorded ones can be
+        # proposed, and the surrogates, trained on CUDA kernels, cannot read them.
+        pytorch = problem is not None and reference_kind(problem.spec_toml) == "pytorch"
         if problem is not None and not self.is_bound:
-            self.fields["generator"].initial = "template" if problem.family_source else "transform"
+            self.fields["generator"].initial = "replayed" if pytorch else "template" if problem.family_source else "transform"
             self.fields["screening_width"].initial = 256 if problem.family_source else 0
-            self.fields["surrogate"].initial = "learned"
+            self.fields["surrogate"].initial = "none" if pytorch else "learned"
         # Only backends that can measure this problem now are offered; the others say why not.
         self.backend_choices = []
         if problem is not None:
@@ -166,7 +171,9 @@ class RunCreateForm(forms.Form):
                 auto = next(c for c in self.backend_choices if c.name == "auto")
                 preferred = ["auto", "replay"] if auto.measures_with != "replay" else ["replay"]
                 self.fields["backend"].initial = next((name for name in preferred if name in offered), offered[0] if offered else None)
-        self.fields["generator"].choices = [(g, self._label(g)) for g in GENERATORS]
+        generators = GENERATORS if problem is None else \
+            [g for g in GENERATORS if (g == "replayed") == pytorch]
+        self.fields["generator"].choices = [(g, self._label(g)) for g in generators]
         self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
 
     @property

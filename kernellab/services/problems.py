@@ -143,6 +143,7 @@ class KernelBenchImport:
     imported: list[Problem] = field(default_factory=list)
     present: list[str] = field(default_factory=list)          # names the workspace already had
     refused: list[tuple[str, str]] = field(default_factory=list)   # (file, why)
+    with_recordings: int = 0   # imported tasks that came with recorded H200 measurements (replayable)
 
 
 def kernelbench_files(path: Path, level: int | None = None) -> list[tuple[Path, int | None]]:
@@ -198,13 +199,38 @@ def problem_import_kernelbench(*, workspace: Workspace, path: Path, level: int |
             summary.refused.append((str(file), f"it cannot be read as text ({exc.__class__.__name__})"))
             continue
         try:
-            summary.imported.append(problem_create_pytorch(
+            problem = problem_create_pytorch(
                 workspace=workspace, user=user, program_source=text, name=name, title=title,
                 description=f"KernelBench level {file_level} task {number} ({file.name})" if file_level else file.name,
-                level=file_level, task=number if number < 1 << 30 else None))
+                level=file_level, task=number if number < 1 << 30 else None)
         except ProblemRejected as exc:
             summary.refused.append((str(file), str(exc)))
+            continue
+        summary.imported.append(problem)
+        summary.with_recordings += bool(_kernelbench_recordings_bring(problem))
     return summary
+
+
+def _kernelbench_recordings_bring(problem: Problem) -> int:
+    """Write the H200 measurements recorded for this KernelBench task (kernelbench/records, bundled)
+    where replay reads an uploaded problem's records, so a run over it replays them offline."""
+    import gzip
+    import json
+
+    from kernellab.selectors.kernelbench import kernelbench_records
+    from kernellab.selectors.problems import problem_records_file
+
+    # Only the GPU's name was recorded with them, not the full hardware facts a replayed result carries.
+    records = [{k: v for k, v in record.items() if k != "hardware"}
+               for record in kernelbench_records(problem_name=problem.name) if record.get("source_hash")]
+    if not records:
+        return 0
+    target = problem_records_file(problem, "h200")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(target, "wt") as handle:
+        for record in records:
+            handle.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+    return len(records)
 
 
 @transaction.atomic

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from kernellab.models import Measurement, Node, NodeState, RunStatus
+from kernellab.models import Measurement, Node, NodeState, Problem, RunStatus
 from kernellab.selectors.kernelbench import cuda_l1_dir, recorded_solutions
 from kernellab.services.problems import problem_create_pytorch, problem_load_bundled
 from kernellab.services.runs import run_create
@@ -60,3 +60,40 @@ def test_the_replayed_generator_reads_an_imported_tasks_cuda_l1_solutions_in_pla
     assert 1 <= len(solutions) <= 5 and dataset.startswith("CUDA-L1")
     assert len({s.source for s in solutions}) == len(solutions)
     assert all(s.label.startswith("CUDA-L1 ") and "class ModelNew" in s.source for s in solutions)
+
+
+def test_a_whole_run_over_an_imported_kernelbench_task_replays_its_cuda_l1_solutions_on_cpu(settings, workspace,
+                                                                                           members, tmp_path):
+    task = KERNELBENCH / "level1" / "52_Argmin_over_a_dimension.py"
+    if not (cuda_l1_dir() / "h100.jsonl").is_file() or not task.is_file():
+        pytest.skip(f"the CUDA-L1 and KernelBench datasets are not at {cuda_l1_dir()} and {KERNELBENCH}")
+    from kernellab.celery import app
+    from kernellab.services.problems import problem_import_kernelbench
+
+    settings.DATA_DIR = tmp_path
+    settings.CELERY_TASK_ALWAYS_EAGER = app.conf.task_always_eager = True
+    try:
+        summary = problem_import_kernelbench(workspace=workspace, path=task)
+        assert summary.with_recordings == 1
+        problem = summary.imported[0]
+        run = run_create(problem=problem, user=members["engineer"], generator="replayed", surrogate="none",
+                         backend="replay", gpu_budget=6, children_per_step=3)
+    finally:
+        app.conf.task_always_eager = False
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    children = list(Node.objects.filter(run=run).exclude(origin="root"))
+    assert children and all(n.origin == "replayed" and n.kernel.name.startswith("replayed CUDA-L1 ") for n in children)
+    measurements = Measurement.objects.filter(problem=problem)
+    assert measurements.exists() and {m.backend for m in measurements} == {"replay"}
+    assert all(m.status != "unavailable" for m in measurements), [m.reason for m in measurements]
+
+
+def test_the_run_form_of_a_kernelbench_problem_offers_the_replayed_generator_alone(layernorm, workspace):
+    from kernellab.forms import RunCreateForm
+
+    form = RunCreateForm(problem=layernorm)
+    assert [value for value, _ in form.fields["generator"].choices] == ["replayed"]
+    assert form.fields["generator"].initial == "replayed" and form.fields["surrogate"].initial == "none"
+    cuda = Problem.objects.get(workspace=workspace, name="softmax")   # loaded beside it, a CUDA problem
+    assert "replayed" not in [value for value, _ in RunCreateForm(problem=cuda).fields["generator"].choices]

@@ -35,6 +35,7 @@ class Command(BaseCommand):
         for file, why in summary.refused:
             self.stderr.write(f"{file}: {why}")
         self.stdout.write(f"Imported {len(summary.imported)} KernelBench task(s) from {folder} into {target.name}; "
-                          f"{len(summary.present)} already there, {len(summary.refused)} refused.")
+                          f"{len(summary.present)} already there, {len(summary.refused)} refused; "
+                          f"{summary.with_recordings} came with recorded H200 measurements (replayable).")
         if summary.refused and not summary.imported and not summary.present:
             raise CommandError("No task could be imported.")
