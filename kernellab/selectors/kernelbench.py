@@ -52,8 +52,8 @@ def kernelbench_h200_comparison(*, problem: Problem) -> dict | None:
             "a100_speedup": authors.get("a100"),
             "slower_than_eager": speedup is not None and speedup < 1.0,
         })
-    baselines = {r["variant"].split(":", 1)[1]: (r.get("candidate") or {}).get("median_ms")
-                 for r in records if r.get("variant", "").startswith("baseline:") and r.get("status") == "ok"}
+    baselines = {name: stats.get("median_ms") for name, stats in ((reference or {}).get("baselines") or {}).items()
+                 if isinstance(stats, dict) and stats.get("median_ms")}
     return {"rows": rows, "reference_ms": ((reference or {}).get("reference") or {}).get("median_ms"),
             "baselines_ms": baselines, "hardware": ((reference or records[0]).get("hardware") or {}).get("name")}
 

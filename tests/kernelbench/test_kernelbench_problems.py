@@ -86,6 +86,7 @@ def test_the_problem_page_compares_recorded_h200_speedups_with_the_authors(clien
     records = tmp_path / "kernelbench" / "records"
     records.mkdir(parents=True)
     lines = [{"problem": "kb1_19_relu", "variant": "reference", "status": "ok", "reference": {"median_ms": 0.5},
+              "baselines": {"cuda_graph": {"median_ms": 0.25}, "torch_compile": {"median_ms": 0.125}},
               "hardware": {"name": "NVIDIA H200"}},
              {"problem": "kb1_19_relu", "variant": "cuda-l1:1", "solution_gpus": ["h100", "a100"], "status": "ok",
               "speedup": 0.8, "authors_speedup": {"h100": 1.9, "a100": 2.4}, "reason": "Correct."}]
@@ -97,3 +98,4 @@ def test_the_problem_page_compares_recorded_h200_speedups_with_the_authors(clien
     assert "LLM-written solutions on the H200" in page
     assert "0.80× <small>(slower than eager)</small>" in page
     assert "1.90×" in page and "2.40×" in page and "h100, a100" in page
+    assert "Baselines: cuda_graph 0.2500 ms · torch_compile 0.1250 ms" in page
