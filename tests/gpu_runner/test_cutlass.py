@@ -42,6 +42,12 @@ def test_the_wheel_headers_are_allowed_and_on_the_include_path_with_a_version(tm
     assert f"-I{cutlass_include_dir()}" in compiler.include_flags()
     assert check_directives(CUTE_KERNEL) is None
     assert cutlass_version() and cutlass_version().count(".") == 2
+    from gpu_runner.compile_sandbox import sandbox_status, sandboxed
+
+    if sandbox_status().mode == "bwrap":
+        command = sandboxed(["/usr/bin/true"], str(tmp_path))
+        assert command[command.index(str(cutlass_include_dir())) - 1] == "--ro-bind"
+        assert str(cutlass_source_root() / "examples") not in command
 
 
 @pytest.mark.parametrize("query, expected", [
