@@ -171,8 +171,14 @@ class RunCreateForm(forms.Form):
                 auto = next(c for c in self.backend_choices if c.name == "auto")
                 preferred = ["auto", "replay"] if auto.measures_with != "replay" else ["replay"]
                 self.fields["backend"].initial = next((name for name in preferred if name in offered), offered[0] if offered else None)
-        generators = GENERATORS if problem is None else \
-            [g for g in GENERATORS if (g == "replayed") == pytorch]
+        generators = GENERATORS
+        if pytorch:
+            generators = ["replayed"]
+        elif problem is not None:
+            from kernellab.selectors.kernelbench import lab_dataset_solutions
+
+            # A CUDA problem replays only candidates that a lab dataset holds for it.
+            generators = [g for g in GENERATORS if g != "replayed" or lab_dataset_solutions(problem=problem)]
         self.fields["generator"].choices = [(g, self._label(g)) for g in generators]
         self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
 

@@ -99,28 +99,83 @@ def kernelbench_task(*, problem: Problem) -> tuple[int, int] | None:
     return (int(level), int(task)) if isinstance(level, int) and isinstance(task, int) else None
 
 
-def recorded_solutions(*, problem: Problem):
-    """(solutions, dataset) for the replayed generator: a bundled problem's own candidates/, else the
-    CUDA-L1 solutions of its KernelBench task (one per distinct source, up to five, in GPU order)."""
+MAX_LAB_SOLUTIONS = 64
+
+
+@functools.lru_cache(maxsize=16)
+def _lab_dataset_solutions(path: str, mtime: float) -> dict[str, list[tuple]]:
+    """A lab dataset's candidates by problem: (source, launch, temps, options, label), comparisons' candidates
+    and pairs' children; a file that does not read is left out (the lab pages say why)."""
+    from search_engine.lab.datasets import DatasetError, read_dataset, row_id, row_problem, row_speedup
+
+    try:
+        dataset = read_dataset(path)
+    except (DatasetError, OSError, ValueError):
+        return {}
+    by_problem: dict[str, list[tuple]] = {}
+    prefix = "candidate" if dataset.kind == "comparison" else "child"
+    for row in dataset.rows:
+        hardware = row.get("hardware")
+        hardware = hardware.get("name", "") if isinstance(hardware, dict) else str(hardware or "")
+        label = f"lab dataset {Path(path).stem} row {row_id(row)} ({row_speedup(row):.2f}x on {hardware or 'a GPU'})"
+        by_problem.setdefault(row_problem(row), []).append(
+            (row[f"{prefix}_code"], tuple(row.get(f"{prefix}_launch") or ()), tuple(row.get(f"{prefix}_temps") or ()),
+             tuple(row.get(f"{prefix}_compile_options") or ()), label))
+    return by_problem
+
+
+def lab_dataset_solutions(*, problem: Problem) -> list:
+    """Candidates for this problem in the workspace's lab datasets (the GPU Forecasters layout that
+    import_dataset stores), one per distinct source, in file and row order."""
     from search_engine.generators.replayed import RecordedSolution
 
-    if problem.bundled:
-        folder = bundled_dir() / problem.name / "candidates"
-        solutions = [RecordedSolution(source=path.read_text(), label=f"bundled candidate {path.stem}")
-                     for path in sorted(folder.glob("*.py"))] if folder.is_dir() else []
-        return solutions, f"the problem's bundled candidates ({len(solutions)})"
-    task = kernelbench_task(problem=problem)
+    from kernellab.selectors.lab import lab_datasets_dir
+
+    folder = lab_datasets_dir(problem.workspace)
     solutions, seen = [], set()
-    folder = cuda_l1_dir()
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        for source, launch, temps, options, label in _lab_dataset_solutions(str(path), path.stat().st_mtime).get(
+                problem.name, []):
+            if source in seen or len(solutions) >= MAX_LAB_SOLUTIONS:
+                continue
+            seen.add(source)
+            solutions.append(RecordedSolution(source=source, label=label, launch=launch, temps=temps,
+                                              compile_options=options))
+    return solutions
+
+
+def recorded_solutions(*, problem: Problem):
+    """(solutions, dataset) for the replayed generator: a bundled KernelBench-format problem's own
+    candidates/, else the CUDA-L1 solutions of its KernelBench task (one per distinct source, up to five,
+    in GPU order); then the candidates of this problem in the workspace's lab datasets."""
+    from search_engine.generators.replayed import RecordedSolution
+
+    solutions, sources = [], []
+    folder = bundled_dir() / problem.name / "candidates"
+    if problem.bundled and folder.is_dir():
+        solutions = [RecordedSolution(source=path.read_text(), label=f"bundled candidate {path.stem}")
+                     for path in sorted(folder.glob("*.py"))]
+        sources.append(f"the problem's bundled candidates ({len(solutions)})")
+    task = kernelbench_task(problem=problem)
+    seen = {s.source for s in solutions}
+    cuda_l1 = cuda_l1_dir()
+    found = 0
     for gpu in CUDA_L1_GPUS if task else ():
-        path = folder / f"{gpu}.jsonl"
+        path = cuda_l1 / f"{gpu}.jsonl"
         if not path.is_file():
             continue
         for row in _cuda_l1_rows(str(path), path.stat().st_mtime).get(task, []):
-            if row["custom_code"] in seen or len(solutions) >= MAX_RECORDED_SOLUTIONS:
+            if row["custom_code"] in seen or found >= MAX_RECORDED_SOLUTIONS:
                 continue
             seen.add(row["custom_code"])
+            found += 1
             solutions.append(RecordedSolution(source=row["custom_code"],
                                               label=f"CUDA-L1 {gpu} solution (authors: {row.get('score_default')}x "
                                                     f"on the {gpu.upper()})"))
-    return solutions, f"CUDA-L1 ({folder})"
+    if found:
+        sources.append(f"CUDA-L1 ({cuda_l1})")
+    lab = [s for s in lab_dataset_solutions(problem=problem) if s.source not in seen]
+    if lab:
+        solutions += lab
+        sources.append("the workspace's lab datasets")
+    return solutions, " and ".join(sources)

@@ -19,6 +19,8 @@ class RecordedSolution:
     source: str
     label: str          # e.g. "CUDA-L1 h100 (authors: 1.42x)" or "bundled candidate warp_online"
     launch: tuple = ()  # a CUDA kernel's launch plan; empty for a KernelBench solution (ModelNew)
+    temps: tuple = ()
+    compile_options: tuple = ()
 
 
 class ReplayedGenerator:
@@ -36,6 +38,8 @@ class ReplayedGenerator:
             if len(proposals) >= n:
                 break
             candidate = make_candidate(solution.source, [dict(step) for step in solution.launch],
+                                       temps=[dict(t) for t in solution.temps],
+                                       compile_options=list(solution.compile_options),
                                        name=f"{REPLAYED_NAME_PREFIX}{solution.label}")
             digest = candidate_hash(candidate)
             if digest in seen:

@@ -97,3 +97,44 @@ def test_the_run_form_of_a_kernelbench_problem_offers_the_replayed_generator_alo
     assert form.fields["generator"].initial == "replayed" and form.fields["surrogate"].initial == "none"
     cuda = Problem.objects.get(workspace=workspace, name="softmax")   # loaded beside it, a CUDA problem
     assert "replayed" not in [value for value, _ in RunCreateForm(problem=cuda).fields["generator"].choices]
+
+
+def test_a_run_over_a_cuda_problem_replays_the_candidates_a_lab_dataset_holds_for_it(settings, workspace, members,
+                                                                                    tmp_path):
+    """The GPU Forecasters layout that import_dataset stores: comparison rows whose pack is the problem."""
+    import gzip
+    import json
+
+    from gpu_runner import reference_candidate, render_variant
+    from kernellab.celery import app
+    from kernellab.forms import RunCreateForm
+    from kernellab.selectors.lab import lab_datasets_dir
+    from kernellab.selectors.problems import bundled_dir
+    from kernellab.services.problems import problem_spec
+    from search_engine.lab.datasets import comparison_row, write_dataset
+
+    settings.DATA_DIR = tmp_path
+    softmax = next(p for p in problem_load_bundled(workspace=workspace) if p.name == "softmax")
+    assert "replayed" not in [value for value, _ in RunCreateForm(problem=softmax).fields["generator"].choices]
+    spec = problem_spec(softmax)
+    with gzip.open(bundled_dir() / "softmax" / "records" / "h200.jsonl.gz", "rt") as handle:
+        recorded = [json.loads(line) for line in handle]
+    knobs = [r["knobs"] for r in recorded if r.get("knobs") and r.get("status") == "ok"][:3]
+    rows = [comparison_row(comparison_id=f"c{i}", pack="softmax", anchor=reference_candidate(spec).to_dict(),
+                           candidate=render_variant(spec, k).to_dict(), hardware="NVIDIA H200", speedup=1.5,
+                           source="recorded-h200") for i, k in enumerate(knobs)]
+    lab_datasets_dir(workspace).mkdir(parents=True)
+    write_dataset(lab_datasets_dir(workspace) / "softmax_rows.jsonl", rows)
+    assert "replayed" in [value for value, _ in RunCreateForm(problem=softmax).fields["generator"].choices]
+    settings.CELERY_TASK_ALWAYS_EAGER = app.conf.task_always_eager = True
+    try:
+        run = run_create(problem=softmax, user=members["engineer"], generator="replayed", surrogate="none",
+                         backend="replay", gpu_budget=5, children_per_step=3)
+    finally:
+        app.conf.task_always_eager = False
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    children = list(Node.objects.filter(run=run).exclude(origin="root"))
+    assert sorted(n.kernel.name for n in children) == [f"replayed lab dataset softmax_rows row c{i} (1.50x on NVIDIA H200)"
+                                                       for i in range(3)]
+    assert all(n.origin == "replayed" and n.state == NodeState.MEASURED for n in children)
