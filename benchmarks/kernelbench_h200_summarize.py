@@ -62,11 +62,12 @@ COMMAND = ("two device calls of python benchmarks/kernelbench_h200.py .kb-data O
            "--kernelbench ../shared/datasets/kernelbench")
 
 
-def write_bundled_records(rows: list[dict]) -> None:
+def write_bundled_records(rows: list[dict]) -> dict:
     """Replay records of the project's own problems: MeasurementResult fields keyed by source hash."""
     from gpu_runner.spec import load_problem
 
     by_problem: dict[str, list[dict]] = {}
+    summary: dict[str, dict] = {}
     for row in rows:
         by_problem.setdefault(row["problem"], []).append(row)
     for problem, problem_rows in by_problem.items():
@@ -93,11 +94,17 @@ def write_bundled_records(rows: list[dict]) -> None:
                           "source_hash": row["source_hash"], "candidate_name": row["variant"].split(":", 1)[1],
                           "pytorch_notes": verdict.notes, "build_s": row.get("build_s"),
                           "evidence": {k: evidence[k] for k in KEEP + ("extension_builds",) if k in evidence}})
+        summary[problem] = {
+            "reference_ms": (lines[0].get("reference") or {}).get("median_ms") if lines else None,
+            "baselines_ms": {k: v.get("median_ms") for k, v in (lines[0].get("baselines") or {}).items()} if lines else {},
+            "candidates": {line["candidate_name"]: {"status": line["status"], "speedup": line["speedup"]}
+                           for line in lines[1:]}}
         target = folder / "records" / "h200.jsonl.gz"
         target.parent.mkdir(parents=True, exist_ok=True)
         with gzip.open(target, "wt") as handle:
             for line in lines:
                 handle.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+    return summary
 
 
 def main() -> int:
@@ -123,7 +130,7 @@ def main() -> int:
     rows = list(merged.values())
     bundled = [row for row in rows if row.get("problem")]
     rows = [row for row in rows if not row.get("problem")]
-    write_bundled_records(bundled)
+    bundled_summary = write_bundled_records(bundled)
     tasks, out_lines = set(), []
     candidates, failed, builds, notes_count = Counter(), Counter(), [], Counter()
     pairs, ok_pairs, do_bench_diffs, wall = [], [], [], 0.0
@@ -189,6 +196,7 @@ def main() -> int:
         "spearman_h200_vs_authors_h100_ok_only": spearman([a for a, _ in ok_pairs], [b for _, b in ok_pairs]),
         "reference_vs_do_bench_max_rel_diff": max((d["rel_diff"] for d in do_bench_diffs), default=None),
         "reference_vs_do_bench": do_bench_diffs,
+        "bundled_problems": bundled_summary,
     }
     results = ROOT / "benchmarks" / "results" / f"kernelbench_h200_{args.date}.json"
     results.write_text(json.dumps(result, indent=1) + "\n")
