@@ -46,8 +46,8 @@ def read_tasks(folder: Path, levels: set[int]) -> list[dict]:
                 continue
             task = tasks.setdefault((row["level_id"], row["task_id"]), {"level": row["level_id"], "task": row["task_id"],
                                                                          "reference": row["ref_code"], "solutions": {}})
-            if not row.get("custom_code"):
-                continue
+            if not row.get("custom_code") or row["custom_code"].strip() == "None":
+                continue   # CUDA-L1 writes the text "None" where a GPU has no solution for the task
             digest = hashlib.sha256(row["custom_code"].encode()).hexdigest()
             entry = task["solutions"].setdefault(digest, {"source": row["custom_code"], "gpus": [], "authors": {}})
             entry["gpus"].append(gpu)

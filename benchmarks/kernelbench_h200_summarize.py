@@ -127,13 +127,15 @@ def main() -> int:
                 hardware = {"name": row["worker"][1].get("gpu"), "torch": row["worker"][1].get("torch")}
             if "variant" in row:
                 merged[(row["level"], row["task"], row["variant"])] = {**row, "_hardware": hardware}
-    rows = list(merged.values())
+    rows = [row for row in merged.values() if (row.get("source") or "").strip() != "None"]
+    no_code = len(merged) - len(rows)   # CUDA-L1's "None" solutions, measured by the first calls before they were skipped
     bundled = [row for row in rows if row.get("problem")]
     rows = [row for row in rows if not row.get("problem")]
     bundled_summary = write_bundled_records(bundled)
     tasks, out_lines = set(), []
     candidates, failed, builds, notes_count = Counter(), Counter(), [], Counter()
     pairs, ok_pairs, do_bench_diffs, wall = [], [], [], 0.0
+    unwatched = Counter()
     for row in rows:
         hardware = row["_hardware"]
         evidence = row.get("evidence") or {}
@@ -160,6 +162,9 @@ def main() -> int:
             failed[f"{verdict.status}: {reason[:60]}"] += 1
         if row.get("build_s"):
             builds.append(row["build_s"])
+        if verdict.reason.startswith("No kernel of the solution's own") and "extension_builds" not in evidence:
+            # measured before builds were watched: a caught build failure and a kernel never called look alike
+            unwatched["with_load_inline" if "load_inline" in row["source"] else "without_load_inline"] += 1
         timing = evidence.get("timing") or {}
         record.update(source_hash=row["source_hash"], source=row["source"], solution_gpus=row["solution_gpus"],
                       authors_speedup=row["authors_speedup"], build_s=row.get("build_s"), status=verdict.status,
@@ -183,8 +188,9 @@ def main() -> int:
         "date": args.date, "gpu": hardware.get("name"), "torch": hardware.get("torch"),
         "command": COMMAND,
         "tasks_imported": len(names), "tasks_in_cuda_l1_levels_1_2": 100, "tasks_not_reached": 100 - len(tasks), "tasks_measured": len(tasks),
-        "candidates": sum(candidates.values()), "candidates_correct": candidates["ok"],
+        "candidates": sum(candidates.values()), "dataset_entries_without_code_dropped": no_code, "candidates_correct": candidates["ok"],
         "candidates_by_status": dict(candidates), "candidates_failed": dict(failed),
+        "no_own_kernel_measured_before_builds_were_watched": dict(unwatched),
         "build_s_median": statistics.median(builds) if builds else None,
         "build_s_p90": builds[int(0.9 * (len(builds) - 1))] if builds else None,
         "candidates_per_gpu_minute": round(sum(candidates.values()) / (wall / 60), 2) if wall else None,

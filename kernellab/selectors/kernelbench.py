@@ -82,7 +82,8 @@ def _cuda_l1_rows(path: str, mtime: float) -> dict[tuple[int, int], list[dict]]:
             if not line.strip():
                 continue
             row = json.loads(line)
-            if isinstance(row, dict) and row.get("custom_code"):
+            # CUDA-L1 writes the text "None" where a GPU has no solution for the task.
+            if isinstance(row, dict) and row.get("custom_code") and row["custom_code"].strip() != "None":
                 by_task.setdefault((int(row["level_id"]), int(row["task_id"])), []).append(row)
     return by_task
 
