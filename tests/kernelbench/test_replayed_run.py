@@ -138,3 +138,36 @@ def test_a_run_over_a_cuda_problem_replays_the_candidates_a_lab_dataset_holds_fo
     assert sorted(n.kernel.name for n in children) == [f"replayed lab dataset softmax_rows row c{i} (1.50x on NVIDIA H200)"
                                                        for i in range(3)]
     assert all(n.origin == "replayed" and n.state == NodeState.MEASURED for n in children)
+
+
+def test_cuda_l1_entries_without_a_solution_are_not_proposed(settings, workspace, tmp_path):
+    import json
+
+    rows = [{"level_id": 1, "task_id": 8, "custom_code": "None", "score_default": "1.0"},
+            {"level_id": 1, "task_id": 8, "custom_code": "class ModelNew:\n    pass\n", "score_default": "1.3"}]
+    (tmp_path / "h100.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    settings.KERNELLAB_CUDA_L1_DIR = str(tmp_path)
+    problem = problem_create_pytorch(workspace=workspace, user=None, name="kb1_8_task", level=1, task=8,
+                                     program_source=(KERNELBENCH_FREE_RELU))
+    solutions, _ = recorded_solutions(problem=problem)
+    assert [s.label for s in solutions] == ["CUDA-L1 h100 solution (authors: 1.3x on the H100)"]
+
+
+KERNELBENCH_FREE_RELU = '''import torch
+import torch.nn as nn
+
+N = 1024
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
