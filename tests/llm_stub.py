@@ -2,7 +2,8 @@
 catalogue of malformed answers (and some good ones, so that runs grow and reach the surrogate).
 
 Used by the fuzz test (tests/kernellab/test_llm_fuzz.py) and its benchmark (benchmarks/llm_fuzz.py).
-A request that offers tools is the surrogate's; one without is the generator's. Every answer served
+A request that offers tools is the surrogate's, except one offering only search_cutlass, the generator's
+(answered by the catalogue's `code_search()` where it has one); one without is the generator's. Every answer served
 is logged with its kind and whether the search can use it ("use") or must record it as a failure
 ("fail"), so a caller can check that each unusable answer left a reason on a node."""
 
@@ -248,9 +249,15 @@ class StubServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
-                path = "surrogate" if request.get("tools") else "generator"
+                tools = [t.get("function", {}).get("name") for t in request.get("tools") or [] if isinstance(t, dict)]
+                path = "generator" if not tools or tools == ["search_cutlass"] else "surrogate"
                 with stub._lock:
-                    answer = stub.catalogue.surrogate() if path == "surrogate" else stub.catalogue.generator()
+                    if path == "surrogate":
+                        answer = stub.catalogue.surrogate()
+                    elif tools and hasattr(stub.catalogue, "code_search"):
+                        answer = stub.catalogue.code_search()
+                    else:   # the generator offered search_cutlass and the model answers without it
+                        answer = stub.catalogue.generator()
                     stub.served.append(ServedAnswer(path, answer.kind, answer.outcome))
                 if answer.delay_s:
                     time.sleep(answer.delay_s)

@@ -23,9 +23,9 @@ KERNEL_ANSWER = ("Rationale: doubled with a CuTe tensor.\n```cuda\n" + REFERENCE
 
 
 class SearchThenKernel:
-    """Requests that offer tools are answered with a search_cutlass call; the others with a kernel."""
+    """Requests that offer search_cutlass are answered with a call of it; the others with a kernel."""
 
-    def surrogate(self):
+    def code_search(self):
         call = {"role": "assistant", "content": None, "tool_calls": [{"id": "s1", "type": "function", "function": {
             "name": "search_cutlass", "arguments": json.dumps({"query": "tiled copy"})}}]}
         return Answer("search", "use", body=completion(call))
@@ -55,6 +55,24 @@ def test_a_search_call_puts_its_results_into_the_request_that_yields_the_proposa
     assert "<cute/tensor.hpp>" in requests[0][0][-1]["content"]
     assert "struct TiledCopy : Copy_Atom" in requests[1][0][-1]["content"]
     assert not proposal.failed and proposal.candidate["source"].strip() == REFERENCE["source"].strip()
+
+
+def test_a_model_that_answers_without_searching_gives_its_kernel_in_one_call():
+    searched = []
+    with StubServer(KernelOnly()) as server:
+        client = LLMClient(base_url=server.base_url, api_key="x", model="m", timeout_s=5, max_retries=0)
+        context = ProposalContext(node_id=3, parent={**REFERENCE, "source": REFERENCE["source"] + "// p\n"},
+                                  reference=REFERENCE, rng=random.Random(0))
+        proposal = LLMGenerator(client, code_search=searched.append).propose(context, 1)[0]
+    assert searched == [] and [s.path for s in server.served] == ["generator"]
+    assert not proposal.failed
+
+
+class KernelOnly:
+    def generator(self):
+        return Answer("kernel", "use", body=completion({"role": "assistant", "content": KERNEL_ANSWER}))
+
+    surrogate = generator
 
 
 def test_without_a_code_search_no_tool_is_offered():
