@@ -171,3 +171,12 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+
+
+def test_a_bundled_kernelbench_problems_page_shows_its_candidates_h200_verdicts(layernorm, members, client):
+    client.force_login(members["viewer"])
+    page = client.get(reverse("problem-detail", args=[layernorm.pk])).content.decode()
+    assert "Its candidates on the H200" in page and "The candidates written for this problem" in page
+    assert "bundled:warp_two_pass" in page and "1.15×" in page
+    assert "bundled:block_two_pass" in page and "0.83× <small>(slower than eager)</small>" in page
+    assert "Baselines: cuda_graph" in page
