@@ -6,10 +6,13 @@ import pytest
 
 from gpu_runner import Candidate, SpecError, load_problem, parse_problem
 from gpu_runner.signature import kernel_signatures
+from gpu_runner.spec import reference_kind
 from tests.gpu_runner.helpers import PROBLEMS, saxpy_problem
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLED = sorted(p.parent for p in (ROOT / "kernellab" / "problems").glob("*/problem.toml"))
+# The CUDA problems (a KernelBench-format one, kind = "pytorch", has no launch steps to fit).
+BUNDLED = sorted(p.parent for p in (ROOT / "kernellab" / "problems").glob("*/problem.toml")
+                 if reference_kind(p.read_text()) == "cuda")
 TEST_PROBLEMS = sorted(p.parent for p in PROBLEMS.glob("*/problem.toml"))
 
 GELU_TOML = """\
