@@ -101,9 +101,14 @@ _QUOTED = re.compile(r'"[^"\n]*"|\'[^\'\n]*\'')
 FOREIGN_FILE = "an included header"
 
 
+_CUPY_SOURCE = re.compile(r"[0-9a-f]{16,}(?:\.cubin)?\.cu")
+
+
 def _is_submitted(file: str, submitted: str) -> bool:
-    # NVRTC calls the source default_program; cupy and pycuda write it as kern.cu / kernel.cu in a temp folder.
-    return os.path.basename(file) in (submitted, "kern.cu", "kernel.cu", "default_program")
+    # NVRTC calls the source default_program; pycuda writes it as kernel.cu in a temp folder, cupy as
+    # kern.cu or as <hash>.cubin.cu when it compiles with nvcc.
+    name = os.path.basename(file)
+    return name in (submitted, "kern.cu", "kernel.cu", "default_program") or bool(_CUPY_SOURCE.fullmatch(name))
 
 
 def redact_foreign(log: str, submitted: str = SOURCE_NAME) -> str:

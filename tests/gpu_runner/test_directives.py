@@ -122,6 +122,13 @@ def test_redaction_keeps_the_submitted_files_messages_whole():
     assert 'an included header: error: identifier "…" is undefined' in redacted
 
 
+def test_cupys_own_name_for_the_submitted_source_is_not_redacted():
+    log = ('/tmp/tmpn81gr221/152c3640196c2e2f0d08119320b25301d488a905.cubin.cu(5): error: identifier "INFINITY" '
+           "is undefined\n")
+    assert 'identifier "INFINITY" is undefined' in redact_foreign(log)
+    assert compiler.parse_diagnostics(log)[0].line == 5
+
+
 def test_the_sandbox_setting_is_checked():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KERNELLAB_COMPILE_SANDBOX", "maybe")
