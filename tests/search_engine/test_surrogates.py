@@ -499,3 +499,22 @@ def test_the_load_width_is_the_widest_vector_type_the_variant_keeps():
     assert _load_bytes("#define V 4\n#if V == 4\ntypedef float4 v_t;\n#else\ntypedef float v_t;\n#endif\n") == 16
     assert _load_bytes("#define V 2\n#if V == 4\ntypedef float4 v_t;\n#elif V == 2\ntypedef float2 v_t;\n#endif\n") == 8
     assert _load_bytes("__global__ void k(const float* x) {}") == 4
+
+
+def test_a_second_pass_over_a_family_of_a_thousand_variants_prepares_no_source_again(monkeypatch):
+    from search_engine.surrogates import features
+
+    launch = [{"kernel": "k", "block": ["256"], "grid": ["n / 256"]}]
+    reference = {"source": "__global__ void k(const float* x, float* y) { y[0] = x[0]; }", "launch": launch}
+    requests = [ForecastRequest(reference=reference, problem={"sizes": {"n": 1 << 20}},
+                                candidate={"source": f"#define ITEMS {i}\n" + reference["source"], "launch": launch})
+                for i in range(1000)]
+    features._source_facts.cache_clear()
+    first = features.features_matrix(requests)
+    prepared = []
+    real_preprocess = features._preprocess
+    monkeypatch.setattr(features, "_preprocess", lambda source: prepared.append(source) or real_preprocess(source))
+    second = features.features_matrix(requests)
+    assert prepared == []  # the 512-entry cache it replaces prepared every source again
+    np.testing.assert_array_equal(first, second)
+    assert features._source_facts.cache_info().maxsize >= 1000
