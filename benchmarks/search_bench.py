@@ -2,12 +2,16 @@
 
   .venv/bin/python benchmarks/search_bench.py [--seeds 10] [--families a,b] [--quick]
 
-Part 1 — GPU measurements needed to reach 95% of the best recorded speedup of each family, over
-seeds: surrogate-assisted PUCT (learned surrogate trained leave-one-problem-out, retrained online;
-it screens --root-children forecast candidates at the root, and is also run without screening),
-PUCT that measures every candidate, random sampling, and Kernel Tuner's strategies in simulation
-mode on a cache file made from the same records. A variant that fails to compile costs no GPU
-measurement in any method (it never reaches the GPU).
+Part 1 — GPU measurements needed to reach 95% of the best of each family and its vendor baseline
+(cuBLAS, CuPy ...; where one is recorded and faster, no variant may reach it), over seeds:
+surrogate-assisted PUCT (learned surrogate trained leave-one-problem-out, retrained online; it screens
+--root-children forecast candidates at the root, and is also run without screening), PUCT that
+measures every candidate (16 random variants at the root, then the neighbours of the best), random
+order (its own random stream), and Kernel Tuner's strategies in simulation mode on a cache file made
+from the same records, seeded and stopped by counts, never by a clock. A variant that fails to
+compile costs no GPU measurement in any method (it never reaches the GPU), but every compile check
+counts in the wall time reported beside the measurements. A run that misses the target counts as
+the family's budget (every variant measured) in medians, means and the resampling.
 Part 2 — the learned surrogate leave-one-problem-out: exact and ±1-bin accuracy, Brier, CRPS, ECE,
 AURC, recovered speedup at top 1/5/10/50%, against a random ranking and the roofline heuristic.
 
@@ -17,6 +21,7 @@ Prints tables and writes benchmarks/results/search_<cpu>_<date>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime as dt
 import gzip
@@ -74,6 +79,8 @@ class Dataset:
     synthetic: bool
     rows: list = field(default_factory=list)  # ok variants as surrogate rows
     constraints: list = field(default_factory=list)  # knob constraints with the sizes filled in
+    vendor: dict | None = None  # the vendor library's recorded speedup: {"name", "speedup", "source"}
+    compile_s: float | None = None  # median seconds of one compile check of a variant, measured here
 
     def key(self, knobs: dict) -> tuple:
         return tuple(knobs[n] for n in self.knobs)
@@ -84,7 +91,15 @@ class Dataset:
 
     @property
     def target(self) -> float:
-        return target_fraction() * self.best
+        """A fraction of the best of the family and the vendor library, whichever is faster: reaching
+        95% of a family's best means little when the vendor's kernel is faster than all of it."""
+        vendor = (self.vendor or {}).get("speedup") or 0.0
+        return target_fraction() * max(self.best, vendor)
+
+    @property
+    def budget(self) -> int:
+        """Measurements that measuring every variant costs: what a run that never reaches the target spends."""
+        return sum(1 for record in self.records.values() if self.gpu_cost(record))
 
     def gpu_cost(self, record: dict) -> bool:
         return record.get("status") != "failed-compile"
@@ -146,12 +161,14 @@ def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
         with gzip.open(path, "rt") as fh:
             records = [json.loads(line) for line in fh if line.strip()]
         family_records = {}
-        hardware, reference_ms, reference_facts = {}, None, None
+        hardware, reference_ms, reference_facts, vendor = {}, None, None, None
         for record in records:
             hardware = hardware or record.get("hardware") or {}
             reference_ms = reference_ms or (record.get("reference") or {}).get("median_ms")
             if record.get("variant") == "reference":
                 reference_facts = record.get("compiler")
+            if str(record.get("variant", "")).startswith("vendor:") and record.get("status") == "ok":
+                vendor = {"name": record["variant"], "speedup": record["speedup"], "source": str(path.relative_to(ROOT))}
             if record.get("knobs"):
                 family_records[tuple(record["knobs"][n] for n in problem.family["knobs"])] = record
         case = problem.sizes[next(iter(problem.sizes))]
@@ -169,13 +186,51 @@ def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
                      problem={"name": problem.name, "sizes": case, "roofline": roofline,
                               "tolerance": problem.spec.get("tolerance") or {}},
                      reference_ms=reference_ms, synthetic=False,
-                     constraints=[_with_sizes(c, case) for c in problem.family.get("constraints", [])])
+                     constraints=[_with_sizes(c, case) for c in problem.family.get("constraints", [])],
+                     vendor=vendor or recorded_vendor(problem.name, gpu))
         ds.rows = _rows(ds)
         if reference_facts:
             for row in ds.rows:
                 row["reference_compiler_facts"] = reference_facts
         out.append(ds)
     return out
+
+
+VENDOR_RECORDS = {"h200": ROOT / "benchmarks" / "results" / "runner_h200_bundled_2026-11-29.json"}
+
+
+def recorded_vendor(problem: str, gpu: str) -> dict | None:
+    """The fastest vendor baseline recorded for a problem by the bundled-problems runner on this GPU,
+    where the family's own records hold none (its speedup is against that run's own reference timing)."""
+    path = VENDOR_RECORDS.get(gpu)
+    if path is None or not path.exists():
+        return None
+    baselines = (json.loads(path.read_text()).get("problems", {}).get(problem) or {}).get("baselines") or {}
+    vendors = [(name, b["speedup"]) for name, b in baselines.items()
+               if name.startswith("vendor:") and b.get("status") == "ok" and b.get("speedup")]
+    if not vendors:
+        return None
+    name, speedup = max(vendors, key=lambda v: v[1])
+    return {"name": name, "speedup": speedup, "source": str(path.relative_to(ROOT))}
+
+
+def measured_compile_seconds(dataset: Dataset, samples: int) -> float | None:
+    """The median nvcc time of `samples` variants of the family (every compile check costs about this)."""
+    if samples <= 0 or dataset.synthetic:
+        return None
+    from gpu_runner.compiler import ToolMissing, compile_cubin
+
+    keys = sorted(dataset.records)
+    chosen = random.Random(f"compile sample {dataset.name}").sample(keys, min(samples, len(keys)))
+    seconds = []
+    try:
+        for key in chosen:
+            candidate = dataset.render(dict(zip(dataset.knobs, key)))
+            seconds.append(compile_cubin(candidate["source"], candidate.get("compile_options") or [],
+                                         use_cache=False).report.compile_s)
+    except ToolMissing:
+        return None
+    return statistics.median(seconds) if seconds else None
 
 
 # ---- replay port ----------------------------------------------------------------------------
@@ -187,12 +242,17 @@ class ReplayPort:
         self.reached_at: int | None = None
         self.best = 0.0
         self.events = 0
+        self.compile_checks = 0
+        self.gpu_wall_s = 0.0  # the recorded wall seconds of each measurement made
+        self.at_target: dict | None = None  # compile checks and GPU seconds when the target was reached
+        self.measured: list[tuple] = []  # the knob tuples measured, in order
 
     def _record(self, candidate):
         return self.dataset.records[self.dataset.key(candidate["knobs"])]
 
     def compile(self, node_id, candidate):
         record = self._record(candidate)
+        self.compile_checks += 1
         if record.get("status") == "failed-compile":
             return {"status": "failed-compile", "reason": record.get("reason", ""), "compiler": None}
         return {"status": "ok", "reason": "", "compiler": record.get("compiler")}
@@ -200,10 +260,13 @@ class ReplayPort:
     def request_measurement(self, node_id, candidate):
         record = self._record(candidate)
         self.measurements += 1
+        self.measured.append(self.dataset.key(candidate["knobs"]))
+        self.gpu_wall_s += float(record.get("wall_s") or 0.0)
         if record.get("status") == "ok":
             self.best = max(self.best, record["speedup"])
             if self.reached_at is None and record["speedup"] >= self.dataset.target:
                 self.reached_at = self.measurements
+                self.at_target = {"compile_checks": self.compile_checks, "gpu_wall_s": self.gpu_wall_s}
         return {k: record.get(k) for k in ("status", "reason", "speedup", "reference", "candidate", "compiler")}
 
     def publish(self, event):
@@ -231,31 +294,45 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                           surrogate=surrogate, reference=dataset.reference, hardware=dataset.hardware,
                           problem=dataset.problem, settings=settings, reference_ms=dataset.reference_ms)
     steps = 0
+    started = time.process_time()
     while port.reached_at is None and steps < args.max_steps:
         report = driver.step()
         steps += 1
         if report.status != "expanded":
             break
+    spent = port.at_target or {"compile_checks": port.compile_checks, "gpu_wall_s": port.gpu_wall_s}
     return {"measurements": port.reached_at, "spent": port.measurements, "forecasts": driver.counters.forecasts,
-            "nodes": len(driver.tree.nodes), "best": port.best}
+            "nodes": len(driver.tree.nodes), "best": port.best, "cpu_s": time.process_time() - started,
+            "order": port.measured, **spent}
 
 
 def measurements_to_target(dataset: Dataset, records) -> dict:
-    """Measuring records in this order (failed compiles cost nothing): the count that first reaches the target."""
-    spent = 0
+    """Compiling and measuring records in this order (failed compiles cost no measurement): the
+    measurement that first reaches the target, and the compile checks and GPU seconds spent until then."""
+    spent, compile_checks, gpu_wall_s = 0, 0, 0.0
     for record in records:
+        compile_checks += 1
         if not dataset.gpu_cost(record):
             continue
         spent += 1
+        gpu_wall_s += float(record.get("wall_s") or 0.0)
         if record.get("status") == "ok" and record["speedup"] >= dataset.target:
-            return {"measurements": spent, "spent": spent}
-    return {"measurements": None, "spent": spent}
+            return {"measurements": spent, "spent": spent, "compile_checks": compile_checks, "gpu_wall_s": gpu_wall_s}
+    return {"measurements": None, "spent": spent, "compile_checks": compile_checks, "gpu_wall_s": gpu_wall_s}
+
+
+def random_order(dataset: Dataset, seed: int) -> list[dict]:
+    """The family in a uniformly random order, from a random stream of its own: seeded with the bare seed,
+    it was the very permutation the tree's root draws its first children from, so "random" and the
+    first expansion of "measure-all PUCT" measured the same variants."""
+    order = list(dataset.records.values())
+    random.Random(f"random order {seed}").shuffle(order)
+    return order
 
 
 def run_random(dataset: Dataset, seed: int) -> dict:
-    order = list(dataset.records.values())
-    random.Random(seed).shuffle(order)
-    return measurements_to_target(dataset, order)
+    started = time.process_time()
+    return measurements_to_target(dataset, random_order(dataset, seed)) | {"cpu_s": time.process_time() - started}
 
 
 def kt_cache(dataset: Dataset, folder: Path) -> Path:
@@ -286,7 +363,52 @@ def kt_cache(dataset: Dataset, folder: Path) -> Path:
     return path
 
 
-def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Path, time_limit_s: float = 60.0) -> dict:
+def kernel_tuner_version() -> str | None:
+    try:
+        import kernel_tuner
+    except ImportError:
+        return None
+    return getattr(kernel_tuner, "__version__", None)
+
+
+KT_LOOKUPS_PER_CONFIGURATION = 50
+# bayes_opt is not reproducible by default: its method ("multi-ultrafast") refits its model when its last
+# prediction took less time than the evaluations since (a busy and an idle machine differ), and its Latin
+# hypercube start draws from fresh entropy, not from the seeded generators. "multi-fast" is the same
+# portfolio of acquisition functions refitted after each round; "random" start points use the seeded one.
+KT_STRATEGY_OPTIONS = {"bayes_opt": {"method": "multi-fast", "samplingmethod": "random"}}
+
+
+@contextlib.contextmanager
+def kernel_tuner_lookup_cap(max_lookups: int):
+    """Stop a Kernel Tuner strategy after `max_lookups` configurations asked of its simulation runner,
+    repeats included. Its own max_fevals counts only new configurations, and greedy_ils or bayes_opt
+    can ask the same ones again for ever (about 100,000 a second on sgemm); the 30 s clock that stopped
+    them before made runs depend on the machine's load. Past the cap the runner answers nothing, which
+    every strategy takes as the end of its budget."""
+    from kernel_tuner.runners import simulation
+
+    real_run = simulation.SimulationRunner.run
+    asked = {"configurations": 0}
+
+    def capped_run(runner, parameter_space, tuning_options):
+        space = list(parameter_space)
+        allowed = max(0, min(len(space), max_lookups - asked["configurations"]))
+        asked["configurations"] += len(space)
+        return real_run(runner, space[:allowed], tuning_options) + [None] * (len(space) - allowed)
+
+    simulation.SimulationRunner.run = capped_run
+    try:
+        yield asked
+    finally:
+        simulation.SimulationRunner.run = real_run
+
+
+def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Path, max_evaluations: int,
+                     lookups_per_configuration: int = KT_LOOKUPS_PER_CONFIGURATION) -> dict:
+    """One Kernel Tuner strategy in simulation mode, seeded, and stopped by counts, never by a clock:
+    at most `max_evaluations` distinct configurations (as many as the space has) and
+    `lookups_per_configuration` times that many configurations asked, repeats included."""
     import kernel_tuner
 
     names = list(dataset.knobs)
@@ -296,7 +418,8 @@ def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Pat
 
     random.seed(seed)
     np.random.seed(seed)
-    with warnings.catch_warnings():
+    started = time.process_time()
+    with warnings.catch_warnings(), kernel_tuner_lookup_cap(lookups_per_configuration * max_evaluations) as asked:
         warnings.simplefilter("ignore")
         results, _ = kernel_tuner.tune_kernel(
             "family", "", (1,), [], dataset.knobs,
@@ -304,12 +427,13 @@ def run_kernel_tuner(dataset: Dataset, strategy: str, seed: int, cache_path: Pat
             # knob product (valid variants that were not recorded sit in the cache as invalid).
             restrictions=list(dataset.constraints) if dataset.constraints else recorded_only,
             cache=str(cache_path), simulation_mode=True, strategy=strategy,
-            # Wall-clock limit per run: greedy_ils walks sgemm's constrained space very slowly.
-            strategy_options={"max_fevals": len(recorded), "time_limit": time_limit_s}, quiet=True, verbose=False)
+            strategy_options={"max_fevals": max_evaluations, **KT_STRATEGY_OPTIONS.get(strategy, {})},
+            quiet=True, verbose=False)
     # Kernel Tuner's evaluations in order, each configuration once; one that is valid by the
     # constraints but was never recorded is an invalid configuration to Kernel Tuner and costs nothing.
     keys = dict.fromkeys(tuple(result[n] for n in names) for result in results if result)
-    return measurements_to_target(dataset, [dataset.records[k] for k in keys if k in dataset.records])
+    return measurements_to_target(dataset, [dataset.records[k] for k in keys if k in dataset.records]) | {
+        "cpu_s": time.process_time() - started, "lookups": asked["configurations"], "order": list(keys)}
 
 
 # ---- surrogate evaluation -------------------------------------------------------------------------
@@ -394,11 +518,32 @@ def lopo_surrogates(datasets: list[Dataset], args) -> tuple[dict, dict]:
 
 # ---- reporting ------------------------------------------------------------------------------------
 
-def summarise(values: list) -> dict:
-    reached = [v for v in values if v is not None]
-    return {"median": statistics.median(reached) if reached else None,
-            "mean": statistics.fmean(reached) if reached else None,
-            "reached": len(reached), "runs": len(values), "values": values}
+def summarise(values: list, budget: int) -> dict:
+    """Median and mean over every run: one that missed the target (None) counts as the budget, the
+    measurements that measuring everything costs (a censored value, at least what it would have needed).
+    Dropping it flattered a method that often misses."""
+    counted = [budget if v is None else v for v in values]
+    return {"median": statistics.median(counted) if counted else None,
+            "mean": statistics.fmean(counted) if counted else None,
+            "reached": sum(v is not None for v in values), "runs": len(values), "values": counted,
+            "missed_runs": [i for i, v in enumerate(values) if v is None], "budget": budget}
+
+
+def summarise_runs(runs: list[dict], budget: int, compile_s: float | None) -> dict:
+    """summarise() of the runs' measurements, and beside them what each run cost in wall time: compile
+    checks (every candidate compiled, also those never measured), the GPU seconds of its measurements
+    (recorded), the method's own CPU seconds here, and, where one compile check's time was measured, the
+    estimated wall seconds of all three."""
+    out = summarise([r["measurements"] for r in runs], budget)
+    checks = [r["compile_checks"] for r in runs]
+    gpu = [r["gpu_wall_s"] for r in runs]
+    cpu = [r["cpu_s"] for r in runs]
+    out.update(compile_checks_median=statistics.median(checks), gpu_wall_s_median=statistics.median(gpu),
+               cpu_s_median=statistics.median(cpu), compile_checks=checks)
+    if compile_s is not None:
+        walls = [c * compile_s + g + p for c, g, p in zip(checks, gpu, cpu)]
+        out.update(estimated_wall_s_median=statistics.median(walls), estimated_wall_s=walls)
+    return out
 
 
 def bootstrap_verdicts(search: dict, strategies: list[str], statistic: str, draws: int = 4000, seed: int = 0) -> dict:
@@ -410,7 +555,10 @@ def bootstrap_verdicts(search: dict, strategies: list[str], statistic: str, draw
     stat = np.median if statistic == "median" else np.mean
 
     def values(summary):
-        return np.array([v for v in summary["values"] if v is not None], dtype=float)
+        if any(v is None for v in summary["values"]):
+            raise ValueError("A run that missed the target needs a value (the budget) before resampling; "
+                             "summarise() gives it one.")
+        return np.array(summary["values"], dtype=float)
 
     families = {}
     for name, results in search.items():
@@ -483,8 +631,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--skip-baselines", action="store_true", help="only the surrogate-assisted PUCT")
     parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--target", type=float, default=TARGET_FRACTION, help="fraction of the best speedup to reach")
-    parser.add_argument("--kt-time-limit", type=float, default=30.0,
-                        help="wall-clock seconds per Kernel Tuner run (an unfinished run counts as not reached)")
+    parser.add_argument("--compile-samples", type=int, default=3,
+                        help="variants of each family compiled with nvcc to time one compile check (0: none)")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     _TARGET["fraction"] = args.target
@@ -509,8 +657,11 @@ def main(argv=None) -> dict:
     search = {}
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in [d for d in all_datasets if d.name in wanted]:
-            print(f"\n{dataset.name}: {len(dataset.records)} variants, best {dataset.best:.3g}x, "
-                  f"target {dataset.target:.3g}x", flush=True)
+            dataset.compile_s = measured_compile_seconds(dataset, args.compile_samples)
+            vendor = f", vendor {dataset.vendor['name']} {dataset.vendor['speedup']:.3g}x" if dataset.vendor else ""
+            print(f"\n{dataset.name}: {len(dataset.records)} variants, best {dataset.best:.3g}x{vendor}, "
+                  f"target {dataset.target:.3g}x, budget {dataset.budget} measurements, "
+                  f"compile check {fmt(dataset.compile_s, 0, 2).strip()} s", flush=True)
             results = {}
             # The surrogate PUCT screens root_children candidates at the root (forecasts are cheap),
             # and, for comparison, the same search without screening.
@@ -521,7 +672,7 @@ def main(argv=None) -> dict:
                 t0 = time.time()
                 runs = [run_puct(dataset, s, copy.deepcopy(models[dataset.name]), False, args, root_children)
                         for s in range(args.seeds)]
-                results[method] = summarise([r["measurements"] for r in runs]) | {
+                results[method] = summarise_runs(runs, dataset.budget, dataset.compile_s) | {
                     "forecasts_mean": statistics.fmean(r["forecasts"] for r in runs), "seconds": time.time() - t0,
                     "root_children": root_children}
             if args.skip_baselines:
@@ -531,26 +682,31 @@ def main(argv=None) -> dict:
                 continue
             t0 = time.time()
             runs = [run_puct(dataset, s, None, True, args) for s in range(args.seeds)]
-            results["puct_measure_all"] = summarise([r["measurements"] for r in runs]) | {"seconds": time.time() - t0}
-            results["random"] = summarise([run_random(dataset, s)["measurements"] for s in range(args.seeds)])
+            results["puct_measure_all"] = summarise_runs(runs, dataset.budget, dataset.compile_s) | {
+                "seconds": time.time() - t0}
+            results["random"] = summarise_runs([run_random(dataset, s) for s in range(args.seeds)], dataset.budget,
+                                               dataset.compile_s)
             cache = kt_cache(dataset, Path(tmp))
+            configurations = len(json.loads(cache.read_text())["cache"])
             for strategy in strategies:
                 t0 = time.time()
-                runs = [run_kernel_tuner(dataset, strategy, s, cache, args.kt_time_limit)["measurements"]
-                        for s in range(args.seeds)]
-                results[f"kt_{strategy}"] = summarise(runs) | {"seconds": time.time() - t0}
+                runs = [run_kernel_tuner(dataset, strategy, s, cache, configurations) for s in range(args.seeds)]
+                results[f"kt_{strategy}"] = summarise_runs(runs, dataset.budget, dataset.compile_s) | {
+                    "seconds": time.time() - t0, "max_evaluations": configurations}
             search[dataset.name] = results
             partial = ROOT / "benchmarks" / "results" / ".search_partial.json"
             partial.write_text(json.dumps({"search": search, "surrogate_lopo": evaluation}, indent=1, default=float))
             for method, summary in results.items():
+                wall = summary.get("estimated_wall_s_median")
                 print(f"  {method:26s} median {fmt(summary['median'])}  mean {fmt(summary['mean'])}  "
-                      f"reached {summary['reached']}/{summary['runs']}", flush=True)
+                      f"reached {summary['reached']}/{summary['runs']}  compile checks {summary['compile_checks_median']:6.0f}"
+                      f"  GPU {summary['gpu_wall_s_median']:6.1f} s  wall {fmt(wall, 7)} s", flush=True)
 
     if args.skip_baselines:
         return {"search": search}
-    print(f"\nGPU measurements to reach {args.target:.0%} of the best speedup, median then mean over seeds "
-          f"(— = not reached in any run; sur: the surrogate PUCT screening {args.root_children} at the root, "
-          f"unscr: the same without screening)")
+    print(f"\nGPU measurements to reach {args.target:.0%} of the best of the family and its vendor baseline, "
+          f"median then mean over seeds (a run that missed counts as the family's budget; sur: the surrogate "
+          f"PUCT screening {args.root_children} at the root, unscr: the same without screening)")
     methods = ["puct_surrogate"] + (["puct_surrogate_unscreened"] if args.root_children else []) + \
         ["puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
     verdicts, bootstrap = {}, {}
@@ -567,7 +723,9 @@ def main(argv=None) -> dict:
             ratio_kt = best_kt / sur if sur and best_kt else None
             verdicts.setdefault(name, {})[statistic] = {
                 "measure_all_over_surrogate": ratio_all, "best_kt_over_surrogate": ratio_kt,
-                "best_kt_strategy": min(kts, key=kts.get) if kts else None}
+                "best_kt_strategy": min(kts, key=kts.get) if kts else None,
+                # What the measurements leave out: each method's median wall seconds, compile checks included.
+                "estimated_wall_s_median": {m: results[m].get("estimated_wall_s_median") for m in methods}}
             print(f"{name:18s}{cells}{fmt(ratio_all, 9, 2)}{fmt(ratio_kt, 11, 2)}")
         three = sum(1 for v in verdicts.values() if (v[statistic]["measure_all_over_surrogate"] or 0) >= 3)
         beats = sum(1 for v in verdicts.values() if (v[statistic]["best_kt_over_surrogate"] or 0) > 1)
@@ -607,7 +765,14 @@ def main(argv=None) -> dict:
         else "recorded H200 (kernellab/problems/*/records/h200.jsonl.gz)",
         "seeds": args.seeds, "target_fraction": args.target,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
-        "datasets": {d.name: {"variants": len(d.records), "ok": len(d.rows), "best": d.best} for d in all_datasets},
+        "kernel_tuner": {"version": kernel_tuner_version(), "strategy_options": KT_STRATEGY_OPTIONS,
+                         "lookups_per_configuration": KT_LOOKUPS_PER_CONFIGURATION,
+                         "stop": "distinct configurations (the space's size) and lookups, never a clock"},
+        "censoring": "a run that missed the target counts as the family's budget (variants that cost a measurement)",
+        "datasets": {d.name: {"variants": len(d.records), "ok": len(d.rows), "best": d.best, "vendor": d.vendor,
+                              "target": d.target, "budget": d.budget, "compile_s": d.compile_s,
+                              "variants_at_target": sum(1 for r in d.rows if r["speedup"] >= d.target)}
+                     for d in all_datasets},
         "search": search, "verdicts": verdicts, "bootstrap": bootstrap, "surrogate_lopo": evaluation,
         "seconds": time.time() - started,
     }

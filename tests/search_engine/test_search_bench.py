@@ -1,9 +1,13 @@
-"""The search benchmark's verdict arithmetic (the benchmark itself runs from benchmarks/search_bench.py)."""
+"""The search benchmark's verdict arithmetic and its baselines (the benchmark itself runs from
+benchmarks/search_bench.py)."""
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import json
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -23,9 +27,15 @@ def bench():
         sys.modules.pop(spec.name, None)
 
 
+BUDGET = 100
+
+
 def family(sur, allm, **kt):
-    return {"puct_surrogate": {"values": sur}, "puct_measure_all": {"values": allm},
-            **{f"kt_{name}": {"values": values} for name, values in kt.items()}}
+    """Summaries as the benchmark writes them: a missed run (None) already counts as the budget."""
+    def summary(values):
+        return {"values": [BUDGET if v is None else v for v in values]}
+    return {"puct_surrogate": summary(sur), "puct_measure_all": summary(allm),
+            **{f"kt_{name}": summary(values) for name, values in kt.items()}}
 
 
 def test_a_clear_win_is_certain_and_a_tie_is_not(bench):
@@ -58,3 +68,93 @@ def test_the_same_seed_gives_the_same_probabilities(bench):
     search = {"x": family([1, 2, 3, 4], [4, 5, 6, 9], pso=[2, 3, 4, 5])}
     assert bench.bootstrap_verdicts(search, ["pso"], "mean", draws=200) == \
         bench.bootstrap_verdicts(search, ["pso"], "mean", draws=200)
+
+
+# ---- a small recorded family: 8 x 8 variants, one of them far ahead, a few that do not compile -----
+
+def small_family(bench, *, vendor=None):
+    knobs = {"A": list(range(8)), "B": list(range(8))}
+    launch = [{"kernel": "k", "block": ["32"], "grid": ["1"]}]
+
+    def render(point):
+        return {"source": f"#define A {point['A']}\n#define B {point['B']}\n__global__ void k() {{}}\n", "launch": launch,
+                "temps": [], "compile_options": [], "knobs": dict(point), "name": f"A={point['A']},B={point['B']}"}
+
+    records = {}
+    for a, b in itertools.product(range(8), range(8)):
+        if (a + b) % 9 == 8:
+            records[(a, b)] = {"knobs": {"A": a, "B": b}, "status": "failed-compile", "wall_s": 0.0}
+        else:
+            records[(a, b)] = {"knobs": {"A": a, "B": b}, "status": "ok", "wall_s": 0.5,
+                               "speedup": 4.0 if (a, b) == (6, 3) else 1.0 + 0.01 * (a + b)}
+    return bench.Dataset(name="small", knobs=knobs, records=records, render=render,
+                         reference={"source": "__global__ void k() {}\n", "launch": launch, "temps": [],
+                                    "compile_options": [], "knobs": None, "name": "reference"},
+                         hardware={}, problem={"name": "small", "sizes": {}}, reference_ms=1.0, synthetic=True,
+                         vendor=vendor)
+
+
+def search_args(**changes):
+    settings = dict(threshold=0.5, gpu_per_step=2, min_gpu_per_step=1, min_beat_prob=0.15, conformal=0.2,
+                    online_weight=10.0, c=1.0, children=16, retrain_every=5, max_steps=400)
+    return Namespace(**(settings | changes))
+
+
+def test_a_run_that_misses_the_target_counts_as_the_budget_not_as_nothing(bench):
+    summary = bench.summarise([2, None, 4], budget=50)
+    assert summary["median"] == 4 and summary["mean"] == (2 + 50 + 4) / 3
+    assert summary["values"] == [2, 50, 4] and summary["reached"] == 2 and summary["missed_runs"] == [1]
+    # A surrogate that misses four runs of seven is no longer a clear 10x win over measure-all.
+    often_missing = {"x": family([1, 1, 1, None, None, None, None], [10] * 7, ga=[5] * 7)}
+    out = bench.bootstrap_verdicts(often_missing, ["ga"], "median", draws=300)
+    assert out["families"]["x"]["p_three_times"] < 0.5
+    assert out["families"]["x"]["p_fewer_than_best_kt"] < 0.5
+
+
+def test_resampling_refuses_a_missed_run_that_was_not_given_the_budget(bench):
+    search = {"x": {"puct_surrogate": {"values": [1, None]}, "puct_measure_all": {"values": [3, 3]}}}
+    with pytest.raises(ValueError, match="budget"):
+        bench.bootstrap_verdicts(search, [], "median", draws=10)
+
+
+def test_random_and_measure_all_puct_measure_different_variants_first(bench):
+    # The root's first expansion draws 16 random variants; before, "random" measured the very same ones.
+    dataset = small_family(bench)
+    for seed in range(3):
+        measure_all = bench.run_puct(dataset, seed, None, True, search_args())
+        random_first = [dataset.key(r["knobs"]) for r in bench.random_order(dataset, seed) if dataset.gpu_cost(r)]
+        assert len(measure_all["order"]) >= 8
+        assert measure_all["order"][:8] != random_first[:8]
+
+
+def test_a_vendor_faster_than_every_variant_sets_the_target_and_every_run_then_costs_the_budget(bench):
+    dataset = small_family(bench, vendor={"name": "vendor:lib", "speedup": 5.0, "source": "test"})
+    assert dataset.target == pytest.approx(0.95 * 5.0)
+    runs = [bench.run_random(dataset, seed) for seed in range(3)]
+    assert all(run["measurements"] is None for run in runs)
+    summary = bench.summarise_runs(runs, dataset.budget, compile_s=None)
+    assert summary["median"] == dataset.budget == sum(1 for r in dataset.records.values() if r["status"] == "ok")
+    assert small_family(bench).target == pytest.approx(0.95 * 4.0)
+
+
+def test_wall_time_counts_every_compile_check_beside_the_measurements(bench):
+    dataset = small_family(bench)
+    order = [dataset.records[(1, 7)],  # does not compile
+             dataset.records[(0, 0)], dataset.records[(6, 3)], dataset.records[(2, 2)]]
+    run = bench.measurements_to_target(dataset, order) | {"cpu_s": 0.25}
+    assert run["measurements"] == 2 and run["compile_checks"] == 3 and run["gpu_wall_s"] == 1.0
+    summary = bench.summarise_runs([run], dataset.budget, compile_s=2.0)
+    assert summary["estimated_wall_s"] == [3 * 2.0 + 1.0 + 0.25]
+
+
+@pytest.mark.parametrize("strategy", ["bayes_opt", "greedy_ils", "genetic_algorithm"])
+def test_a_kernel_tuner_strategy_gives_the_same_run_for_the_same_seed_and_stops_by_count(bench, strategy, tmp_path):
+    pytest.importorskip("kernel_tuner")
+    dataset = small_family(bench, vendor={"name": "vendor:lib", "speedup": 9.0, "source": "test"})  # unreachable
+    cache = bench.kt_cache(dataset, tmp_path)
+    configurations = len(json.loads(cache.read_text())["cache"])
+    runs = [bench.run_kernel_tuner(dataset, strategy, 3, cache, configurations, lookups_per_configuration=20)
+            for _ in range(2)]
+    assert runs[0]["order"] == runs[1]["order"] and len(runs[0]["order"]) > 1
+    assert runs[0] == runs[1] | {"cpu_s": runs[0]["cpu_s"]}
+    assert runs[0]["lookups"] <= 20 * configurations + 64  # the cap, give or take the last batch asked
