@@ -31,6 +31,7 @@ from sklearn.model_selection import GroupKFold, KFold
 from threadpoolctl import threadpool_limits
 
 from search_engine.bins import DEFAULT_BINS, BinTable
+from search_engine.heldout import refuse_held_out
 from search_engine.surrogates.base import Forecast, ForecastRequest
 from search_engine.surrogates.features import feature_names, features_matrix
 
@@ -100,7 +101,9 @@ class LearnedSurrogate:
     # ---- training -----------------------------------------------------------------------------
     def fit(self, rows: list[dict], groups: list | None = None) -> "LearnedSurrogate":
         """Train from recorded measurements: rows with a positive speedup (failures are skipped).
-        groups names each row's problem; the centred target centres each group on its own."""
+        groups names each row's problem; the centred target centres each group on its own. A row of
+        a task in the held-out test set (search_engine/heldout.py) is refused."""
+        refuse_held_out(_problem_names(rows, groups))
         g_all = list(groups) if groups is not None else [0] * len(rows)
         self._prior_level = 0.0
         if self.target == "centred":
@@ -419,6 +422,18 @@ def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarra
 def _measured(rows: list[dict]) -> list[dict]:
     """The rows with a positive, finite speedup."""
     return [r for r in rows if r.get("speedup") and math.isfinite(r["speedup"]) and r["speedup"] > 0]
+
+
+def _problem_names(rows: list[dict], groups: list | None) -> set:
+    """Every problem name the training rows carry: their groups, and a row's or its request's problem."""
+    names = {g for g in groups or [] if isinstance(g, str)}
+    for row in rows:
+        request = row.get("request")
+        problems = [row.get("problem"), getattr(request, "problem", None)]
+        names.update(p.get("name") for p in problems if isinstance(p, dict))
+        names.add(row.get("problem_name"))
+    names.discard(None)
+    return names
 
 
 def _centred(rows: list[dict], groups: list) -> tuple[list[dict], dict]:
