@@ -80,7 +80,7 @@ class KernelLabServer:
         from kernellab.management.commands.serve import web_commands, web_environment
 
         log = open(self.log_path, "a")
-        commands, self.listener = web_commands("127.0.0.1", self.port, self.web_processes)
+        commands, self.listeners = web_commands("127.0.0.1", self.port, self.web_processes)
         self.webs = [subprocess.Popen(command, cwd=ROOT, env=web_environment(self.env), stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True, pass_fds=fds) for command, fds in commands]
         self.web = self.webs[0]
@@ -126,9 +126,9 @@ class KernelLabServer:
                 web.wait()
         self.webs = []
         self.web = None
-        if getattr(self, "listener", None) is not None:
-            self.listener.close()
-            self.listener = None
+        for listener in getattr(self, "listeners", []):
+            listener.close()
+        self.listeners = []
 
     def __enter__(self) -> "KernelLabServer":
         self.migrate()

@@ -46,21 +46,26 @@ def web_environment(base: dict[str, str]) -> dict[str, str]:
     return {"MALLOC_ARENA_MAX": "2", **base}
 
 
-def web_commands(host: str, port: int, count: int) -> tuple[list[tuple[list[str], tuple[int, ...]]], socket.socket | None]:
-    """daphne commands for `count` processes: one binds the port itself; several share one listening
-    socket (the kernel hands each new connection to one of them), so requests and websockets spread
-    over the cores while every process reads the same database and channel layer."""
+def web_commands(host: str, port: int, count: int) -> tuple[list[tuple[list[str], tuple[int, ...]]], list[socket.socket]]:
+    """daphne commands for `count` processes: one binds the port itself; several each get their own
+    listening socket on the same port (SO_REUSEPORT), so the kernel spreads new connections over them
+    by address. One shared socket would not: whichever process is awake takes nearly every keep-alive
+    connection and websocket. Every process reads the same database and channel layer."""
     app = "kernellab.asgi:application"
     if count <= 1:
-        return [([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), app], ())], None
+        return [([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), app], ())], []
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, port))
-    listener.listen(1024)
-    listener.set_inheritable(True)
-    fd = listener.fileno()
-    return [([sys.executable, "-m", "daphne", "--fd", str(fd), app], (fd,)) for _ in range(count)], listener
+    listeners = []
+    for _ in range(count):
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listener.bind((host, port))
+        port = listener.getsockname()[1]  # port 0: the others join the port the first one got
+        listener.listen(1024)
+        listener.set_inheritable(True)
+        listeners.append(listener)
+    return [([sys.executable, "-m", "daphne", "--fd", str(s.fileno()), app], (s.fileno(),)) for s in listeners], listeners
 
 
 class Command(BaseCommand):
@@ -97,7 +102,7 @@ class Command(BaseCommand):
         count = web_processes or int(os.environ.get("KERNELLAB_WEB_PROCESSES", "1") or 1)
         self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"
                                              + (f" ({count} web processes)" if count > 1 else "")))
-        webs, listener = web_commands(host, port, count)  # the listener stays open while they serve
+        webs, listeners = web_commands(host, port, count)  # the sockets stay open while they serve
         for command, fds in webs:
             processes.append(subprocess.Popen(command, pass_fds=fds, env=web_environment(dict(os.environ))))
         web = processes[-1]
