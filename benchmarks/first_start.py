@@ -95,9 +95,10 @@ def time_test(workdir: Path) -> dict:
         code = subprocess.run(["./kl", "test", "-p", "no:cacheprovider", "-q"], cwd=workdir, env=env, stdout=log,
                               stderr=subprocess.STDOUT).returncode
     wall = time.monotonic() - started
-    tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    lines = log_path.read_text(errors="replace").strip().splitlines()
     return {"test_wall_s": round(wall, 1) if code == 0 else None, "test_exit_code": code,
-            "test_summary": tail[0], "test_attempt_wall_s": round(wall, 1)}
+            "test_summary": (lines or [""])[-1], "test_attempt_wall_s": round(wall, 1),
+            "test_failures": [line for line in lines if line.startswith(("FAILED", "ERROR"))][:50]}
 
 
 def _size_mb(path: Path) -> float | None:

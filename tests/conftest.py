@@ -17,6 +17,13 @@ def _fast_password_hashing(request):
 
 
 @pytest.fixture
+def embedded_setup(settings):
+    """The embedded setup (no Redis: a run's "auto" backend means replay without a GPU), whatever
+    services the machine running the tests offers; for tests written about that setup."""
+    settings.KERNELLAB_REDIS_URL = ""
+
+
+@pytest.fixture
 def workspace(db):
     from kernellab.models import Workspace
 

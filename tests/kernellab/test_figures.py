@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from django.urls import reverse
 from django.utils import timezone
 
 from kernellab.figures import NO_FORECAST_PAIR, NO_MEASUREMENT, forecast_figure, lab_report_figures
 from tests.kernellab.test_views_runs import _measured_child
+
+pytestmark = pytest.mark.usefixtures("embedded_setup")
 
 DASHBOARD_CHARTS = ("chart-progress", "chart-considered", "chart-confusion", "chart-scatter", "chart-reliability",
                     "chart-risk", "chart-energy")

@@ -10,7 +10,7 @@ from kernellab.services.runs import run_create
 from kernellab.services.search import node_add_human_child, run_advance
 from kernellab.services.verifications import verification_approve
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedded_setup")]
 
 RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems"
 

@@ -7,7 +7,7 @@ from django.urls import reverse
 from kernellab.models import Comment, Discovery, ExpertNote, Forecast, Measurement, Node, NodeState, Verification
 from kernellab.services.changes import node_changed
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedded_setup")]
 
 
 @pytest.fixture(autouse=True)
