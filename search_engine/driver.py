@@ -136,10 +136,6 @@ class SearchDriver:
     def node_states(self) -> dict[int, NodeState]:
         return {n.id: n.state for n in self.tree.nodes.values()}
 
-    def failed_proposals(self, node_id: int) -> list[dict]:
-        """The generator's failed attempts to expand the node, oldest first: reason, excerpt, step."""
-        return [dict(failure) for failure in self.tree.nodes[node_id].failed_proposals]
-
     def discovery_stats(self) -> dict:
         """Precision/recall of the surrogate's forecast 'child >= ratio x parent' on measured children."""
         tp = sum(1 for d in self.discoveries if d["forecast_flag"] and d["flagged"])

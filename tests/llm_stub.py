@@ -308,9 +308,8 @@ def fuzz_runs(*, problem, user, stub: StubServer, min_answers: int, llm_call_bud
     """Start runs (LLM generator + LLM surrogate, replay backend) on `problem` until the stub has served
     at least `min_answers`, with Celery eager and exceptions propagating, and count what happened."""
     from kernellab.celery import app
-    from kernellab.models import Forecast, RunStatus, SearchRun
+    from kernellab.models import Forecast, Node, RunStatus, SearchRun
     from kernellab.services.runs import run_create
-    from search_engine.saved_state import SavedSearch
 
     from django.conf import settings
 
@@ -342,9 +341,8 @@ def fuzz_runs(*, problem, user, stub: StubServer, min_answers: int, llm_call_bud
         statuses[run.status] = statuses.get(run.status, 0) + 1
         if run.status != RunStatus.FINISHED:
             failed_runs.append({"run": run.pk, "status": run.status, "reason": run.status_reason})
-        saved = SavedSearch(run.driver_state)
-        for node_id in saved.node_states():
-            proposal_failures.extend(f.get("reason") for f in saved.failed_proposals(node_id))
+    for failures in Node.objects.filter(run__in=runs).values_list("failed_proposals", flat=True):
+        proposal_failures.extend(f.get("reason") for f in failures)
     abstentions = list(Forecast.objects.filter(node__run__in=runs, abstained=True).values_list("abstain_reason", flat=True))
     unreadable = [r for r in proposal_failures + abstentions if not readable(r)]
 

@@ -75,7 +75,7 @@ def test_a_saved_state_tells_each_nodes_state_and_failed_proposals_as_the_driver
     saved = SavedSearch(json.loads(json.dumps(driver.state_dict())))
     assert saved.node_states() == driver.node_states()
     assert all(isinstance(state, NodeState) for state in saved.node_states().values())
-    assert saved.failed_proposals(0) == driver.failed_proposals(0)
+    assert saved.failed_proposals(0) == driver.tree.nodes[0].failed_proposals
     assert saved.failed_proposals(0)[0]["reason"] == "the answer held no kernel"
     assert saved.failed_proposals(1) == [] and saved.failed_proposals(10_000) == []
     assert saved.step == driver.step_count
