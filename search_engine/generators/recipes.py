@@ -24,7 +24,7 @@ import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser
 
 from klexpr import parse_expression
-from search_engine.candidates import Candidate, make_candidate
+from search_engine.candidates import Candidate, candidate_hash, make_candidate
 from search_engine.generators.base import Proposal, ProposalContext
 from search_engine.generators.template import KnobSpace, TemplateGenerator
 
@@ -376,15 +376,8 @@ def warp_per_row_family(parent: Candidate) -> RecipeFamily:
                 raise CannotApply(f"the row's code reads {_text(inner)} (line {inner.start_point[0] + 1}), whose meaning a warp per row changes.")
             if inner.type == "return_statement":
                 raise CannotApply(f"the row's code returns early (line {inner.start_point[0] + 1}).")
-    loops = [n for n in row_statements if n.type == "for_statement"]
-    if not loops:
-        raise CannotApply("the row's code has no loop over its columns at its top level.")
-    for node in row_statements:
-        if node.type != "for_statement" and any(n.type in ("for_statement", "while_statement", "do_statement") for n in _walk(node)):
-            raise CannotApply(f"a loop at line {node.start_point[0] + 1} is inside another statement, so its columns cannot be split.")
-    edits: list[tuple[int, int, str]] = []
-    for loop in loops:
-        edits += _strided_loop(loop)
+    edits, combines = _split_loops(row_statements, "the row's", str(WARP), "kl_warp_")
+    edits += combines
     block = step["block"]
     if len(block) != 1 or not str(block[0]).strip().isdigit():
         raise CannotApply("the block is not one literal size, so the recipe cannot rescale the grid.")
@@ -408,25 +401,100 @@ def warp_per_row_family(parent: Candidate) -> RecipeFamily:
                         temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
 
 
-def _strided_loop(loop: Node) -> list[tuple[int, int, str]]:
-    """The loop's columns split over the lanes (start at the lane, step a warp) and, after it, each
-    variable it reduces combined across the warp."""
+def _split_loops(statements: list[Node], whose: str, lanes: str, combine: str
+                 ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:
+    """The top-level loops of `statements` split over `lanes` lanes (lane index kl_lane), and each
+    variable a loop reduces combined across the lanes (by `combine`sum/max/min) after it.
+
+    A loop without an initializer that goes on with the previous split loop's counter (the scalar
+    tail of a chunked loop: `for (; c < n; ++c)` after `for (; c + 4 <= n; c += 4)`) is left
+    serial: only the lane whose counter stopped at the first unfinished chunk is still below the
+    bound, so it alone does the tail. Its reductions are combined after it."""
+    loops = [n for n in statements if n.type == "for_statement"]
+    if not loops:
+        raise CannotApply(f"{whose} code has no loop over its columns at its top level.")
+    for node in statements:
+        if node.type != "for_statement" and any(n.type in ("for_statement", "while_statement", "do_statement") for n in _walk(node)):
+            raise CannotApply(f"a loop at line {node.start_point[0] + 1} is inside another statement, so its columns cannot be split.")
+    edits: list[tuple[int, int, str]] = []
+    combines: list[tuple[int, int, str]] = []
+    previous_counter, pending = None, {}
+    top = [n for n in statements if n.type != "comment"]
+    for position, node in enumerate(top):
+        if node.type != "for_statement":
+            previous_counter = None
+            continue
+        counter, step_text, declared = _loop_counter(node)
+        continuation = not declared and counter == previous_counter and step_text == "1"
+        reductions = _loop_reductions(node)
+        for variable, kind in reductions.items():
+            if pending.get(variable, kind) != kind:
+                raise CannotApply(f"the loop at line {node.start_point[0] + 1} combines {variable} in two ways.")
+            pending[variable] = kind
+        if not continuation:
+            edits += _split_header(node, counter, step_text, declared, lanes)
+        previous_counter = counter
+        following = top[position + 1] if position + 1 < len(top) else None
+        goes_on = following is not None and following.type == "for_statement" and \
+            _loop_counter(following)[0] == counter and not _loop_counter(following)[2]
+        if not goes_on and pending:
+            after = "".join(f"\n    {v} = {combine}{kind}({v});" for v, kind in pending.items())
+            combines.append((node.end_byte, node.end_byte, after))
+            pending = {}
+    return edits, combines
+
+
+def _loop_counter(loop: Node) -> tuple[str, str, bool]:
+    """The loop's counter, its step (as text) and whether the loop declares the counter itself."""
     line = loop.start_point[0] + 1
     init, condition, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
-    if init is None or init.type != "declaration" or condition is None or update is None:
+    if condition is None or update is None:
+        raise CannotApply(f"the loop at line {line} has no condition or no update of its column counter.")
+    if init is not None and init.type == "declaration":
+        declarator = next((c for c in init.children if c.type == "init_declarator"), None)
+        counter = declarator.child_by_field_name("declarator") if declarator is not None else None
+        if counter is None or counter.type != "identifier" or declarator.child_by_field_name("value") is None:
+            raise CannotApply(f"the loop at line {line} does not declare its own column counter.")
+        name, declared = _text(counter), True
+    elif init is None:
+        target = update.child_by_field_name("argument") if update.type == "update_expression" else \
+            update.child_by_field_name("left") if update.type == "assignment_expression" else None
+        if target is None or target.type != "identifier":
+            raise CannotApply(f"the loop at line {line} does not step a column counter.")
+        name, declared = _text(target), False
+    else:
         raise CannotApply(f"the loop at line {line} does not declare its own column counter.")
-    declarator = next((c for c in init.children if c.type == "init_declarator"), None)
-    counter = declarator.child_by_field_name("declarator") if declarator is not None else None
-    start = declarator.child_by_field_name("value") if declarator is not None else None
-    if counter is None or start is None:
-        raise CannotApply(f"the loop at line {line} does not declare its own column counter.")
-    name = _text(counter)
-    steps_by_one = (update.type == "update_expression" and _text(update).replace(" ", "") in (f"++{name}", f"{name}++")) or \
-        (update.type == "assignment_expression" and _text(update).replace(" ", "") == f"{name}+=1")
-    if not steps_by_one:
-        raise CannotApply(f"the loop at line {line} steps by {_text(update)}, not one column at a time.")
+    compact = _text(update).replace(" ", "")
+    if (update.type == "update_expression" and compact in (f"++{name}", f"{name}++")) or compact == f"{name}+=1":
+        return name, "1", declared
+    if update.type == "assignment_expression" and _text(update.child_by_field_name("operator")) == "+=" \
+            and _text(update.child_by_field_name("left")) == name and not _mentions(update.child_by_field_name("right"), name):
+        return name, _text(update.child_by_field_name("right")), declared
+    raise CannotApply(f"the loop at line {line} steps by {_text(update)}, not one column or a fixed chunk at a time.")
+
+
+def _split_header(loop: Node, counter: str, step: str, declared: bool, lanes: str) -> list[tuple[int, int, str]]:
+    init, update = loop.child_by_field_name("initializer"), loop.child_by_field_name("update")
+    lane = "kl_lane" if step == "1" else f"kl_lane * ({step})"
+    stride = lanes if step == "1" else f"{lanes} * ({step})"
+    if declared:
+        declarator = next(c for c in init.children if c.type == "init_declarator")
+        start = declarator.child_by_field_name("value")
+        first = (start.start_byte, start.end_byte, f"{lane} + ({_text(start)})")
+    else:
+        # `for (; ...` : the counter goes on from where the code before left it, offset by the lane.
+        semicolon = next(c for c in loop.children if c.type == ";")
+        first = (semicolon.start_byte, semicolon.start_byte, f"{counter} += {lane}")
+    return [first, (update.start_byte, update.end_byte, f"{counter} += {stride}")]
+
+
+def _loop_reductions(loop: Node) -> dict[str, str]:
+    """Each variable declared outside the loop that the loop builds, with how: sum, max or min."""
+    line = loop.start_point[0] + 1
+    counter = _loop_counter(loop)[0]
     local = {_text(n) for n in _walk(loop) if n.type == "identifier" and n.parent is not None
              and n.parent.type in ("init_declarator", "declaration") and n.parent.child_by_field_name("declarator") == n}
+    local.add(counter)
     reductions: dict[str, str] = {}
     body = loop.child_by_field_name("body")
     for node in _walk(body):
@@ -450,20 +518,549 @@ def _strided_loop(loop: Node) -> list[tuple[int, int, str]]:
                 kind = _REDUCERS[function]
         if kind is None:
             raise CannotApply(f"the loop at line {line} updates {variable} by {_text(node)}, which is not a sum, "
-                              "max or min the warp can combine.")
+                              "max or min the lanes can combine.")
         if reductions.get(variable, kind) != kind:
             raise CannotApply(f"the loop at line {line} combines {variable} in two ways.")
         reductions[variable] = kind
-    header = [(start.start_byte, start.end_byte, f"kl_lane + ({_text(start)})"),
-              (update.start_byte, update.end_byte, f"{name} += {WARP}")]
-    after = "".join(f"\n    {v} = kl_warp_{kind}({v});" for v, kind in reductions.items())
-    return header + ([(loop.end_byte, loop.end_byte, after)] if after else [])
+    return reductions
+
+
+# ---- grid-stride: a fixed grid whose threads each take ITEMS elements, a grid apart -------------
+ITEMS_PER_THREAD = (1, 2, 4, 8, 16, 32)
+
+
+def grid_too_small_or_too_many_blocks_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "wave" in text or "about what a launch costs" in text or "grid-stride" in text
+
+
+def grid_stride_family(parent: Candidate) -> RecipeFamily:
+    step, kernel, source = _single_kernel(parent)
+    body = kernel.child_by_field_name("body")
+    statements = [c for c in body.named_children if c.type != "comment"]
+    if not statements or statements[0].type != "declaration":
+        raise CannotApply("the kernel does not begin by computing its element index from blockIdx, blockDim and threadIdx.")
+    index, index_type = _element_index(statements[0])
+    guard_bound, element_statements = _guarded_elements(statements[1:], index)
+    element_text = _element_code(source, element_statements)
+    block_size, grid = _literal_block(step, "elements")
+    new_body = (
+        "{\n"
+        "    const long long kl_stride = (long long)gridDim.x * blockDim.x;\n"
+        f"    const long long kl_end = (long long)({guard_bound});\n"
+        "    for (long long kl_element = (long long)blockIdx.x * blockDim.x + threadIdx.x; kl_element < kl_end;\n"
+        "         kl_element += kl_stride) {\n"
+        f"        const {index_type} {index} = ({index_type})kl_element;\n"
+        f"        {element_text}\n"
+        "    }\n"
+        "}"
+    )
+    template = "// Written by KernelLab's grid-stride recipe: ITEMS elements per thread, a grid apart.\n" + \
+        source[:body.start_byte] + new_body + source[body.end_byte:]
+    launch = _relaunched(parent, step, [_replace_number(grid[0], block_size, "BLOCK*ITEMS")], ["BLOCK"])
+    return RecipeFamily(recipe="grid-stride", template=template, launch=launch,
+                        knobs={"ITEMS": list(ITEMS_PER_THREAD), "BLOCK": sorted(set(BLOCK_SIZES) | {block_size})},
+                        start={"ITEMS": 4, "BLOCK": block_size},
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+# ---- column tiles: a block's rows split over threadIdx.y, combined in shared memory --------------
+TILE_COLUMNS = (16, 32, 64, 128)
+TILE_ROWS = (2, 4, 8, 16, 32)
+_TILE_HELPERS = """\
+// Written by KernelLab's column-tile recipe: TILE_C columns per block, their rows split over
+// TILE_R threads each, the partial results combined in shared memory.
+template <int KIND, typename T> __device__ __forceinline__ T kl_pick(T a, T b) {
+    if constexpr (KIND == 0) return a + b;
+    else if constexpr (KIND == 1) return a > b ? a : b;
+    else return a < b ? a : b;
+}
+template <int KIND, typename T> __device__ __forceinline__ T kl_tile_combine(T v) {
+    __shared__ T kl_partial[TILE_R][TILE_C];
+    kl_partial[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+#pragma unroll
+    for (int kl_half = TILE_R / 2; kl_half > 0; kl_half >>= 1) {
+        if (threadIdx.y < kl_half)
+            kl_partial[threadIdx.y][threadIdx.x] = kl_pick<KIND>(kl_partial[threadIdx.y][threadIdx.x],
+                                                                 kl_partial[threadIdx.y + kl_half][threadIdx.x]);
+        __syncthreads();
+    }
+    const T total = kl_partial[0][threadIdx.x];
+    __syncthreads();  // the next combine reuses kl_partial
+    return total;
+}
+template <typename T> __device__ __forceinline__ T kl_tile_sum(T v) { return kl_tile_combine<0>(v); }
+template <typename T> __device__ __forceinline__ T kl_tile_max(T v) { return kl_tile_combine<1>(v); }
+template <typename T> __device__ __forceinline__ T kl_tile_min(T v) { return kl_tile_combine<2>(v); }
+"""
+
+
+def one_thread_per_column_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "wave" in text or "one thread per column" in text or "occupancy" in text
+
+
+def column_tile_family(parent: Candidate) -> RecipeFamily:
+    """A kernel with one thread per column (`col = blockIdx.x * blockDim.x + threadIdx.x`, a bounds
+    check, loops over the column's rows building sums, maxima or minima, then code that uses them):
+    the block becomes TILE_C columns by TILE_R threads, each thread takes every TILE_R-th row (or
+    chunk of rows), and what the loops build is combined in shared memory before the code after
+    them. The bounds check moves below the combine, so every thread of the block reaches it."""
+    step, kernel, source = _single_kernel(parent)
+    body = kernel.child_by_field_name("body")
+    statements = [c for c in body.named_children if c.type != "comment"]
+    if not statements or statements[0].type != "declaration":
+        raise CannotApply("the kernel does not begin by computing its column from blockIdx, blockDim and threadIdx.")
+    column, _ = _element_index(statements[0])
+    bound, column_statements = _guarded_elements(statements[1:], column)
+    guard = statements[1]
+    for node in column_statements:
+        for inner in _walk(node):
+            if inner.type == "field_expression" and _text(inner.child_by_field_name("argument")) in ("threadIdx", "blockDim"):
+                raise CannotApply(f"the column's code reads {_text(inner)} (line {inner.start_point[0] + 1}), whose "
+                                  "meaning a tile of threads changes.")
+            if inner.type == "return_statement":
+                raise CannotApply(f"the column's code returns early (line {inner.start_point[0] + 1}).")
+    loop_positions = [i for i, n in enumerate(column_statements) if n.type == "for_statement"]
+    if not loop_positions:
+        raise CannotApply("the column's code has no loop over its rows at its top level.")
+    first, last = loop_positions[0], loop_positions[-1]
+    if any(n.type != "for_statement" for n in column_statements[first:last + 1]):
+        raise CannotApply(f"code at line {column_statements[first].start_point[0] + 1}-"
+                          f"{column_statements[last].end_point[0] + 1} sits between the row loops, so they cannot be "
+                          "split as one reduction.")
+    for node in column_statements[:first]:
+        if any(n.type in ("subscript_expression", "pointer_expression", "call_expression") for n in _walk(node)):
+            raise CannotApply(f"the code before the row loops reads memory or calls a function (line "
+                              f"{node.start_point[0] + 1}); threads past the last column would run it too.")
+    loops = column_statements[first:last + 1]
+    inside, combines = _split_loops(loops, "the column's", "TILE_R", "kl_tile_")
+    if not combines:
+        raise CannotApply("the row loops build no sum, maximum or minimum to combine across the tile.")
+    if len(combines) > 1:
+        raise CannotApply("a later row loop uses what an earlier one combined, so the loops cannot share one "
+                          "combine after them.")
+    block_size, grid = _literal_block(step, "columns")
+    data = source.encode()
+    loops_start, loops_end = loops[0].start_byte, loops[-1].end_byte
+    loop_text = data[loops_start:loops_end]
+    for start, end, text in sorted(inside, key=lambda e: e[0], reverse=True):
+        loop_text = loop_text[:start - loops_start] + text.encode() + loop_text[end - loops_start:]
+    combine_text = "".join(text for _, _, text in combines)
+    guard_text = _text(guard) if guard.child_by_field_name("alternative") is None and \
+        _text(guard.child_by_field_name("consequence")).replace(" ", "") in ("return;", "{return;}") else \
+        f"if (!({column} < ({bound}))) return;"
+    after = column_statements[last + 1:]
+    after_text = source.encode()[after[0].start_byte:after[-1].end_byte].decode() if after else ""
+    before = source.encode()[column_statements[0].start_byte:loops_start].decode() if first > 0 else ""
+    index_text = _text(statements[0])
+    new_body = (
+        "{\n"
+        f"    {index_text}\n"
+        "    const int kl_lane = threadIdx.y;\n"
+        f"    const bool kl_active = {column} < ({bound});\n"
+        + (f"    {before.rstrip()}\n" if before.strip() else "")
+        + "    if (kl_active) {\n"
+        f"    {loop_text.decode()}\n"
+        "    }"
+        f"{combine_text}\n"
+        f"    {guard_text}\n"
+        + (f"    {after_text}\n" if after_text else "")
+        + "}"
+    )
+    template = _TILE_HELPERS + source[:body.start_byte] + new_body + source[body.end_byte:]
+    launch = _relaunched(parent, step, [_replace_number(grid[0], block_size, "TILE_C")] + grid[1:],
+                         ["TILE_C", "TILE_R"])
+    return RecipeFamily(recipe="column-tile", template=template, launch=launch,
+                        knobs={"TILE_C": list(TILE_COLUMNS), "TILE_R": list(TILE_ROWS)},
+                        start={"TILE_C": 32, "TILE_R": 16}, constraints=["TILE_C * TILE_R <= 1024"],
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+# ---- halo tiles: a 2-D stencil's input read once per block into shared memory --------------------
+HALO_BLOCK_X = (16, 32, 64, 128)
+HALO_BLOCK_Y = (1, 2, 4, 8, 16)
+
+
+def no_data_reuse_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "reuse" in text or "shared memory" in text or "dram moved" in text
+
+
+def halo_tile_family(parent: Candidate) -> RecipeFamily:
+    """A 2-D stencil (x and y from blockIdx/blockDim/threadIdx, `if (x >= W || y >= H) return;`,
+    reads of one read-only image as `img[ROW * W + COL]`): the block's tile of the image and a halo
+    of the stencil's radius (the largest literal of its loops' bounds) is loaded into shared memory
+    once, before the bounds check, and each read takes the tile's copy when (ROW, COL) lies in it,
+    else the image's, so the result is the same whatever the radius."""
+    step, kernel, source = _single_kernel(parent)
+    body = kernel.child_by_field_name("body")
+    statements = [c for c in body.named_children if c.type != "comment"]
+    if len(statements) < 3 or statements[0].type != "declaration" or statements[1].type != "declaration":
+        raise CannotApply("the kernel does not begin by computing x and y from blockIdx, blockDim and threadIdx.")
+    axes = {}
+    for declaration in statements[:2]:
+        name, axis = _axis_index(declaration)
+        axes[axis] = name
+    if set(axes) != {"x", "y"}:
+        raise CannotApply("the kernel's first two indices are not one along x and one along y.")
+    guard = statements[2]
+    bounds = _return_guard_bounds(guard, axes)
+    pointers = _pointer_parameters(kernel)
+    written = _written_pointers(kernel, pointers)
+    reads: list[tuple[Node, str, Node, Node, str]] = []
+    for node in _walk(body):
+        if node.type != "subscript_expression":
+            continue
+        name = _text(node.child_by_field_name("argument"))
+        if name not in pointers or name in written:
+            continue
+        reads.append((node, name, *_row_major(node, kernel)))
+    if not reads:
+        raise CannotApply("the kernel reads no read-only buffer as img[ROW * W + COL].")
+    image = reads[0][1]
+    if pointers[image] != "float":
+        raise CannotApply(f"{image} holds {pointers[image]}, and the recipe tiles float images only.")
+    width = reads[0][4]
+    for node, name, row, col, w in reads:
+        if name == image and w != width:
+            raise CannotApply(f"{image} is read with two row lengths, {width} and {w} (line {node.start_point[0] + 1}).")
+    if width != bounds["x"]:
+        raise CannotApply(f"the image's row length {width} is not the bound {bounds['x']} of x, so the tile's loads "
+                          "could fall outside the image.")
+    radius = min(8, max([abs(int(_text(n))) for loop in _walk(body) if loop.type == "for_statement"
+                         for part in ("initializer", "condition") if loop.child_by_field_name(part) is not None
+                         for n in _walk(loop.child_by_field_name(part)) if n.type == "number_literal"
+                         and _text(n).lstrip("-").isdigit()] or [1]))
+    edits = []
+    for node, name, row, col, _ in reads:
+        if name != image:
+            continue
+        for part in (row, col):
+            if any(n.type in ("update_expression", "assignment_expression", "call_expression") for n in _walk(part)):
+                raise CannotApply(f"the read at line {node.start_point[0] + 1} computes its index with side effects.")
+        r, c = _text(row), _text(col)
+        edits.append((node.start_byte, node.end_byte,
+                      f"(kl_in_tile(({r}) - kl_y0, ({c}) - kl_x0, ({r}), ({c}), {bounds['y']}, {bounds['x']}) ? "
+                      f"kl_tile[({r}) - kl_y0][({c}) - kl_x0] : {_text(node)})"))
+    block = step["block"]
+    if len(block) != 2 or not all(str(b).strip().isdigit() for b in block):
+        raise CannotApply("the block is not two literal sizes (x, y), so the recipe cannot rescale the grid.")
+    grid = [str(e) for e in step["grid"]]
+    bx, by = int(block[0]), int(block[1])
+    if len(grid) != 2 or not _has_number(grid[0], bx) or not _has_number(grid[1], by):
+        raise CannotApply(f"the grid {grid} does not divide the image by the block {bx} x {by}.")
+    load = (
+        "\n    __shared__ float kl_tile[BY + 2 * KL_HALO][BX + 2 * KL_HALO];\n"
+        "    const int kl_x0 = (int)(blockIdx.x * blockDim.x) - KL_HALO;\n"
+        "    const int kl_y0 = (int)(blockIdx.y * blockDim.y) - KL_HALO;\n"
+        "    for (int kl_k = threadIdx.y * blockDim.x + threadIdx.x; kl_k < (BY + 2 * KL_HALO) * (BX + 2 * KL_HALO);\n"
+        "         kl_k += blockDim.x * blockDim.y) {\n"
+        "        const int kl_i = kl_k / (BX + 2 * KL_HALO), kl_j = kl_k % (BX + 2 * KL_HALO);\n"
+        "        const int kl_gy = kl_y0 + kl_i, kl_gx = kl_x0 + kl_j;\n"
+        f"        if (kl_gy >= 0 && kl_gy < ({bounds['y']}) && kl_gx >= 0 && kl_gx < ({bounds['x']}))\n"
+        f"            kl_tile[kl_i][kl_j] = {image}[(kl_gy) * ({width}) + (kl_gx)];\n"
+        "    }\n"
+        "    __syncthreads();"
+    )
+    edits.append((statements[1].end_byte, statements[1].end_byte, load))
+    data = source.encode()
+    for start, end, text in sorted(edits, key=lambda e: e[0], reverse=True):
+        data = data[:start] + text.encode() + data[end:]
+    helpers = (
+        "// Written by KernelLab's halo-tile recipe: a BX x BY block's image tile and its halo in shared memory.\n"
+        f"#define KL_HALO {radius}\n"
+        "__device__ __forceinline__ bool kl_in_tile(int i, int j, int row, int col, int rows, int cols) {\n"
+        "    return (unsigned)i < (unsigned)(BY + 2 * KL_HALO) && (unsigned)j < (unsigned)(BX + 2 * KL_HALO)\n"
+        "        && row >= 0 && row < rows && col >= 0 && col < cols;\n"
+        "}\n"
+    )
+    launch = _relaunched(parent, step, [_replace_number(grid[0], bx, "BX"), _replace_number(grid[1], by, "BY")],
+                         ["BX", "BY"])
+    return RecipeFamily(recipe="halo-tile", template=helpers + data.decode(), launch=launch,
+                        knobs={"BX": sorted(set(HALO_BLOCK_X) | {bx}), "BY": sorted(set(HALO_BLOCK_Y) | {by})},
+                        start={"BX": 32, "BY": 8}, constraints=["BX * BY <= 1024", "BX * BY >= 32"],
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+def _axis_index(declaration: Node) -> tuple[str, str]:
+    declarators = [c for c in declaration.children if c.type == "init_declarator"]
+    if len(declarators) != 1:
+        raise CannotApply("the kernel does not begin by computing x and y from blockIdx, blockDim and threadIdx.")
+    name, value = declarators[0].child_by_field_name("declarator"), declarators[0].child_by_field_name("value")
+    fields = {_text(n).replace(" ", "") for n in _walk(value) if n.type == "field_expression"}
+    for axis in ("x", "y"):
+        if fields == {f"blockIdx.{axis}", f"blockDim.{axis}", f"threadIdx.{axis}"} and name is not None \
+                and name.type == "identifier":
+            return _text(name), axis
+    raise CannotApply(f"{_text(declaration)} is not blockIdx * blockDim + threadIdx along x or y.")
+
+
+def _return_guard_bounds(guard: Node, axes: dict[str, str]) -> dict[str, str]:
+    condition = guard.child_by_field_name("condition") if guard.type == "if_statement" else None
+    consequence = guard.child_by_field_name("consequence") if guard.type == "if_statement" else None
+    if condition is None or _text(consequence).replace(" ", "") not in ("return;", "{return;}"):
+        raise CannotApply("the indices are not followed by a bounds check that returns (if (x >= w || y >= h) return;).")
+    comparisons, stack = [], list(condition.named_children)
+    while stack:
+        node = stack.pop()
+        if node.type == "parenthesized_expression":
+            stack.extend(node.named_children)
+        elif node.type == "binary_expression" and _text(node.child_by_field_name("operator")) == "||":
+            stack += [node.child_by_field_name("left"), node.child_by_field_name("right")]
+        else:
+            comparisons.append(node)
+    bounds = {}
+    for comparison in comparisons:
+        operator = _text(comparison.child_by_field_name("operator")) if comparison.type == "binary_expression" else ""
+        left = _text(comparison.child_by_field_name("left")) if operator else ""
+        axis = next((a for a, name in axes.items() if name == left), None)
+        if operator != ">=" or axis is None:
+            raise CannotApply(f"the bounds check compares {_text(comparison)}, not x >= W or y >= H.")
+        bounds[axis] = _text(comparison.child_by_field_name("right"))
+    if set(bounds) != {"x", "y"}:
+        raise CannotApply("the bounds check does not bound both x and y.")
+    return bounds
+
+
+def _row_major(read: Node, kernel: Node) -> tuple[Node, Node, str]:
+    """(ROW, COL, W) of a read p[ROW * W + COL] (or p[COL + ROW * W]); W must be a kernel parameter."""
+    index = read.child_by_field_name("indices") or read.child_by_field_name("index")
+    while index is not None and index.type in ("subscript_argument_list", "parenthesized_expression") \
+            and len(index.named_children) == 1:
+        index = index.named_children[0]
+    line = read.start_point[0] + 1
+    if index is None or index.type != "binary_expression" or _text(index.child_by_field_name("operator")) != "+":
+        raise CannotApply(f"the read {_text(read)} (line {line}) is not indexed as ROW * W + COL.")
+    parameters = _parameter_names(kernel)
+    left, right = index.child_by_field_name("left"), index.child_by_field_name("right")
+    for product, col in ((left, right), (right, left)):
+        if product.type == "binary_expression" and _text(product.child_by_field_name("operator")) == "*":
+            a, b = product.child_by_field_name("left"), product.child_by_field_name("right")
+            if b.type == "identifier" and _text(b) in parameters:
+                return a, col, _text(b)
+            if a.type == "identifier" and _text(a) in parameters:
+                return b, col, _text(a)
+    raise CannotApply(f"the read {_text(read)} (line {line}) is not indexed as ROW * W + COL with W a parameter.")
+
+
+def _parameter_names(kernel: Node) -> set[str]:
+    declarator = kernel.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    names = set()
+    for parameter in declarator.child_by_field_name("parameters").named_children:
+        inner = parameter.child_by_field_name("declarator")
+        while inner is not None and inner.type != "identifier":
+            inner = inner.child_by_field_name("declarator")
+        if inner is not None:
+            names.add(_text(inner))
+    return names
+
+
+def _written_pointers(kernel: Node, pointers: dict[str, str]) -> set[str]:
+    """Pointer parameters the kernel may write: through p[...] or *p on an assignment's left, ++/--,
+    &p[...] or p handed to a call, or a local pointer made from p that is written."""
+    aliases: dict[str, set[str]] = {name: {name} for name in pointers}
+    for node in _walk(kernel.child_by_field_name("body")):
+        if node.type == "init_declarator" and node.child_by_field_name("declarator") is not None \
+                and node.child_by_field_name("declarator").type == "pointer_declarator":
+            inner = node.child_by_field_name("declarator")
+            while inner is not None and inner.type != "identifier":
+                inner = inner.child_by_field_name("declarator")
+            value = node.child_by_field_name("value")
+            sources = {_text(n) for n in _walk(value) if n.type == "identifier" and _text(n) in pointers} if value else set()
+            if inner is not None:
+                aliases[_text(inner)] = sources
+    written: set[str] = set()
+    for node in _walk(kernel.child_by_field_name("body")):
+        target = None
+        if node.type == "assignment_expression":
+            target = node.child_by_field_name("left")
+        elif node.type == "update_expression":
+            target = node.child_by_field_name("argument")
+        elif node.type == "pointer_expression" and _text(node).startswith("&"):
+            target = node.child_by_field_name("argument")
+        elif node.type == "call_expression":
+            for argument in node.child_by_field_name("arguments").named_children:
+                if argument.type == "identifier" and _text(argument) in aliases:
+                    written |= aliases[_text(argument)]
+            continue
+        while target is not None and target.type in ("subscript_expression", "pointer_expression",
+                                                     "parenthesized_expression", "field_expression"):
+            target = target.child_by_field_name("argument") or (target.named_children[0] if target.named_children else None)
+        if target is not None and target.type == "identifier" and _text(target) in aliases:
+            written |= aliases[_text(target)]
+    return written
+
+
+# ---- loop unrolling: each loop without an unroll pragma gets one, its factor a knob ---------------
+UNROLL_FACTORS = (1, 2, 4, 8, 16)
+
+
+def latency_bound_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "waits" in text or "unroll" in text or "latency" in text
+
+
+def unroll_family(parent: Candidate) -> RecipeFamily:
+    steps = [s for s in parent["launch"] if "kernel" in s]
+    source = parent["source"]
+    root = Parser(_CUDA).parse(source.encode()).root_node
+    kernels = [k for k in (_kernel(root, s["kernel"]) for s in steps) if k is not None]
+    if not kernels:
+        raise CannotApply("none of the launched kernels is defined in the source.")
+    loops = [n for k in kernels for n in _walk(k.child_by_field_name("body")) if n.type == "for_statement"]
+    if not loops:
+        raise CannotApply("the kernel has no for loop to unroll.")
+    bare = [loop for loop in loops if not _has_unroll_pragma(loop, source)]
+    if not bare:
+        raise CannotApply("every loop already has an unroll pragma, whose factor the automatic knobs explore.")
+    data = source.encode()
+    for loop in sorted(bare, key=lambda n: n.start_byte, reverse=True):
+        line_start = data.rfind(b"\n", 0, loop.start_byte) + 1
+        indent = data[line_start:loop.start_byte]
+        if indent.strip():
+            indent = b""
+            insertion = b"\n#pragma unroll kl_unroll\n"
+        else:
+            insertion = b"#pragma unroll kl_unroll\n" + indent
+        data = data[:loop.start_byte] + insertion + data[loop.start_byte:]
+    # nvcc does not expand macros in an unroll pragma; a constant it does read.
+    template = (f"// Written by KernelLab's unroll recipe: {len(bare)} loop(s) unrolled UNROLL times.\n"
+                "constexpr int kl_unroll = UNROLL;\n" + data.decode())
+    return RecipeFamily(recipe="unroll", template=template, launch=[dict(s) for s in parent["launch"]],
+                        knobs={"UNROLL": list(UNROLL_FACTORS)}, start={"UNROLL": 4},
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+def _has_unroll_pragma(loop: Node, source: str) -> bool:
+    before = source.encode()[:loop.start_byte].decode("utf-8", "replace").rstrip().rsplit("\n", 1)[-1].strip()
+    return before.startswith("#pragma unroll") or before.startswith("#pragma nounroll")
+
+
+# ---- the read-only path: __ldg, __restrict__ and __launch_bounds__ as knobs -------------------------
+def read_only_path_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "read-only" in text or "__ldg" in text or "restrict" in text or "launch bounds" in text or "registers" in text
+
+
+def read_only_family(parent: Candidate) -> RecipeFamily:
+    """Pointer parameters marked __restrict__ (and const where the kernel never writes through them),
+    reads of those through __ldg, and __launch_bounds__ of the launch's block, each switched by a
+    knob (RESTRICT, LDG, MINB: the blocks per SM asked of the register allocator, 0 for none)."""
+    step, kernel, source = _single_kernel(parent)
+    pointers = _pointer_parameters(kernel)
+    if not pointers:
+        raise CannotApply("the kernel has no pointer parameters.")
+    if "__launch_bounds__" in _text(kernel) or "__restrict__" in _text(kernel.child_by_field_name("declarator")):
+        raise CannotApply("the kernel already states __launch_bounds__ or __restrict__.")
+    block = step["block"]
+    if not block or not all(str(b).strip().isdigit() for b in block):
+        raise CannotApply("the block is not a literal size, so __launch_bounds__ cannot state it.")
+    threads = 1
+    for b in block:
+        threads *= int(b)
+    written = _written_pointers(kernel, pointers)
+    read_only = set(pointers) - written
+    edits = []
+    declarator = kernel.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    for parameter in declarator.child_by_field_name("parameters").named_children:
+        inner = parameter.child_by_field_name("declarator")
+        if parameter.type != "parameter_declaration" or inner is None or inner.type != "pointer_declarator":
+            continue
+        name = inner
+        while name is not None and name.type != "identifier":
+            name = name.child_by_field_name("declarator")
+        if name is None:
+            continue
+        edits.append((name.start_byte, name.start_byte, "KL_RESTRICT "))
+        if _text(name) in read_only and not any(c.type == "type_qualifier" and _text(c) == "const" for c in parameter.children):
+            edits.append((parameter.start_byte, parameter.start_byte, "const "))
+    local_read_only = {_text(n.child_by_field_name("declarator").child_by_field_name("declarator"))
+                       for n in _walk(kernel.child_by_field_name("body"))
+                       if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None
+                       and n.child_by_field_name("declarator").type == "pointer_declarator"
+                       and n.child_by_field_name("value") is not None
+                       and {_text(i) for i in _walk(n.child_by_field_name("value"))
+                            if i.type == "identifier" and _text(i) in pointers} <= read_only
+                       and any(_text(i) in pointers for i in _walk(n.child_by_field_name("value")) if i.type == "identifier")}
+    readable = read_only | local_read_only
+    reads = 0
+    for node in _walk(kernel.child_by_field_name("body")):
+        if node.type != "subscript_expression" or _text(node.child_by_field_name("argument")) not in readable:
+            continue
+        outer = node.parent
+        if outer is not None and ((outer.type == "assignment_expression" and outer.child_by_field_name("left") == node)
+                                  or outer.type == "update_expression"
+                                  or (outer.type == "pointer_expression" and _text(outer).startswith("&"))):
+            continue
+        edits.append((node.start_byte, node.start_byte, "KL_READ("))
+        edits.append((node.end_byte, node.end_byte, ")"))
+        reads += 1
+    global_keyword = next(c for c in kernel.children if c.type == "__global__")
+    edits.append((global_keyword.end_byte, global_keyword.end_byte, " KL_BOUNDS"))
+    data = source.encode()
+    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        data = data[:start] + text.encode() + data[end:]
+    helpers = (
+        "// Written by KernelLab's read-only-path recipe: __restrict__, __ldg and __launch_bounds__ as knobs.\n"
+        "#if RESTRICT\n#define KL_RESTRICT __restrict__\n#else\n#define KL_RESTRICT\n#endif\n"
+        "#if LDG\n#define KL_READ(value) __ldg(&(value))\n#else\n#define KL_READ(value) (value)\n#endif\n"
+        f"#if MINB > 0\n#define KL_BOUNDS __launch_bounds__({threads}, MINB)\n#else\n"
+        f"#define KL_BOUNDS __launch_bounds__({threads})\n#endif\n"
+    )
+    if reads == 0:
+        raise CannotApply("the kernel reads no buffer it does not also write.")
+    return RecipeFamily(recipe="read-only-path", template=helpers + data.decode(), launch=[dict(s) for s in parent["launch"]],
+                        knobs={"RESTRICT": [0, 1], "LDG": [0, 1], "MINB": [0, 1, 2, 4, 8]},
+                        start={"RESTRICT": 1, "LDG": 1, "MINB": 0},
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+# ---- shared by the recipes ----------------------------------------------------------------------
+def _single_kernel(parent: Candidate) -> tuple[dict, Node, str]:
+    source = parent["source"]
+    steps = [s for s in parent["launch"] if "kernel" in s]
+    if len(steps) != 1:
+        raise CannotApply(f"it rewrites a single kernel launch, and this plan has {len(steps)} kernel launches.")
+    step = steps[0]
+    kernel = _kernel(Parser(_CUDA).parse(source.encode()).root_node, step["kernel"])
+    if kernel is None:
+        raise CannotApply(f"the kernel {step['kernel']} is not defined in the source.")
+    return step, kernel, source
+
+
+def _literal_block(step: dict, what: str) -> tuple[int, list[str]]:
+    block = step["block"]
+    if len(block) != 1 or not str(block[0]).strip().isdigit():
+        raise CannotApply("the block is not one literal size, so the recipe cannot rescale the grid.")
+    size = int(block[0])
+    grid = [str(e) for e in step["grid"]]
+    if len(grid) != 1 or not _has_number(grid[0], size):
+        raise CannotApply(f"the grid {grid} does not divide the {what} by the block size {size}.")
+    return size, grid
+
+
+def _relaunched(parent: Candidate, step: dict, grid: list[str], block: list[str]) -> list[dict]:
+    launch = [dict(s) for s in parent["launch"]]
+    launch[parent["launch"].index(step)] = {**step, "grid": grid, "block": block}
+    return launch
 
 
 # ---- the generator ------------------------------------------------------------------------------
 RECIPES: tuple[Recipe, ...] = (
     Recipe("vectorise", "4-byte global loads and stores", narrow_accesses_noted, vectorise_family),
     Recipe("warp-per-row", "one thread per row", one_thread_per_row_noted, warp_per_row_family),
+    Recipe("column-tile", "one thread per column", one_thread_per_column_noted, column_tile_family),
+    Recipe("halo-tile", "no reuse of a stencil's loads", no_data_reuse_noted, halo_tile_family),
+    Recipe("grid-stride", "one element per thread over a grid of many waves", grid_too_small_or_too_many_blocks_noted,
+           grid_stride_family),
+    Recipe("unroll", "loops without unrolling", latency_bound_noted, unroll_family),
+    Recipe("read-only-path", "loads outside the read-only path", read_only_path_noted, read_only_family),
 )
 
 
@@ -499,30 +1096,41 @@ class RecipeGenerator:
         return self._cures(context, n)
 
     def _cures(self, context: ProposalContext, n: int) -> list[Proposal]:
+        """Each applicable cure's start point first (cures an expert diagnosed ahead of the others),
+        then their knobs' neighbours one cure at a time, so no cure waits behind another's knobs."""
         known = set(context.known_hashes)
         starts: list[Proposal] = []
         refusals: list[Proposal] = []
         first_time = True
+        applicable: list[tuple[Recipe, RecipeFamily, str, Candidate]] = []
         for recipe in self.recipes:
             family = self.family(recipe, context.reference)
             if isinstance(family, str):
                 refusals.append(Proposal(candidate=None, rationale="", failure=family))
                 continue
-            why = self._why(recipe, context)
-            explorer = self._explorer(family)
-            start = family.render(family.start)
-            from search_engine.candidates import candidate_hash
-
+            applicable.append((recipe, family, self._why(recipe, context), family.render(family.start)))
+        applicable.sort(key=lambda item: not item[2].startswith("cures the "))  # diagnosed first, stable
+        for recipe, family, why, start in applicable:
             if candidate_hash(start) in known:
                 first_time = False
             else:
                 known.add(candidate_hash(start))
                 starts.append(Proposal(candidate=start, rationale=f"{recipe.name}: {why}; start at "
                                        + ", ".join(f"{k}={v}" for k, v in family.start.items())))
-            spread = ProposalContext(**{**context.__dict__, "parent": start, "known_hashes": known})
-            for proposal in explorer.propose(spread, max(0, n - len(starts))):
-                proposal.rationale = f"{recipe.name}: {why}; {proposal.rationale}"
-                starts.append(proposal)
+        spreading = list(applicable)
+        while len(starts) < n and spreading:
+            for item in list(spreading):
+                if len(starts) >= n:
+                    break
+                recipe, family, why, start = item
+                spread = ProposalContext(**{**context.__dict__, "parent": start, "known_hashes": known})
+                found = self._explorer(family).propose(spread, 1)
+                if not found:
+                    spreading.remove(item)
+                for proposal in found:
+                    known.add(candidate_hash(proposal.candidate))
+                    proposal.rationale = f"{recipe.name}: {why}; {proposal.rationale}"
+                    starts.append(proposal)
         # A recipe's refusal is said once, with the root's first cures, not at every expansion.
         return starts[:n] + (refusals if first_time else [])
 

@@ -13,7 +13,9 @@ from gpu_runner.runner import gpu_present
 from gpu_runner.spec import load_problem
 from search_engine.candidates import candidate_hash
 from search_engine.generators.base import ProposalContext
-from search_engine.generators.recipes import CannotApply, RecipeGenerator, vectorise_family, warp_per_row_family
+from search_engine.generators.recipes import (CannotApply, RecipeGenerator, column_tile_family, grid_stride_family,
+                                             halo_tile_family, read_only_family, unroll_family, vectorise_family,
+                                             warp_per_row_family)
 
 TESTS = Path(__file__).resolve().parents[1] / "gpu_runner"
 GELU = TESTS / "own_kernels" / "gelu"
@@ -89,9 +91,14 @@ def test_the_generator_starts_the_cure_at_the_root_and_explores_its_knobs_below_
     proposals = generator.propose(_context(reference, notes=notes), 4)
     first = [p for p in proposals if not p.failed]
     assert len(first) == 4
-    assert [p.failure for p in proposals if p.failed] == [
-        "The warp-per-row recipe (for one thread per row) cannot apply: the row's code has no loop over its columns "
-        "at its top level."]
+    assert [p.failure.split(":")[0] for p in proposals if p.failed] == [
+        "The warp-per-row recipe (for one thread per row) cannot apply",
+        "The column-tile recipe (for one thread per column) cannot apply",
+        "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply",
+        "The unroll recipe (for loops without unrolling) cannot apply"]
+    # Every cure that applies starts at once (the diagnosed one first), then the knobs' neighbours.
+    assert [p.candidate["name"].split(":")[0] for p in first] == [
+        "recipe vectorise", "recipe grid-stride", "recipe read-only-path", "recipe vectorise"]
     assert first[0].candidate["knobs"] == {"VEC": 4, "BLOCK": 256}
     assert first[0].rationale.startswith('vectorise: cures the memory_access diagnosis "Global loads are 4 bytes')
     child = first[0].candidate
@@ -102,12 +109,24 @@ def test_the_generator_starts_the_cure_at_the_root_and_explores_its_knobs_below_
 
 def test_a_recipe_that_cannot_apply_says_why_once_on_the_root():
     _, reference = _reference(TESTS / "own_kernels" / "row_rmsnorm")
+    reference["source"] = ("extern \"C\" __global__ void row_rmsnorm(const float* x, float* out, int rows, int cols) {\n"
+                           "    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = 1.0f;\n}\n")
     generator = RecipeGenerator()
     first = generator.propose(_context(reference), 4)
     assert [p.failure for p in first] == [
-        "The vectorise recipe (for 4-byte global loads and stores) cannot apply: x is used other than as x[row] (line 6).",
-        "The warp-per-row recipe (for one thread per row) cannot apply: the loop at line 9 does not declare its own "
-        "column counter."]
+        "The vectorise recipe (for 4-byte global loads and stores) cannot apply: the kernel does not begin by computing "
+        "its element index from blockIdx, blockDim and threadIdx.",
+        "The warp-per-row recipe (for one thread per row) cannot apply: the kernel does not begin by computing its row "
+        "from blockIdx, blockDim and threadIdx.",
+        "The column-tile recipe (for one thread per column) cannot apply: the kernel does not begin by computing its "
+        "column from blockIdx, blockDim and threadIdx.",
+        "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply: the kernel does not begin by computing "
+        "x and y from blockIdx, blockDim and threadIdx.",
+        "The grid-stride recipe (for one element per thread over a grid of many waves) cannot apply: the kernel does "
+        "not begin by computing its element index from blockIdx, blockDim and threadIdx.",
+        "The unroll recipe (for loops without unrolling) cannot apply: the kernel has no for loop to unroll.",
+        "The read-only-path recipe (for loads outside the read-only path) cannot apply: the kernel reads no buffer it "
+        "does not also write."]
     assert generator.propose(_context(reference), 4) == first  # nothing applies: the same sentence, no candidate
 
 
@@ -146,7 +165,8 @@ def test_a_row_softmax_gets_a_warp_per_row_with_its_max_and_sum_combined_by_shuf
 
 
 @pytest.mark.parametrize("change", [
-    ("for (int c = 0; c < cols; ++c) total += ", "for (int c = 0; c < cols; c += 2) total += ", "steps by c += 2"),
+    ("for (int c = 0; c < cols; ++c) total += ", "for (int c = 1; c < cols; c *= 2) total += ", "steps by c *= 2"),
+    ("for (int c = 0; c < cols; ++c) total += ", "for (int c = 0; c < cols; c += c) total += ", "steps by c += c"),
     ("total += __expf(in[c] - largest);", "total = total * 0.5f + __expf(in[c] - largest);",
      "updates total by total = total * 0.5f"),
     ("float* result", "if (threadIdx.x == 0) out[0] = 0.0f;\n    float* result", "reads threadIdx.x"),
@@ -179,7 +199,11 @@ def test_at_the_root_of_a_row_softmax_the_warp_cure_starts_and_the_vector_cure_s
     assert started[0].candidate["knobs"] == {"WARPS": 4}
     assert started[0].rationale.startswith('warp-per-row: cures the warps diagnosis "The kernel runs one thread per row."')
     assert [p.failure for p in proposals if p.failed] == [
-        "The vectorise recipe (for 4-byte global loads and stores) cannot apply: x is used other than as x[row] (line 4)."]
+        "The vectorise recipe (for 4-byte global loads and stores) cannot apply: x is used other than as x[row] (line 4).",
+        "The column-tile recipe (for one thread per column) cannot apply: code at line 6-10 sits between the row loops, "
+        "so they cannot be split as one reduction.",
+        "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply: the kernel does not begin by computing "
+        "x and y from blockIdx, blockDim and threadIdx."]
 
 
 @pytest.mark.gpu
@@ -192,3 +216,143 @@ def test_on_the_gpu_the_warp_per_row_softmax_is_correct_in_every_size_case():
         for warps in (1, 4, 32):
             result = runner.measure(spec, RunnerCandidate.from_dict(family.render({"WARPS": warps}), spec))
             assert result.status == "ok", (warps, result.reason)
+
+
+# ---- the other cures (issue 21, part 1): chunked rows, column tiles, halo tiles, grid-stride, unroll, read-only ----
+OWN = TESTS / "own_kernels"
+
+
+def test_a_chunked_row_loop_is_split_by_chunks_and_its_scalar_tail_is_left_to_the_one_lane_that_needs_it():
+    _, reference = _reference(OWN / "row_rmsnorm")
+    source = warp_per_row_family(reference).render({"WARPS": 4})["source"]
+    assert "for (c += kl_lane * (CHUNK); c + CHUNK <= cols; c += 32 * (CHUNK))" in source
+    assert "    for (; c < cols; ++c) sum += in[c] * in[c];\n    sum = kl_warp_sum(sum);" in source  # tail, then combine
+    assert source.count("kl_warp_sum(sum)") == 1
+    assert "for (int j = kl_lane + (0); j < cols; j += 32)" in source
+
+
+def test_a_column_sum_gets_column_tiles_with_rows_split_over_threadidx_y_and_combined_in_shared_memory():
+    _, reference = _reference(OWN / "column_sum")
+    family = column_tile_family(reference)
+    variant = family.render({"TILE_C": 32, "TILE_R": 8})
+    source = variant["source"]
+    body = source[source.index("extern \"C\""):]
+    assert "const int kl_lane = threadIdx.y;" in body and "const bool kl_active = col < (cols);" in body
+    assert "for (r += kl_lane * (ROWS_PER_STEP); r + ROWS_PER_STEP <= rows; r += TILE_R * (ROWS_PER_STEP))" in body
+    # Every thread reaches the combine; the bounds check moves below it, before the write.
+    assert body.index("if (kl_active) {") < body.index("sum = kl_tile_sum(sum);") < body.index("if (col >= cols) return;") \
+        < body.index("out[col] = sum;")
+    assert variant["launch"][0]["grid"] == ["ceil_div(COLS, 32)"] and variant["launch"][0]["block"] == ["32", "8"]
+    assert family.constraints == ["TILE_C * TILE_R <= 1024"]
+
+
+@pytest.mark.parametrize("folder, why", [
+    ("row_rmsnorm", "code at line 9-15 sits between the row loops"),
+    ("gelu", "the column's code has no loop over its rows"),
+    ("stencil3x3", "not followed by a bounds check"),
+])
+def test_a_kernel_that_is_not_one_thread_per_column_gets_no_column_tiles_with_the_reason(folder, why):
+    _, reference = _reference(OWN / folder)
+    with pytest.raises(CannotApply, match=re.escape(why)):
+        column_tile_family(reference)
+
+
+def test_the_stencil_loads_its_tile_and_halo_once_before_the_bounds_check_and_reads_the_tile_where_it_can():
+    _, reference = _reference(OWN / "stencil3x3")
+    family = halo_tile_family(reference)
+    variant = family.render({"BX": 64, "BY": 4})
+    source = variant["source"]
+    assert "#define KL_HALO 1\n" in source  # the loops' radius
+    assert source.index("__syncthreads();") < source.index("if (x >= w || y >= h) return;")
+    assert "kl_tile[kl_i][kl_j] = img[(kl_gy) * (w) + (kl_gx)];" in source
+    # A read outside the tile falls back to the image, so the radius only matters for speed.
+    assert ("sum += (kl_in_tile((yy) - kl_y0, (xx) - kl_x0, (yy), (xx), h, w) ? kl_tile[(yy) - kl_y0][(xx) - kl_x0] "
+            ": img[yy * w + xx]);") in source
+    assert variant["launch"][0]["grid"] == ["ceil_div(W, 64)", "ceil_div(H, 4)"]
+    assert variant["launch"][0]["block"] == ["64", "4"]
+
+
+@pytest.mark.parametrize("change, why", [
+    (("if (x >= w || y >= h) return;", "if (x >= w) return;"), "the bounds check does not bound both x and y"),
+    (("sum += img[yy * w + xx];", "sum += img[yy * h + xx];"), "the image's row length h is not the bound w of x"),
+    (("sum += img[yy * w + xx];", "sum += img[yy + xx];"), "is not indexed as ROW * W + COL with W a parameter"),
+])
+def test_a_stencil_the_halo_tile_cannot_copy_safely_is_refused_with_the_reason(change, why):
+    _, reference = _reference(OWN / "stencil3x3")
+    before, after = change
+    assert before in reference["source"]
+    reference["source"] = reference["source"].replace(before, after)
+    with pytest.raises(CannotApply, match=re.escape(why)):
+        halo_tile_family(reference)
+
+
+def test_grid_stride_gives_each_thread_items_a_grid_apart():
+    _, reference = _reference(GELU)
+    variant = grid_stride_family(reference).render({"ITEMS": 8, "BLOCK": 128})
+    source = variant["source"]
+    assert "kl_element += kl_stride" in source and "const int i = (int)kl_element;" in source
+    assert "out[i] = 0.5f * v" in source
+    assert variant["launch"][0]["grid"] == ["ceil_div(N, 128 * 8)"] and variant["launch"][0]["block"] == ["128"]
+
+
+def test_unroll_puts_a_pragma_with_the_knobs_factor_on_each_loop_that_has_none():
+    _, reference = _reference(OWN / "column_sum")
+    source = unroll_family(reference).render({"UNROLL": 2})["source"]
+    assert "constexpr int kl_unroll = UNROLL;" in source
+    assert source.count("#pragma unroll kl_unroll") == 2   # the two row loops; the inner one keeps its own 8
+    assert source.count("#pragma unroll 8") == 1
+
+
+def test_the_read_only_path_marks_buffers_restrict_and_reads_the_unwritten_ones_through_ldg():
+    _, reference = _reference(OWN / "row_softmax")
+    family = read_only_family(reference)
+    source = family.render({"RESTRICT": 1, "LDG": 1, "MINB": 2})["source"]
+    assert "__global__ KL_BOUNDS void row_softmax(const float* KL_RESTRICT x, float* KL_RESTRICT out" in source
+    assert "fmaxf(largest, KL_READ(in[c]))" in source            # through the local pointer made from x
+    assert "result[c] = __expf(KL_READ(in[c]) - largest) / total;" in source   # a write is left alone
+    assert "#define KL_BOUNDS __launch_bounds__(128, MINB)" in source
+    reference["source"] = reference["source"].replace("const float* x", "const float* __restrict__ x")
+    with pytest.raises(CannotApply, match="already states __launch_bounds__ or __restrict__"):
+        read_only_family(reference)
+
+
+def _corners(family) -> list[dict]:
+    import itertools
+
+    names = list(family.knobs)
+    points = [dict(zip(names, combo)) for combo in itertools.product(*family.knobs.values())]
+    from klexpr import evaluate
+
+    valid = [p for p in points if all(evaluate(c, p) for c in family.constraints)]
+    return [family.start, valid[0], valid[-1]]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("folder, derive", [
+    ("column_sum", column_tile_family), ("stencil3x3", halo_tile_family), ("gelu", grid_stride_family),
+    ("row_rmsnorm", warp_per_row_family), ("column_sum", unroll_family), ("stencil3x3", unroll_family),
+    ("row_softmax", read_only_family), ("stencil3x3", read_only_family),
+])
+def test_each_cure_compiles_with_nvcc_at_its_start_and_its_corners_and_fits_the_signature(folder, derive):
+    spec, reference = _reference(OWN / folder)
+    family = derive(reference)
+    runner = Runner(backend="static")
+    for knobs in _corners(family):
+        report = runner.check(spec, RunnerCandidate.from_dict(family.render(knobs), spec))
+        assert report.ok, (knobs, report.summary())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU here; run `pytest -m gpu` on a GPU machine")
+@pytest.mark.parametrize("folder, derive", [
+    ("column_sum", column_tile_family), ("stencil3x3", halo_tile_family), ("gelu", grid_stride_family),
+    ("row_rmsnorm", warp_per_row_family), ("column_sum", unroll_family), ("row_softmax", read_only_family),
+])
+def test_on_the_gpu_each_cure_is_correct_in_every_size_case(folder, derive):
+    spec, reference = _reference(OWN / folder)
+    family = derive(reference)
+    settings = MeasureSettings(validation_sets=2, min_reps=5, max_reps=10, target_timing_ms=10.0, kernel_timeout_s=5.0)
+    with Runner("cupy", settings=settings) as runner:
+        for knobs in _corners(family):
+            result = runner.measure(spec, RunnerCandidate.from_dict(family.render(knobs), spec))
+            assert result.status == "ok", (knobs, result.reason)
