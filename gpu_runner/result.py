@@ -54,6 +54,9 @@ class CompilerFacts:
     sass: dict[str, int] = field(default_factory=dict)
     kernels: dict[str, dict[str, int]] = field(default_factory=dict)
     cutlass: str | None = None      # the CUTLASS/CuTe headers' version on the include path, if any
+    # How the measured cubin was built: {"compiler": "nvcc 13.0.88", "arch": "sm_90", "options": [...]}
+    # (the candidate's own options; the rest of nvcc's command line is compile_cubin's, the one compile path).
+    compiled_with: dict = field(default_factory=dict)
 
 
 @dataclass

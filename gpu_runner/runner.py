@@ -4,7 +4,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from .backends.base import Backend
 from .candidate import Candidate
@@ -126,6 +126,18 @@ class Runner:
         arch = hello["arch"] if hello else getattr(backend, "arch", DEFAULT_ARCH) if self._fixed == "static" \
             else DEFAULT_ARCH
         return compile_cubin(candidate.source, candidate.compile_options, arch).report
+
+    def check_many(self, problem: Problem, candidates: Sequence[Candidate], *,
+                   workers: int | None = None) -> list[CompileReport]:
+        """`check` of several candidates at once, one nvcc process per core (each in the compile
+        sandbox, each answer cached by source, options, arch and nvcc), reports in the given order."""
+        candidates = list(candidates)
+        if len(candidates) <= 1:
+            return [self.check(problem, c) for c in candidates]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(len(candidates), workers or os.cpu_count() or 2)) as pool:
+            return list(pool.map(lambda c: self.check(problem, c), candidates))
 
     def hardware(self, problem: Problem | None = None) -> Hardware | None:
         return self.backend_for(problem).hardware()

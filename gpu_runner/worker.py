@@ -39,7 +39,9 @@ class WorkerState:
         self._references: dict[str, dict[str, Any]] = {}
         self.reference_timings: dict[tuple, tuple[float, list[float]]] = {}
 
-    def reference_functions(self, problem: Problem) -> dict[str, Any]:
+    def reference_functions(self, problem: Problem, cubin: bytes | None = None) -> dict[str, Any]:
+        """The reference's kernels, from the cubin the parent compiled (the one compile path) or, for a
+        caller that sends none, from the backend's own compiler."""
         cached = self._references.get(problem.spec_hash)
         if cached is None:
             reference = problem.reference
@@ -47,7 +49,8 @@ class WorkerState:
                 raise DeviceError("reference", f"a {reference.kind} reference is not supported yet", False)
             names = sorted({s.kernel for s in reference.launch if hasattr(s, "kernel")})
             try:
-                module = compile_checked(self.device, reference.source, list(reference.compile_options), names)
+                module = self.device.load_cubin(cubin) if cubin is not None else \
+                    compile_checked(self.device, reference.source, list(reference.compile_options), names)
             except CompileFailed as exc:
                 raise DeviceError("reference", f"the reference does not compile: {exc.log[-500:]}", False) from None
             cached = {name: self.device.function(module, name) for name in names}
@@ -71,7 +74,7 @@ def run_job(state: WorkerState, job: dict) -> Evidence:
     started = time.perf_counter()
     try:
         evidence.phase = "reference compile"
-        ref_functions = state.reference_functions(problem)
+        ref_functions = state.reference_functions(problem, job.get("reference_cubin"))
         evidence.phase = "load"
         make_side = _candidate_sides(state, job, evidence) if job["kind"] == "measure" else \
             _vendor_sides(state, job)

@@ -255,9 +255,15 @@ class SearchDriver:
 
     def _compile(self, node_ids: list[int]) -> list[int]:
         ok = []
-        for nid in node_ids:
+        # A port that can check several candidates at once (nvcc on every core) gets the step's whole batch.
+        compile_many = getattr(self.port, "compile_many", None)
+        if compile_many is not None and len(node_ids) > 1:
+            outcomes = compile_many([(nid, self.tree.nodes[nid].candidate) for nid in node_ids])
+        else:
+            outcomes = [self.port.compile(nid, self.tree.nodes[nid].candidate) for nid in node_ids]
+        for nid, outcome in zip(node_ids, outcomes):
             node = self.tree.nodes[nid]
-            outcome = self.port.compile(nid, node.candidate) or {"status": "ok"}
+            outcome = outcome or {"status": "ok"}
             node.compiler_facts = outcome.get("compiler")
             if outcome.get("status", "ok") != "ok":
                 self.counters.compile_failures += 1

@@ -25,3 +25,8 @@ class SearchPort(Protocol):
     def publish(self, event: SearchEvent) -> None:
         """Every change of the tree, as one of the typed events of events.py."""
         ...
+
+
+# A port may also offer compile_many(items: list[(node_id, candidate)]) -> list[dict], the same answers
+# as compile in the same order; the driver then hands it each step's children at once, so their compile
+# checks run in parallel. It is optional: the Protocol above is what every port must have.

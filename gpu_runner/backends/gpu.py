@@ -1,15 +1,16 @@
 """The parent side of the GPU backends: one isolated worker per backend, compiles on the CPU cores.
 
-`measure` sends the source to the worker (which compiles it with the backend's own compiler) while
-nvcc reads the ptxas facts here in parallel. `measure_many` compiles every candidate to a cubin
-with nvcc in a pool of threads (one nvcc process each, on all cores) and times them one after
-another in the worker as they become ready.
+Every measured kernel, the reference included, is compiled here by nvcc to a cubin (`compile`, the
+one compile path: cached, sandboxed) and the worker only loads it, whichever backend it is; NVRTC
+and pycuda's SourceModule are left to callers that send no cubin. `measure` compiles one candidate
+and times it; `measure_many` compiles every candidate in a pool of threads (one nvcc process each,
+on all cores) and times them one after another in the worker as they become ready.
 """
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
 from .. import guards
@@ -19,7 +20,7 @@ from ..evidence import Evidence
 from ..result import CompileReport, Hardware, MeasurementResult
 from ..sandbox import Sandbox, SandboxFault
 from ..settings import MeasureSettings
-from ..spec import Problem, SpecError
+from ..spec import CudaReference, Problem, SpecError
 from ..verdict import judge
 from .base import Backend
 
@@ -109,11 +110,20 @@ class GpuBackend(Backend):
                                      **base)
         return None
 
-    def _facts(self, candidate: Candidate) -> Future | None:
-        try:
-            return self._pool.submit(compile_cubin, candidate.source, candidate.compile_options, self.arch)
-        except (ToolMissing, RuntimeError):
+    def compile(self, source: str, options, arch: str) -> CompileOutput:
+        """The one compile path: nvcc to a cubin, cached by source, options, arch and nvcc, in the
+        compile sandbox. The app's verifications, the recorder and the search's compile checks all
+        come here, so the same variant is the same cubin wherever it is measured."""
+        return compile_cubin(source, options, arch)
+
+    def _reference_cubin(self, problem: Problem, arch: str) -> bytes | None:
+        reference = problem.reference
+        if not isinstance(reference, CudaReference):
             return None
+        try:
+            return self.compile(reference.source, reference.compile_options, arch).cubin
+        except ToolMissing:
+            return None  # the worker compiles it with the backend's own compiler instead
 
     def measure(self, problem: Problem, candidate: Candidate, *, seed: int, profile: bool, energy: bool,
                 timeout_s: float, settings: MeasureSettings) -> MeasurementResult:
@@ -122,26 +132,24 @@ class GpuBackend(Backend):
         if early:
             return early
         try:
-            self._worker()
+            arch = self.arch
         except WorkerUnavailable as exc:
             return self._unavailable(problem, candidate, seed, str(exc))
-        facts = self._facts(candidate)
-        job = {"kind": "measure", "problem": problem, "candidate": candidate, "cubin": None, "seed": seed,
-               "settings": settings, "energy": energy}
+        try:
+            output = self.compile(candidate.source, candidate.compile_options, arch)
+        except ToolMissing as exc:
+            return self._unavailable(problem, candidate, seed, f"nvcc, the one compiler of measured kernels: {exc}")
+        compiled = time.perf_counter()
+        if not output.report.ok:
+            result = self._compile_failed(problem, candidate, seed, output.report)
+            result.wall_s = time.perf_counter() - started
+            return result
+        job = {"kind": "measure", "problem": problem, "candidate": candidate, "cubin": output.cubin, "seed": seed,
+               "settings": settings, "energy": energy, "reference_cubin": self._reference_cubin(problem, arch)}
         evidence = self._request(job, timeout_s)
-        worker_done = time.perf_counter()
-        output = None
-        if facts is not None:
-            try:
-                output = facts.result()
-            except ToolMissing:
-                output = None
-        result = self._finish(problem, candidate, evidence, seed, settings, output, profile, None)
-        if facts is None or output is None:
-            result.observer_errors.setdefault("ptxas", "nvcc is not available for compiler facts")
-        result.phase_s["worker_round_trip"] = round(worker_done - started, 4)
-        if output is not None:
-            result.phase_s["nvcc_facts"] = round(output.report.compile_s, 4)
+        result = self._finish(problem, candidate, evidence, seed, settings, output, profile, output.cubin, arch)
+        result.phase_s["compile"] = round(compiled - started, 4)
+        result.phase_s["worker_round_trip"] = round(time.perf_counter() - compiled, 4)
         result.wall_s = time.perf_counter() - started
         return result
 
@@ -159,7 +167,8 @@ class GpuBackend(Backend):
                 if on_result:
                     on_result(i, r)
             return results
-        futures = [self._pool.submit(compile_cubin, c.source, c.compile_options, arch) for c in candidates]
+        futures = [self._pool.submit(self.compile, c.source, c.compile_options, arch) for c in candidates]
+        reference_cubin = self._reference_cubin(problem, arch)
         results = []
         for i, (candidate, future) in enumerate(zip(candidates, futures)):
             started = time.perf_counter()
@@ -170,12 +179,12 @@ class GpuBackend(Backend):
                     result = self._compile_failed(problem, candidate, seed, output.report)
                 else:
                     job = {"kind": "measure", "problem": problem, "candidate": candidate, "cubin": output.cubin,
-                           "seed": seed, "settings": settings,
+                           "seed": seed, "settings": settings, "reference_cubin": reference_cubin,
                            "energy": energy(i) if callable(energy) else energy}
                     evidence = self._request(job, timeout_s)
                     wants_profile = profile(i) if callable(profile) else profile
                     result = self._finish(problem, candidate, evidence, seed, settings, output, wants_profile,
-                                          output.cubin)
+                                          output.cubin, arch)
             result.wall_s = time.perf_counter() - started
             if on_result:
                 on_result(i, result)
@@ -188,13 +197,13 @@ class GpuBackend(Backend):
         from ..vendor import vendor_candidate
 
         candidate = vendor_candidate(problem)
-        job = {"kind": "vendor", "problem": problem, "candidate": candidate, "seed": seed, "settings": settings,
-               "energy": energy}
         started = time.perf_counter()
         try:
-            self._worker()
+            arch = self.arch
         except WorkerUnavailable as exc:
             return self._unavailable(problem, candidate, seed, str(exc))
+        job = {"kind": "vendor", "problem": problem, "candidate": candidate, "seed": seed, "settings": settings,
+               "energy": energy, "reference_cubin": self._reference_cubin(problem, arch)}
         evidence = self._request(job, timeout_s)
         result = self._finish(problem, candidate, evidence, seed, settings, None, False, None)
         result.wall_s = time.perf_counter() - started
@@ -203,12 +212,14 @@ class GpuBackend(Backend):
     # --- assembling results -------------------------------------------------------------------
     def _finish(self, problem: Problem, candidate: Candidate, evidence: Evidence, seed: int,
                 settings: MeasureSettings, output: CompileOutput | None, profile: bool,
-                cubin: bytes | None) -> MeasurementResult:
+                cubin: bytes | None, arch: str | None = None) -> MeasurementResult:
         result = judge(problem, evidence, settings, backend=self.name, seed=seed)
         result.candidate_name = candidate.name
         result.source_hash = candidate.source_hash
         if output is not None and output.report.facts is not None:
             result.compiler = output.report.facts
+            result.compiler.compiled_with = {"compiler": output.report.compiler, "arch": arch or "",
+                                             "options": list(candidate.compile_options)}
         elif output is not None and not output.report.ok and result.status != "failed-compile":
             result.observer_errors["ptxas"] = "nvcc: " + output.report.summary()
         if profile and result.status == "ok":

@@ -134,6 +134,22 @@ class DatabasePort:
             return {"status": "failed-compile", "reason": report.summary(), "compiler": facts or None}
         return {"status": "ok", "reason": "", "compiler": facts}
 
+    def compile_many(self, items: list[tuple[int, dict]]) -> list[dict]:
+        """The compile checks of a step's children: nvcc runs for all of them at once (one process per
+        core, each in the compile sandbox, cached), then each answer is stored as `compile` stores it."""
+        from gpu_runner import Candidate, Runner, source_hash
+
+        parsed = []
+        for _, candidate in items:
+            if self.context.replay_records.get(source_hash(candidate["source"])) is not None:
+                continue
+            try:
+                parsed.append(Candidate.from_dict(candidate, self.context.spec))
+            except Exception:  # noqa: BLE001 - compile() below says why, on the node
+                continue
+        Runner(backend="static").check_many(self.context.spec, parsed)  # fills nvcc's cache in parallel
+        return [self.compile(node_id, candidate) for node_id, candidate in items]
+
     def request_measurement(self, node_id: int, candidate: dict) -> None:
         self._write(self._enqueue_verification, node_id)
         return None  # the result arrives through run_advance

@@ -403,3 +403,28 @@ def test_the_root_is_screened_wider_than_other_parents():
             if parent != 0:
                 assert sum(1 for n in driver.tree.nodes.values() if n.parent_id == parent) <= 4 * driver.tree.nodes[parent].expansions
     assert reopen(driver).settings.root_children == 10
+
+
+class BatchPort(FakePort):
+    """A port that checks a step's children together (as the web app's does, nvcc on every core)."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches: list[list[int]] = []
+
+    def compile_many(self, items):
+        self.batches.append([node_id for node_id, _ in items])
+        return [self.compile(node_id, candidate) for node_id, candidate in reversed(items)][::-1]
+
+
+def test_a_port_that_checks_many_at_once_gets_each_steps_children_together_and_the_same_search_follows():
+    batched, single = BatchPort(), FakePort()
+    a = make_driver(port=batched, seed=4)
+    b = make_driver(port=single, seed=4)
+    for _ in range(6):
+        a.step()
+        b.step()
+    assert batched.batches and all(len(batch) > 1 for batch in batched.batches)
+    assert sorted(batched.compiled) == sorted(single.compiled)
+    assert a.node_states() == b.node_states()                 # answers land on their own nodes
+    assert batched.requests == single.requests
