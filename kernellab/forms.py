@@ -150,12 +150,12 @@ class RunCreateForm(forms.Form):
         from gpu_runner.spec import reference_kind
 
         # A PyTorch (KernelBench) problem's candidates are ModelNew programs: only recorded ones can be
-        # proposed, and the surrogates, trained on CUDA kernels, cannot read them.
+        # proposed; the learned surrogate reads them with the program surrogate.
         pytorch = problem is not None and reference_kind(problem.spec_toml) == "pytorch"
         if problem is not None and not self.is_bound:
             self.fields["generator"].initial = "replayed" if pytorch else "template" if problem.family_source else "transform"
             self.fields["screening_width"].initial = 256 if problem.family_source else 0
-            self.fields["surrogate"].initial = "none" if pytorch else "learned"
+            self.fields["surrogate"].initial = "learned"
         # Only backends that can measure this problem now are offered; the others say why not.
         self.backend_choices = []
         if problem is not None:

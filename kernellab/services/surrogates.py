@@ -2,7 +2,9 @@
 
 The learned surrogate starts from the recorded measurements of the bundled problems (every
 problem except the run's own, so a run never forecasts from its own answers) and is retrained
-online by the driver from the run's measurements."""
+online by the driver from the run's measurements. For a PyTorch (KernelBench) problem it is the
+shipped program surrogate, trained on tasks outside the held-out set, which moves its level and its
+confidence with the run's first measurements."""
 from __future__ import annotations
 
 import threading
@@ -41,7 +43,34 @@ def _roofline_surrogate(run, llm_budget):
 
 
 def _learned_surrogate(run, llm_budget):
+    from gpu_runner.spec import reference_kind
+
+    if reference_kind(run.problem.spec_toml) == "pytorch":
+        return program_surrogate()
     return learned_surrogate(exclude_problem=run.problem.name, gpu=run.target_gpu)
+
+
+_program: list = []
+
+
+def program_surrogate():
+    """The shipped program surrogate (search_engine/surrogates/models/), which reads KernelBench
+    `ModelNew` candidates; loaded once per process, each run given its own copy (a run moves its
+    level with what it measures)."""
+    import copy
+
+    from search_engine.surrogates.program import SHIPPED_MODEL, ProgramSurrogate
+
+    with _lock:
+        if not _program:
+            try:
+                _program.append(ProgramSurrogate.shipped())
+            except (ValueError, ImportError) as exc:
+                raise ServiceError(f"The learned surrogate of PyTorch problems cannot be loaded from "
+                                   f"{SHIPPED_MODEL.name}: {exc}") from None
+        model = copy.copy(_program[0])
+    model.reset_run()
+    return model
 
 
 # The run form offers these, in this order; a new surrogate is one function and one entry here.

@@ -112,7 +112,6 @@ OP_CLASSES: dict[str, frozenset] = {
 OP_CLASS_NAMES = list(OP_CLASSES)
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
-_QUALIFIED = re.compile(r"\b(?:torch|F|nn|functional)\.(?:nn\.)?(?:functional\.)?(\w+)")
 _METHOD = re.compile(r"\.(\w+)\s*\(")
 _TRIPLE = re.compile(r'(?:[rRbBuU]{0,2})("""|\'\'\')(.*?)\1', re.S)
 _LAUNCH = re.compile(r"<<<\s*([^,>]+?)\s*,\s*([^,>]+?)\s*(?:,\s*([^,>]+?)\s*)?(?:,[^>]*)?>>>")
@@ -136,7 +135,7 @@ PYTHON_FEATURES = ["has_cuda", "load_inline", "cuda_sources", "triton", "cupy", 
                    "contiguous", "out_args", "inplace_methods", "is_none_checks", "py_for", "py_if", "py_lines",
                    "try_blocks", "torch_calls", "fallback_words"]
 REFERENCE_FEATURES = ["ref_" + n for n in OP_CLASS_NAMES] + [
-    "ref_ops", "ref_distinct_ops", "ref_modules", "ref_lines", "level", "n_inputs", "max_ndim",
+    "ref_ops", "ref_distinct_ops", "ref_modules", "ref_lines", "n_inputs", "max_ndim",
     "log_input_elems", "log_max_input_elems", "log_batch", "log_params", "log_est_bytes", "log_est_flops",
     "log_intensity", "log_ref_ms", "log_t_mem_us", "log_t_flop_us", "log_ref_over_roofline", "log_ridge"]
 CANDIDATE_OP_FEATURES = ["cand_" + n for n in OP_CLASS_NAMES] + ["cand_ops"]
@@ -165,9 +164,9 @@ def _split(program: str) -> tuple[str, str, int]:
 
 
 def _ops(python: str) -> tuple[Counter, int]:
-    """Torch operations called, as counts per name, and the number of calls in all."""
-    names = Counter(_QUALIFIED.findall(python))
-    names.update(_METHOD.findall(python))
+    """Torch operations called (torch.x(...), F.x(...), nn.X(...) or tensor.x(...)), as counts per
+    name, and the number of calls in all."""
+    names = Counter(_METHOD.findall(python))
     return names, sum(names.values())
 
 
@@ -410,20 +409,6 @@ def reference_facts(program: str) -> dict[str, float]:
     return out
 
 
-_LEVEL = re.compile(r"^kb(\d+)_")
-
-
-def _level(problem: dict) -> float:
-    level = (problem or {}).get("level")
-    if level is None:
-        match = _LEVEL.match(str((problem or {}).get("name") or ""))
-        level = match.group(1) if match else None
-    try:
-        return float(level)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def request_features(request) -> np.ndarray:
     """One row of features for a ForecastRequest whose reference and candidate are PyTorch programs."""
     candidate = request.candidate.get("source", "") or ""
@@ -432,7 +417,6 @@ def request_features(request) -> np.ndarray:
     ref_own, ref_ops = candidate_facts(reference)
     ref = dict(reference_facts(reference))
     hw = hardware_numbers(request.hardware)
-    ref["level"] = _level(request.problem or {})
     bandwidth, peak = hw["memory_bandwidth_gbs"], max(hw["fp32_tflops"], hw["tensor_tflops"])
     t_mem = 10 ** ref["log_est_bytes"] / (bandwidth * 1e3) if not math.isnan(ref["log_est_bytes"]) else math.nan
     t_flop = 10 ** ref["log_est_flops"] / (hw["fp32_tflops"] * 1e6) if not math.isnan(ref["log_est_flops"]) else math.nan

@@ -89,12 +89,13 @@ def test_a_whole_run_over_an_imported_kernelbench_task_replays_its_cuda_l1_solut
     assert all(m.status != "unavailable" for m in measurements), [m.reason for m in measurements]
 
 
-def test_the_run_form_of_a_kernelbench_problem_offers_the_replayed_generator_alone(layernorm, workspace):
+def test_the_run_form_of_a_kernelbench_problem_offers_the_replayed_generator_and_the_learned_surrogate(
+        layernorm, workspace):
     from kernellab.forms import RunCreateForm
 
     form = RunCreateForm(problem=layernorm)
     assert [value for value, _ in form.fields["generator"].choices] == ["replayed"]
-    assert form.fields["generator"].initial == "replayed" and form.fields["surrogate"].initial == "none"
+    assert form.fields["generator"].initial == "replayed" and form.fields["surrogate"].initial == "learned"
     cuda = Problem.objects.get(workspace=workspace, name="softmax")   # loaded beside it, a CUDA problem
     assert "replayed" not in [value for value, _ in RunCreateForm(problem=cuda).fields["generator"].choices]
 
