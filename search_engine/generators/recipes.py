@@ -6,13 +6,21 @@ cure opens (vector width, block size, ...). The recipe generator proposes a cure
 variants as children of the root, and from then on explores each cure's knobs like the template
 generator, so the tree searches around every cure that applies.
 
-Recipes so far:
+Recipes (each refuses with its reason where its cure does not fit):
 - vectorise: "global loads/stores are 4 bytes per thread" in an elementwise kernel (one thread per
   index, `p[i]` accesses only): VEC consecutive elements per thread through 16/8-byte loads and
   stores, with a scalar loop for the tail; knobs VEC and BLOCK.
 - warp-per-row: "one thread per row" in a row-wise kernel: the row's column loops split over the 32
-  lanes of a warp, and each sum, max or min a loop builds combined with shuffles; knob WARPS (rows
-  per block).
+  lanes of a warp (a chunked loop by chunks, its scalar tail left to the one lane that needs it),
+  and each sum, max or min a loop builds combined with shuffles; knob WARPS (rows per block).
+- column-tile: "one thread per column": TILE_C columns by TILE_R threads per block, the rows split
+  over threadIdx.y, the reductions combined in shared memory; knobs TILE_C, TILE_R.
+- halo-tile: a 2-D stencil without reuse: the block's tile of the image and its halo loaded once
+  into shared memory, each read taking the tile's copy where it lies in it; knobs BX, BY.
+- grid-stride: ITEMS elements per thread, a grid apart; knobs ITEMS, BLOCK.
+- unroll: `#pragma unroll` with the knob's factor on each loop that has none; knob UNROLL.
+- read-only-path: __restrict__, const and __ldg on the buffers the kernel never writes, and
+  __launch_bounds__ of its block; knobs RESTRICT, LDG, MINB.
 """
 from __future__ import annotations
 
