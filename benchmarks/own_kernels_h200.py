@@ -1,0 +1,358 @@
+"""Issue 21's goal on the H200: a new user's own naive kernels, searched for real, against their roofline.
+
+  python3 benchmarks/own_kernels_h200.py [--budget 150] [--deadline-s 240] [--kernels gelu,column_sum]
+                                         [--backend cupy|fake] [--out PATH]
+
+For each kernel in tests/gpu_runner/own_kernels/ it runs the search the web app runs (the same driver,
+the recipes' cures with the template of the kernel's automatic knobs, the roofline surrogate, the GPU
+runner's backend, nvcc through the one compile path) with a budget of GPU measurements, without
+Django: a port of its own compiles through gpu_runner.Runner.check_many and measures through
+Runner.measure, as benchmarks/search_bench.py drives the driver without the database.
+
+Roofline bound of a memory-bound kernel = the bytes its [roofline] says it must move / the copy
+bandwidth measured in the same run (a 1 GiB device-to-device copy, CUDA events, median of 20).
+`reference_fraction_of_roofline` and `best_fraction_of_roofline` are that bound over the measured
+median times (the runner's timing, L2 flushed between runs). Compile time is every compile check's
+wall time in the search (a measurement's own compile is a cache hit); its share is of the search's
+wall time. `app_vs_record_max_rel_diff` re-measures a sample of the bundled transpose family's
+recorded variants through Runner.measure (the app's verification path, nvcc cubins) and compares
+their speedups with the records.
+
+`--backend fake` is a CPU dry run: real compile checks with nvcc, and a "measurement" that is a
+deterministic function of the source hash (no GPU); its figures say nothing about speed, only that
+the driver, the port, the deadline and the result file work. It writes *_cpu-dryrun_* files.
+
+The result file has `kernels` (name, reference_fraction_of_roofline, best_fraction_of_roofline,
+measurements, compile_share_of_wall, winning_recipe, ...) and `app_vs_record_max_rel_diff`; it is
+rewritten after each kernel, so a deadline leaves what was done.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import hashlib
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpu_runner import Candidate, Runner, load_problem, reference_candidate  # noqa: E402
+from gpu_runner.auto_knobs import family_from_knobs, propose_knobs  # noqa: E402
+from gpu_runner.family import render_variant, valid_variants  # noqa: E402
+from gpu_runner.result import MeasurementResult, TimingStats  # noqa: E402
+from gpu_runner.settings import MeasureSettings  # noqa: E402
+from gpu_runner.spec import SpecError, parse_problem  # noqa: E402
+from search_engine.driver import SearchDriver  # noqa: E402
+from search_engine.generators.combined import CombinedGenerator  # noqa: E402
+from search_engine.generators.recipes import RECIPE_NAME_PREFIX, RecipeGenerator  # noqa: E402
+from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
+from search_engine.policy import PolicySettings  # noqa: E402
+from search_engine.search_settings import SearchSettings  # noqa: E402
+from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
+from search_engine.tree import TreeOptions  # noqa: E402
+
+OWN = ROOT / "tests" / "gpu_runner" / "own_kernels"
+KERNELS = ("gelu", "row_rmsnorm", "column_sum", "stencil3x3", "row_softmax")
+TRANSPOSE = ROOT / "kernellab" / "problems" / "transpose"
+DATE = "2026-12-01"
+GOAL = 0.70
+# Fewer validation sets and repetitions than a verification, the same protocol (the recorder's).
+SETTINGS = MeasureSettings(validation_sets=2, warmup=2, min_reps=5, max_reps=40, target_timing_ms=40.0,
+                           escape_runs=3, reference_cache_s=60.0, kernel_timeout_s=5.0)
+
+
+# ---- the port: compile checks and measurements through gpu_runner, timed ----------------------
+class RunnerPort:
+    def __init__(self, runner, spec, measure):
+        self.runner, self.spec, self.measure = runner, spec, measure
+        self.compile_s = 0.0
+        self.measure_s = 0.0
+        self.compile_checks = 0
+        self.measured: list[dict] = []
+
+    def compile(self, node_id, candidate):
+        return self.compile_many([(node_id, candidate)])[0]
+
+    def compile_many(self, items):
+        started = time.perf_counter()
+        answers: list[dict | None] = [None] * len(items)
+        parsed, where = [], []
+        for i, (_, candidate) in enumerate(items):
+            try:
+                parsed.append(Candidate.from_dict(candidate, self.spec))
+                where.append(i)
+            except (SpecError, KeyError, TypeError, ValueError) as exc:
+                answers[i] = {"status": "failed-compile", "reason": f"The candidate does not fit the problem: {exc}",
+                              "compiler": None}
+        for i, report in zip(where, self.runner.check_many(self.spec, parsed)):
+            facts = asdict(report.facts) if report.facts else None
+            answers[i] = {"status": "ok" if report.ok else "failed-compile",
+                          "reason": "" if report.ok else report.summary(), "compiler": facts}
+        self.compile_checks += len(items)
+        self.compile_s += time.perf_counter() - started
+        return answers
+
+    def request_measurement(self, node_id, candidate):
+        started = time.perf_counter()
+        result = self.measure(self.spec, Candidate.from_dict(candidate, self.spec))
+        self.measure_s += time.perf_counter() - started
+        row = {"node": node_id, "name": candidate.get("name") or "", "status": result.status,
+               "reason": result.reason[:300], "speedup": result.speedup,
+               "candidate_ms": result.candidate.median_ms if result.candidate else None,
+               "reference_ms": result.reference.median_ms if result.reference else None,
+               "compiled_with": (result.compiler.compiled_with if result.compiler else None)}
+        self.measured.append(row)
+        return result.to_dict()
+
+    def publish(self, event):
+        pass
+
+
+# ---- measuring: the real runner, or the CPU dry run ----------------------------------------------
+def fake_measure(spec, candidate) -> MeasurementResult:
+    """Not a measurement: a deterministic stand-in for the dry run (the source hash picks a time)."""
+    reference_ms = 1.0
+    digest = int(hashlib.sha256(candidate.source.encode()).hexdigest()[:8], 16)
+    ms = reference_ms * (0.3 + 1.2 * (digest % 1000) / 1000)
+    return MeasurementResult(status="ok", speedup=reference_ms / ms, backend="fake",
+                             reference=TimingStats(reference_ms, 0.0, 5, 0.0),
+                             candidate=TimingStats(ms, 0.0, 5, 0.0), candidate_name=candidate.name)
+
+
+def copy_bandwidth_gbs(repeats: int = 20, nbytes: int = 1 << 30) -> dict:
+    """Device-to-device copy of `nbytes` (read + write counted), CUDA events, median of `repeats`."""
+    import cupy
+
+    src = cupy.ones(nbytes // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    for _ in range(3):
+        dst[...] = src
+    times = []
+    for _ in range(repeats):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        dst[...] = src
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end))
+    median_ms = statistics.median(times)
+    del src, dst
+    cupy.get_default_memory_pool().free_all_blocks()
+    return {"bytes": 2 * nbytes, "median_ms": median_ms, "gbs": 2 * nbytes / (median_ms * 1e-3) / 1e9,
+            "what": "cupy dst[...] = src, 1 GiB float32, 3 warm-ups, median of 20 CUDA-event timings"}
+
+
+# ---- one kernel -----------------------------------------------------------------------------------
+def auto_knob_template(spec, folder: Path) -> tuple[TemplateGenerator | None, list[str]]:
+    """The template generator of the kernel's automatic knobs (what the problem page proposes)."""
+    proposal = propose_knobs(spec)
+    if not proposal.knobs:
+        return None, proposal.skipped
+    chosen = {k.name: list(k.values) for k in proposal.knobs}
+    family_toml, template = family_from_knobs(spec, chosen, proposal.constraints)
+    toml_text = (folder / "problem.toml").read_text()
+    family_spec = parse_problem(toml_text.rstrip() + "\n\n" + family_toml, spec.reference.source, template)
+    points = valid_variants(family_spec)
+    space = KnobSpace(knobs=chosen, points=points)
+    return TemplateGenerator(space, lambda knobs: render_variant(family_spec, knobs).to_dict()), \
+        [f"{k.name} ({k.kind}, {k.where})" for k in proposal.knobs]
+
+
+def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int, deadline: float,
+                  seed: int, *, children: int = 16, root_children: int = 32, per_step: int = 8) -> dict:
+    folder = OWN / name
+    spec = load_problem(folder)
+    reference = reference_candidate(spec).to_dict()
+    case = dict(spec.default_case.sizes)
+    roofline_bytes = float(spec.roofline.bytes.evaluate(case))
+    floor_ms = roofline_bytes / (bandwidth_gbs * 1e9) * 1e3
+    problem = {"name": spec.name, "title": spec.title, "description": spec.description, "sizes": case,
+               "flops": float(spec.roofline.flops.evaluate(case)) if spec.roofline.flops is not None else None,
+               "bytes": roofline_bytes, "tolerance_allows_fast_math": False}
+    started = time.perf_counter()
+    reference_result = measure(spec, Candidate.from_dict(reference, spec))
+    reference_ms = reference_result.candidate.median_ms if reference_result.candidate else None
+    template, knobs_found = auto_knob_template(spec, folder)
+    generators = [RecipeGenerator()] + ([template] if template is not None else [])
+    port = RunnerPort(runner, spec, measure)
+    hardware = asdict(runner.hardware(spec)) if hasattr(runner, "hardware") and runner.hardware(spec) else {}
+    settings = SearchSettings(
+        # Wide steps: a step's compile checks run at once on every core, so more children and more
+        # measurements per step spend less of the wall time waiting for nvcc.
+        policy=PolicySettings(gpu_budget=budget, max_gpu_per_step=per_step, min_gpu_per_step=1),
+        tree=TreeOptions(log_rewards=True), children_per_expansion=children, root_children=root_children, seed=seed)
+    driver = SearchDriver(port=port, generator=CombinedGenerator(generators), surrogate=RooflineSurrogate(),
+                          reference=reference, hardware=hardware, problem=problem, settings=settings,
+                          reference_ms=reference_ms)
+    search_started = time.perf_counter()
+    stopped = "budget"
+    while True:
+        if time.perf_counter() > deadline:
+            stopped = "deadline"
+            break
+        report = driver.step()
+        if report.status != "expanded":
+            stopped = report.status
+            break
+    wall = time.perf_counter() - search_started
+    ok = [m for m in port.measured if m["status"] == "ok" and m["candidate_ms"]]
+    best = min(ok, key=lambda m: m["candidate_ms"]) if ok else None
+    failed_proposals = sorted({p["reason"] for n in driver.tree.nodes.values() for p in n.failed_proposals})
+    # The best kernel found is the reference itself until a candidate beats it.
+    times = [t for t in ((best or {}).get("candidate_ms"), reference_ms) if t]
+    best_ms = min(times) if times else None
+    winner = best["name"] if best and reference_ms and best["candidate_ms"] < reference_ms else "reference"
+    recipe = winner[len(RECIPE_NAME_PREFIX):].split(":", 1)[0] if winner.startswith(RECIPE_NAME_PREFIX) else \
+        ("automatic knobs" if winner != "reference" else None)
+    result = {
+        "name": name,
+        "problem": spec.name,
+        "sizes": case,
+        "roofline_bytes": roofline_bytes,
+        "roofline_floor_ms": floor_ms,
+        "reference_ms": reference_ms,
+        "best_ms": best_ms,
+        "reference_fraction_of_roofline": round(floor_ms / reference_ms, 4) if reference_ms else None,
+        "best_fraction_of_roofline": round(floor_ms / best_ms, 4) if best_ms else None,
+        "speedup_over_reference": round(reference_ms / best_ms, 4) if best_ms and reference_ms else None,
+        "measurements": driver.counters.measurements_requested,
+        "measured_ok": len(ok),
+        "measured_failed": len(port.measured) - len(ok),
+        "first_measurement_at_goal": next((i + 1 for i, m in enumerate(port.measured) if m["candidate_ms"]
+                                           and floor_ms / m["candidate_ms"] >= GOAL and m["status"] == "ok"), None),
+        "compile_checks": port.compile_checks,
+        "compile_failures": driver.counters.compile_failures,
+        "compile_s": round(port.compile_s, 3),
+        "measure_s": round(port.measure_s, 3),
+        "search_wall_s": round(wall, 3),
+        "compile_share_of_wall": round(port.compile_s / wall, 4) if wall > 0 else None,
+        "winning_recipe": recipe,
+        "winning_candidate": winner,
+        "best_source": None,
+        "stopped_by": stopped,
+        "automatic_knobs": knobs_found,
+        "recipes_that_cannot_apply": failed_proposals,
+        "compiled_with": (best or {}).get("compiled_with"),
+        "measured": port.measured,
+        "kernel_wall_s": round(time.perf_counter() - started, 3),
+    }
+    node = next((n for n in driver.tree.nodes.values() if best and n.candidate.get("name") == best["name"]), None)
+    if node is not None:
+        result["best_source"] = node.candidate["source"]
+        result["best_launch"] = node.candidate["launch"]
+    result["meets_goal"] = bool(result["best_fraction_of_roofline"] and result["best_fraction_of_roofline"] >= GOAL)
+    return result
+
+
+# ---- the app's compile path against the records -------------------------------------------------------
+def app_vs_record(runner, measure, sample: int, deadline: float, seed: int) -> dict:
+    spec = load_problem(TRANSPOSE)
+    records = [json.loads(line) for line in gzip.open(TRANSPOSE / "records" / "h200.jsonl.gz", "rt")]
+    variants = [r for r in records if r.get("knobs") and r.get("status") == "ok" and r.get("speedup")]
+    rng = random.Random(seed)
+    chosen = rng.sample(variants, min(sample, len(variants)))
+    rows = []
+    for record in chosen:
+        if time.perf_counter() > deadline:
+            break
+        result = measure(spec, render_variant(spec, record["knobs"]))
+        row = {"knobs": record["knobs"], "recorded_speedup": record["speedup"], "status": result.status,
+               "speedup": result.speedup,
+               "recorded_registers": (record.get("compiler") or {}).get("registers"),
+               "registers": result.compiler.registers if result.compiler else None}
+        if result.ok and result.speedup:
+            row["rel_diff"] = abs(result.speedup - record["speedup"]) / record["speedup"]
+        rows.append(row)
+    diffs = [r["rel_diff"] for r in rows if "rel_diff" in r]
+    return {"family": "transpose", "sampled": len(chosen), "remeasured": len(diffs),
+            "max_rel_diff": round(max(diffs), 4) if diffs else None,
+            "median_rel_diff": round(statistics.median(diffs), 4) if diffs else None,
+            "below_record": sum(1 for r in rows if r.get("speedup") and r["speedup"] < r["recorded_speedup"]),
+            "rows": rows}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=int, default=150, help="GPU measurements per kernel")
+    parser.add_argument("--deadline-s", type=float, default=240.0, help="stop cleanly before this many seconds")
+    parser.add_argument("--kernels", default=",".join(KERNELS))
+    parser.add_argument("--backend", default="cupy", choices=["cupy", "pycuda", "fake"])
+    parser.add_argument("--app-sample", type=int, default=12, help="recorded transpose variants re-measured")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    end = started + args.deadline_s
+    names = [k for k in args.kernels.split(",") if k]
+    unknown = [k for k in names if not (OWN / k / "problem.toml").is_file()]
+    if unknown:
+        parser.error(f"no own kernel {unknown[0]!r}; known: {', '.join(KERNELS)}")
+    machine = "h200" if args.backend != "fake" else "cpu-dryrun"
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"own_kernels_{machine}_{DATE}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runner = Runner("static" if args.backend == "fake" else args.backend, settings=SETTINGS)
+    if args.backend == "fake":
+        measure = fake_measure
+        bandwidth = {"gbs": 4232.0, "what": "not measured (dry run): the H200 reference figure of "
+                                            "/work/shared/H200-REFERENCE.md"}
+    else:
+        def measure(spec, candidate):
+            return runner.measure(spec, candidate)
+        bandwidth = copy_bandwidth_gbs()
+    doc = {"benchmark": "own_kernels", "machine": machine, "date": DATE, "backend": args.backend,
+           "budget_per_kernel": args.budget, "deadline_s": args.deadline_s, "goal_fraction_of_roofline": GOAL,
+           "copy_bandwidth": bandwidth, "settings": asdict(SETTINGS), "surrogate": "roofline",
+           "generators": "recipes + template of the automatic knobs", "kernels": [],
+           "app_vs_record_max_rel_diff": None}
+    if args.backend == "fake":
+        doc["note"] = "CPU dry run: measurements are a hash of the source, not timings; speed figures mean nothing."
+    # The app-vs-record check is short and done first, so a deadline cannot starve it.
+    app_deadline = min(end, time.perf_counter() + 0.12 * args.deadline_s)
+    if args.backend != "fake":
+        doc["app_vs_record"] = app_vs_record(runner, measure, args.app_sample, app_deadline, args.seed)
+        doc["app_vs_record_max_rel_diff"] = doc["app_vs_record"]["max_rel_diff"]
+    for i, name in enumerate(names):
+        left = end - time.perf_counter()
+        if left <= 5:
+            doc["kernels"].append({"name": name, "skipped": "the deadline was reached before its search"})
+            continue
+        share = left / (len(names) - i)
+        print(f"[{time.perf_counter() - started:6.1f} s] {name}: searching for up to {share:.0f} s", flush=True)
+        try:
+            doc["kernels"].append(search_kernel(name, runner, measure, bandwidth["gbs"], args.budget,
+                                                time.perf_counter() + share, args.seed))
+        except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported, the others still run
+            doc["kernels"].append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
+        doc["wall_s"] = round(time.perf_counter() - started, 2)
+        out.write_text(json.dumps(doc, indent=1, default=str))
+    runner.close()
+    doc["wall_s"] = round(time.perf_counter() - started, 2)
+    out.write_text(json.dumps(doc, indent=1, default=str))
+    print_table(doc)
+    print(f"wrote {out}")
+    return doc
+
+
+def print_table(doc: dict) -> None:
+    print(f"\ncopy bandwidth {doc['copy_bandwidth']['gbs']:.0f} GB/s; goal: best >= {GOAL:.0%} of roofline")
+    print(f"{'kernel':<13}{'ref':>7}{'best':>7}{'meas':>6}{'compile':>9}  winner")
+    for k in doc["kernels"]:
+        if "reference_fraction_of_roofline" not in k:
+            print(f"{k['name']:<13} {k.get('skipped') or k.get('error')}")
+            continue
+        print(f"{k['name']:<13}{k['reference_fraction_of_roofline'] or 0:>7.0%}{k['best_fraction_of_roofline'] or 0:>7.0%}"
+              f"{k['measurements']:>6}{k['compile_share_of_wall'] or 0:>9.0%}  {k['winning_recipe']} ({k['stopped_by']})")
+    if doc.get("app_vs_record_max_rel_diff") is not None:
+        print(f"app vs record (transpose): max rel diff {doc['app_vs_record_max_rel_diff']:.1%}")
+
+
+if __name__ == "__main__":
+    main()
