@@ -36,16 +36,13 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from search_engine.lab.heldout_eval import heldout_report, ranking_block, split_heldout  # noqa: E402
+from search_engine.lab.heldout_eval import HEADLINE, heldout_report, ranking_block, split_heldout  # noqa: E402
 from search_engine.lab.program_rows import program_rows  # noqa: E402
 from search_engine.surrogates import program_features  # noqa: E402
 from search_engine.surrogates.program import SHIPPED_MODEL, ProgramSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 
 OBJECTIVES = ("regression", "lambdarank")
-HEADLINE = ("tasks", "rows", "spearman_within_task", "recovered_at_1pct", "random_at_1pct", "brier",
-            "brier_uniform", "brier_roofline", "crps", "crps_roofline", "ece_after_first_measurement",
-            "cold_forecasts_per_s")
 GOALS = {"spearman_within_task": (">=", 0.5), "recovered_at_1pct": (">=", 0.90),
          "ece_after_first_measurement": ("<=", 0.05), "cold_forecasts_per_s": (">=", 1000.0)}
 
@@ -54,6 +51,51 @@ def load_rows(args) -> list[dict]:
     records = sorted((ROOT / "kernellab" / "problems").glob("*/records/h200.jsonl.gz"))
     records = [p for p in records if (p.parent.parent / "reference.py").exists() or p.parent.parent.name == "kernelbench"]
     return program_rows(cuda_l1_dir=args.cuda_l1, kernelbench_dir=args.kernelbench, records=records)
+
+
+def fill_compiler_facts(rows: list[dict], path: Path) -> dict:
+    """Compile the kernel unit of every program with CUDA that the table does not hold yet (nvcc in the
+    compile sandbox, sm_90, -Xptxas -v), and write the table the features read."""
+    from gpu_runner.compiler import ToolMissing, compile_cubin, nvcc_version
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {"arch": "sm_90", "facts": {}}
+    table = data["facts"]
+    programs = {}
+    for row in rows:
+        cuda = program_features.cuda_text(row["request"].candidate.get("source", ""))
+        if "__global__" in cuda:
+            programs.setdefault(program_features.cuda_digest(cuda), cuda)
+    todo = {d: c for d, c in programs.items() if d not in table}
+    started = time.perf_counter()
+    try:
+        data["compiler"] = f"nvcc {nvcc_version()}"
+    except ToolMissing as exc:
+        print(f"no compiler facts for {len(todo)} programs: {exc}")
+        return {"programs": len(programs), "compiled_now": 0, "missing": len(todo)}
+    for digest, cuda in sorted(todo.items()):
+        unit = program_features.kernel_unit(cuda)
+        if unit is None:
+            table[digest] = {"failed": "no kernel unit could be read"}
+            continue
+        report = compile_cubin(unit, arch="sm_90", sass=False).report
+        if report.ok and report.facts is not None and report.facts.registers is not None:
+            f = report.facts
+            table[digest] = {"registers": f.registers, "shared_bytes": f.shared_bytes, "spill_stores": f.spill_stores,
+                             "spill_loads": f.spill_loads, "kernels": len(f.kernels or {})}
+        else:
+            first = report.diagnostics[0].message if report.diagnostics else "no ptxas report"
+            table[digest] = {"failed": first[:160]}
+    data["facts"] = dict(sorted(table.items()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n")
+    program_features._compiler_table = None
+    compiled = sum(1 for d in programs if not table[d].get("failed"))
+    print(f"compiler facts: {compiled} of {len(programs)} programs with CUDA compiled alone "
+          f"({len(todo)} compiled now in {time.perf_counter() - started:.0f} s)", flush=True)
+    return {"programs": len(programs), "compiled": compiled, "compiled_now": len(todo)}
 
 
 def cross_validated(objective: str, train: list[dict], folds: int, seed: int) -> dict:
@@ -96,6 +138,8 @@ def main(argv=None) -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-model", action="store_true", help=f"write the shipped model ({SHIPPED_MODEL.name})")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="use the compiler facts table as it is (no nvcc for programs it lacks)")
     parser.add_argument("--skip-learned-v1", action="store_true", help="leave out today's learned surrogate")
     parser.add_argument("--out", type=Path,
                         default=ROOT / "benchmarks" / "results" / f"surrogate_heldout_{dt.date.today():%Y-%m-%d}.json")
@@ -104,6 +148,7 @@ def main(argv=None) -> int:
         parser.error(f"--cuda-l1 {args.cuda_l1} is not a folder (CUDA-L1's <gpu>.jsonl files).")
     started = time.perf_counter()
     rows = load_rows(args)
+    compiler = {"skipped": True} if args.no_compile else fill_compiler_facts(rows, program_features.COMPILER_FACTS_FILE)
     train, test = split_heldout(rows)
     print(f"{len(rows)} rows: {len(train)} of {len({r['task'] for r in train})} training tasks, "
           f"{len(test)} of {len({r['task'] for r in test})} held-out tasks", flush=True)
@@ -136,6 +181,7 @@ def main(argv=None) -> int:
                               f"{args.folds}-fold task-grouped cross-validation on the training tasks; "
                               "held-out figures were not looked at",
                       "cross_validation": selection, "chosen": chosen},
+        "compiler_facts": compiler,
         "training": {"rows": len(train), "rows_with_speedup": sum(1 for r in train if r.get("speedup")),
                      "tasks": len({r["task"] for r in train})},
         "heldout_rule": "KernelBench tasks whose number is a multiple of 5 (search_engine/heldout.py); "

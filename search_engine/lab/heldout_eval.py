@@ -35,6 +35,9 @@ from search_engine.surrogates.base import Forecast
 
 TOP_FRACTION = 0.01
 RANDOM_DRAWS = 1000
+HEADLINE = ("tasks", "rows", "spearman_within_task", "recovered_at_1pct", "random_at_1pct", "brier",
+            "brier_uniform", "brier_roofline", "crps", "crps_roofline", "ece_after_first_measurement",
+            "cold_forecasts_per_s")
 
 
 def split_heldout(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -42,6 +45,17 @@ def split_heldout(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     train = [r for r in rows if not is_held_out(r["task"])]
     test = [r for r in rows if is_held_out(r["task"])]
     return train, test
+
+
+def limit_pools(rows: list[dict], limit: int) -> list[dict]:
+    """Whole pools, in task order, while they fit in `limit` rows (at least one pool): a smaller
+    sample that keeps every pool's ranking intact."""
+    kept: list[int] = []
+    for _, idx in sorted(pools(rows).items()):
+        if kept and len(kept) + len(idx) > limit:
+            break
+        kept.extend(idx)
+    return [rows[i] for i in sorted(kept)]
 
 
 def _speedup(row: dict) -> float | None:
@@ -193,6 +207,8 @@ def heldout_report(surrogate, rows: list[dict], *, roofline=None, clear: Callabl
         "brier": probability.get("brier"), "brier_uniform": uniform.get("brier"),
         "crps": probability.get("crps"), "crps_uniform": uniform.get("crps"),
         "cold_forecasts_per_s": per_s,
+        "cost": {"tokens_in": sum(f.tokens_in for f in cold), "tokens_out": sum(f.tokens_out for f in cold),
+                 "cached": sum(1 for f in cold if f.cached)},
         "ranking": ranking, "cold": probability, "uniform": uniform,
     }
     if roofline is not None:

@@ -20,10 +20,13 @@ forecasts thousands of candidates and the reference's features are computed once
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import math
 import re
 from collections import Counter
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -138,17 +141,66 @@ REFERENCE_FEATURES = ["ref_" + n for n in OP_CLASS_NAMES] + [
     "ref_ops", "ref_distinct_ops", "ref_modules", "ref_lines", "n_inputs", "max_ndim",
     "log_input_elems", "log_max_input_elems", "log_batch", "log_params", "log_est_bytes", "log_est_flops",
     "log_intensity", "log_ref_ms", "log_t_mem_us", "log_t_flop_us", "log_ref_over_roofline", "log_ridge"]
+# From nvcc (-Xptxas -v) on the kernel unit, sm_90: given with the request (request.compiler_facts) or
+# found in the table of programs compiled before (models/program_compiler_facts.json, keyed by the
+# CUDA text's hash), else unknown. comp_known: 1 compiled, 0 the unit did not compile alone, NaN unknown.
+COMPILER_FEATURES = ["comp_known", "comp_registers", "comp_shared_bytes", "comp_spills", "comp_kernels"]
+COMPILER_FACTS_FILE = Path(__file__).with_name("models") / "program_compiler_facts.json"
 CANDIDATE_OP_FEATURES = ["cand_" + n for n in OP_CLASS_NAMES] + ["cand_ops"]
 DELTA_FEATURES = ["delta_" + n for n in OP_CLASS_NAMES] + ["delta_ops", "delta_lines", "kept_heavy_ops",
                                                             "replaced_heavy_ops"]
 
 
 def feature_names() -> list[str]:
-    return (["cuda_" + n for n in CUDA_FEATURES] + PYTHON_FEATURES + CANDIDATE_OP_FEATURES + REFERENCE_FEATURES
-            + DELTA_FEATURES + HARDWARE_FEATURES)
+    return (["cuda_" + n for n in CUDA_FEATURES] + PYTHON_FEATURES + COMPILER_FEATURES + CANDIDATE_OP_FEATURES
+            + REFERENCE_FEATURES + DELTA_FEATURES + HARDWARE_FEATURES)
 
 
 # ---- splitting a program into its Python and its CUDA ------------------------------------------
+
+def cuda_text(program: str) -> str:
+    """The CUDA a program carries (its string literals that hold kernels or includes), joined."""
+    return _split(program)[1]
+
+
+# Headers device code may use; torch's, pybind's and the C++ library's serve the host wrappers only.
+_DEVICE_INCLUDE = re.compile(r"#\s*include\s*[<\"](?:cuda|mma\.h|cooperative_groups|cub/|thrust/|curand|math|cmath|"
+                             r"float\.h|cfloat|stdint|cstdint|sm_\d|crt/|vector_types|device_)")
+_TEMPLATE_HEAD = re.compile(r"^\s*template\s*<([^<>]*)>\s*", re.S)
+
+
+def kernel_unit(cuda: str) -> str | None:
+    """A translation unit nvcc can compile without torch's headers: the CUDA's device code alone
+    (includes other than torch's, macros, __constant__/__device__ data, __device__ and __global__
+    functions; a template over one type is written out for float), read with tree-sitter's CUDA
+    grammar. None when the CUDA holds no kernel. Host code (the extension's wrappers) is left out."""
+    if "__global__" not in cuda:
+        return None
+    import tree_sitter_cuda
+    from tree_sitter import Language, Parser
+
+    tree = Parser(Language(tree_sitter_cuda.language())).parse(cuda.encode())
+    parts: list[str] = []
+    for node in tree.root_node.children:
+        text = node.text.decode(errors="replace")
+        head = text.split("{", 1)[0]
+        if node.type == "preproc_include":
+            if _DEVICE_INCLUDE.search(text):
+                parts.append(text.strip())
+        elif node.type in ("preproc_def", "preproc_function_def"):
+            parts.append(text.strip())
+        elif node.type == "function_definition" and ("__global__" in head or "__device__" in head):
+            parts.append(text)
+        elif node.type == "declaration" and ("__constant__" in head or "__device__" in head):
+            parts.append(text)
+        elif node.type == "template_declaration" and ("__global__" in head or "__device__" in head):
+            match = _TEMPLATE_HEAD.match(text)
+            params = [p.strip() for p in match.group(1).split(",")] if match else []
+            if len(params) == 1 and re.fullmatch(r"(?:typename|class)\s+\w+", params[0]):
+                name = params[0].split()[-1]
+                parts.append(re.sub(rf"\b{name}\b", "float", text[match.end():]))
+    return "\n".join(parts) if any("__global__" in p for p in parts) else None
+
 
 def _split(program: str) -> tuple[str, str, int]:
     """(the Python text with the CUDA literals taken out, the CUDA text, how many CUDA literals)."""
@@ -283,15 +335,50 @@ def _python_features(program: str, python: str, cuda_literals: int, names: Count
 
 
 @lru_cache(maxsize=8192)
-def candidate_facts(program: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(the candidate's own features in CUDA_FEATURES + PYTHON_FEATURES order, its op-class counts)."""
+def candidate_facts(program: str) -> tuple[tuple[float, ...], tuple[float, ...], str]:
+    """(the candidate's own features in CUDA_FEATURES + PYTHON_FEATURES order, its op-class counts,
+    the hash of its CUDA text, empty without CUDA)."""
     python, cuda, literals = _split(program)
     names, n_calls = _ops(python)
     cuda_values = _cuda_features(cuda)
     py = _python_features(program, python, literals, names, n_calls)
     classes = _op_classes(names)
     own = tuple(cuda_values[n] for n in CUDA_FEATURES) + tuple(py[n] for n in PYTHON_FEATURES)
-    return own, tuple(classes[c] for c in OP_CLASS_NAMES) + (float(n_calls),)
+    digest = cuda_digest(cuda) if "__global__" in cuda else ""
+    return own, tuple(classes[c] for c in OP_CLASS_NAMES) + (float(n_calls),), digest
+
+
+def cuda_digest(cuda: str) -> str:
+    return hashlib.sha256(cuda.encode()).hexdigest()[:24]
+
+
+_compiler_table: dict | None = None
+
+
+def compiler_table() -> dict:
+    """The compiler facts of programs compiled before, by CUDA digest (read once)."""
+    global _compiler_table
+    if _compiler_table is None:
+        try:
+            _compiler_table = json.loads(COMPILER_FACTS_FILE.read_text())["facts"]
+        except (OSError, ValueError, KeyError):
+            _compiler_table = {}
+    return _compiler_table
+
+
+def compiler_values(facts: dict | None, digest: str) -> list[float]:
+    """COMPILER_FEATURES from the request's facts, else the table's, else NaN (0 known for no CUDA)."""
+    if not digest:
+        return [math.nan] * len(COMPILER_FEATURES)
+    if not (facts and facts.get("registers") is not None):
+        facts = compiler_table().get(digest)
+    if not facts:
+        return [math.nan] * len(COMPILER_FEATURES)
+    if facts.get("failed"):
+        return [0.0] + [math.nan] * (len(COMPILER_FEATURES) - 1)
+    return [1.0, float(facts.get("registers") or 0), float(facts.get("shared_bytes") or 0),
+            float((facts.get("spill_stores") or 0) + (facts.get("spill_loads") or 0)),
+            float(facts.get("kernels") or len(facts.get("per_kernel") or {}) or 1)]
 
 
 # ---- the reference --------------------------------------------------------------------------
@@ -413,8 +500,8 @@ def request_features(request) -> np.ndarray:
     """One row of features for a ForecastRequest whose reference and candidate are PyTorch programs."""
     candidate = request.candidate.get("source", "") or ""
     reference = request.reference.get("source", "") or ""
-    own, cand_ops = candidate_facts(candidate)
-    ref_own, ref_ops = candidate_facts(reference)
+    own, cand_ops, digest = candidate_facts(candidate)
+    ref_own, ref_ops, _ = candidate_facts(reference)
     ref = dict(reference_facts(reference))
     hw = hardware_numbers(request.hardware)
     bandwidth, peak = hw["memory_bandwidth_gbs"], max(hw["fp32_tflops"], hw["tensor_tflops"])
@@ -435,8 +522,8 @@ def request_features(request) -> np.ndarray:
     own_lines = own[CUDA_FEATURES.index("cuda_lines")] + own[len(CUDA_FEATURES) + PYTHON_FEATURES.index("py_lines")]
     ref_lines = ref_own[CUDA_FEATURES.index("cuda_lines")] + ref_own[len(CUDA_FEATURES) + PYTHON_FEATURES.index("py_lines")]
     delta = list(cand_classes - ref_classes) + [own_lines - ref_lines, kept, replaced]
-    row = (list(own) + list(cand_ops) + [ref[n] for n in REFERENCE_FEATURES] + delta
-           + [hw[n] for n in HARDWARE_FEATURES])
+    row = (list(own) + compiler_values(request.compiler_facts, digest) + list(cand_ops)
+           + [ref[n] for n in REFERENCE_FEATURES] + delta + [hw[n] for n in HARDWARE_FEATURES])
     return np.asarray(row, dtype=float)
 
 

@@ -6,7 +6,12 @@ Protocols:
 - --recalibrate temperature,isotonic: fitted on a calibration split (--calibration-fraction of the rows,
   or of the problems with --split-by problem) and reported on the rest, before and after; under --loo
   the calibration is nested leave-one-problem-out instead;
-- --pairs FILE: discovery detection on parent -> child pairs.
+- --pairs FILE: discovery detection on parent -> child pairs;
+- --heldout: the frozen held-out KernelBench tasks (search_engine/heldout.py) measured as
+  benchmarks/surrogate_heldout.py measures them (Spearman within task, recovered speedup at the top
+  1% beside random on the same pools, Brier/CRPS beside uniform and roofline, ECE after the run's
+  first measurement, cold forecasts/s), on CUDA-L1's programs and the H200 records; the learned
+  surrogate is the shipped program surrogate (or --model, a saved one), trained without them.
 The report is saved under DATA_DIR/reports/<workspace>/ and shown at /lab/reports/<id>/ to the workspace's members.
 """
 from __future__ import annotations
@@ -93,7 +98,12 @@ class Command(BaseCommand):
     help = "Evaluate a surrogate on a dataset: accuracy, Brier, CRPS, NLL, ECE, AURC, risk and recovered speedup."
 
     def add_arguments(self, parser):
-        parser.add_argument("--dataset", required=True, help="a .jsonl/.csv file or an imported dataset's name")
+        parser.add_argument("--dataset", help="a .jsonl/.csv file or an imported dataset's name")
+        parser.add_argument("--heldout", action="store_true",
+                            help="score on the held-out KernelBench tasks (CUDA-L1 and H200 records) instead of --dataset")
+        parser.add_argument("--cuda-l1", help="--heldout: CUDA-L1's folder (default: where the replayed generator reads it)")
+        parser.add_argument("--kernelbench", help="--heldout: KernelBench's folder (default ../shared/datasets/kernelbench)")
+        parser.add_argument("--out", help="--heldout: also write the figures to this JSON file")
         add_workspace_argument(parser)
         add_surrogate_arguments(parser)
         parser.add_argument("--train", help="learned: train on this dataset first")
@@ -131,6 +141,10 @@ class Command(BaseCommand):
         self.stderr.write(line)
 
     def _handle(self, options):
+        if options["heldout"]:
+            return self._heldout(options)
+        if not options["dataset"]:
+            raise CommandError("Name a --dataset to evaluate on, or score the held-out tasks with --heldout.")
         methods = tuple(m.strip() for m in options["recalibrate"].split(",") if m.strip())
         for m in methods:
             if m not in recalibration.METHODS:
@@ -232,6 +246,57 @@ class Command(BaseCommand):
             report_id, report_path = report_save(workspace=workspace, report=report)
             self.stdout.write(f"\nSaved report {report_id} in {workspace.name} ({report_path}); "
                               f"in the browser: /lab/reports/{report_id}/")
+
+    def _heldout(self, options) -> None:
+        import json
+        from pathlib import Path
+
+        from django.conf import settings
+
+        from kernellab.selectors.kernelbench import cuda_l1_dir
+        from search_engine.lab.heldout_eval import HEADLINE, heldout_report, limit_pools, split_heldout
+        from search_engine.lab.program_rows import program_rows
+        from search_engine.surrogates import program_features
+        from search_engine.surrogates.roofline import RooflineSurrogate
+
+        cuda_l1 = Path(options["cuda_l1"]) if options["cuda_l1"] else cuda_l1_dir()
+        kernelbench = Path(options["kernelbench"]) if options["kernelbench"] else \
+            Path(settings.BASE_DIR).parent / "shared" / "datasets" / "kernelbench"
+        if not cuda_l1.is_dir():
+            raise CommandError(f"CUDA-L1's folder {cuda_l1} does not exist; name it with --cuda-l1.")
+        problems = Path(settings.BASE_DIR) / "kernellab" / "problems"
+        records = [p for p in sorted(problems.glob("*/records/h200.jsonl.gz"))
+                   if p.parent.parent.name == "kernelbench" or (p.parent.parent / "reference.py").exists()]
+        _, test = split_heldout(program_rows(cuda_l1_dir=cuda_l1, kernelbench_dir=kernelbench, records=records))
+        if options["limit"]:
+            test = limit_pools(test, options["limit"])
+        if options["surrogate"] == "learned":
+            from search_engine.surrogates.program import ProgramSurrogate
+
+            try:
+                surrogate = ProgramSurrogate.load(options["model"]) if options["model"] else ProgramSurrogate.shipped()
+            except (OSError, ValueError, ImportError) as exc:
+                raise CommandError(f"Cannot load the program surrogate: {exc}") from None
+            description = {"id": surrogate.id, "kind": "learned", "settings": {
+                "model": options["model"] or "shipped", "trained_rows": surrogate.trained_rows,
+                "trained_tasks": surrogate.trained_tasks}}
+        else:
+            surrogate, description = build_surrogate(options)
+        self._log(f"scoring {description['id']} on {len(test)} held-out rows of {len({r['task'] for r in test})} tasks")
+        try:
+            report = heldout_report(surrogate, test, roofline=RooflineSurrogate(), clear=program_features.clear_caches,
+                                    batch_size=options["batch_size"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        report = {"surrogate": description, "command": "manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]),
+                  **{key: report.get(key) for key in HEADLINE}, "abstained": report["abstained"],
+                  "cost": report["cost"], "report": report}
+        for key in HEADLINE + ("abstained",):
+            value = report.get(key)
+            self.stdout.write(f"{key:<30}{'—' if value is None else format(value, '.3f') if isinstance(value, float) else value}")
+        if options["out"]:
+            Path(options["out"]).write_text(json.dumps(report, indent=1, default=float) + "\n")
+            self.stdout.write(f"wrote {options['out']}")
 
     def _text(self, report: dict) -> str:
         ev = report["evaluation"]
