@@ -2,7 +2,19 @@
 CUDA-graph and torch.compile baselines, and each GPU's distinct solution (up to five per task).
 
     python benchmarks/kernelbench_h200.py CUDA_L1_DIR OUT_DIR [--levels 1 2] [--deadline-s 540] [--limit N]
-        [--bundled kernellab/problems/kb_*] [--skip 1:2 1:4 ...]
+        [--bundled kernellab/problems/kb_*] [--skip 1:2 1:4 ...] [--skip-recorded RECORDS_GZ]
+        [--remeasure-from RECORDS_GZ] [--do-bench-again 1:4 1:50 ...] [--compile-workers 2] [--ncu-sample 4]
+
+--skip-recorded skips the tasks whose reference a records file (kernelbench/records/h200.jsonl.gz) holds;
+--remeasure-from measures again, first, that file's candidates that use an extension but were measured
+before extension builds were watched (no "extension_builds" in their evidence); --do-bench-again times
+those tasks' references again beside triton's do_bench (every sample, compared by median).
+--compile-workers: processes that compile each task's reference with torch.compile ahead of the GPU worker
+into a shared inductor cache (TORCHINDUCTOR_CACHE_DIR), so that the worker's torch.compile baseline is a
+cache hit; a task whose compile has not finished when the worker reaches it gets no torch.compile
+baseline, and its reference record says so ("baseline_errors").
+--ncu-sample: after the tasks, Nsight Compute metrics of one forward of that many correct candidates
+(spread over the list), if time is left before the deadline.
 
 --bundled measures the project's own KernelBench-format problems first (each folder's reference.py and
 candidates/*.py), recorded under the folder's name.
@@ -15,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import gzip
 import json
+import multiprocessing
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_runner.kernelbench_verdict import judge_solution  # noqa: E402
+from gpu_runner.kernelbench_verdict import _EXTENSION_CALL, judge_solution  # noqa: E402
 from gpu_runner.pytorch_worker import build_dir, build_solution  # noqa: E402
 from gpu_runner.sandbox import Sandbox, SandboxFault  # noqa: E402
 from gpu_runner.settings import MeasureSettings  # noqa: E402
@@ -71,6 +86,95 @@ def bundled_task(folder: Path) -> dict:
             "solutions": solutions}
 
 
+def precompile(jobs: list[tuple[str, str]], marks: str) -> None:
+    """torch.compile each reference once (a compile worker process): the compiled code lands in the shared
+    inductor cache; a mark file <key>.ok (seconds) or <key>.err (the error) tells the GPU worker."""
+    import torch
+
+    from gpu_runner.pytorch_worker import _load_program
+
+    for key, reference in jobs:
+        started = time.perf_counter()
+        try:
+            module, _ = _load_program(reference, "kernelbench_reference", None)
+            torch.manual_seed(0)
+            model = module.Model(*module.get_init_inputs()).cuda().eval()
+            inputs = [v.cuda() if isinstance(v, torch.Tensor) else v for v in module.get_inputs()]
+            with torch.no_grad():
+                torch.compile(model)(*inputs)
+            torch.cuda.synchronize()
+            Path(marks, f"{key}.ok").write_text(f"{time.perf_counter() - started:.2f}\n")
+        except Exception as exc:  # noqa: BLE001 - reported to the worker through the mark
+            Path(marks, f"{key}.err").write_text(f"{type(exc).__name__}: {str(exc)[:300]}\n")
+        torch._dynamo.reset()
+
+
+NCU_CHILD = """
+import os, sys, torch
+from gpu_runner.pytorch_worker import _load_program
+reference, solution = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+ref, _ = _load_program(reference, "kernelbench_reference", None)
+sol, _ = _load_program(solution, "kernelbench_solution", os.environ["KL_EXTENSIONS"])
+torch.manual_seed(0)
+model = sol.ModelNew(*ref.get_init_inputs()).cuda().eval()
+inputs = [v.cuda() if isinstance(v, torch.Tensor) else v for v in ref.get_inputs()]
+with torch.no_grad():
+    model(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    model(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+"""
+NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+               "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+               "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+               "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread",
+               "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum")
+
+
+def ncu_metrics(reference: str, solution: str, extensions: Path, timeout_s: float) -> dict:
+    """Nsight Compute (clocks left as they are) on one forward of ModelNew: {kernel: {metric: value}}."""
+    from gpu_runner.compiler import ToolMissing, find_tool
+    from gpu_runner.observers.ncu import parse_raw_csv
+
+    try:
+        ncu = find_tool("ncu")
+    except ToolMissing as exc:
+        return {"error": str(exc)}
+    folder = extensions.parent
+    (folder / "ncu_reference.py").write_text(reference)
+    (folder / "ncu_solution.py").write_text(solution)
+    env = dict(os.environ, KL_EXTENSIONS=str(extensions), TORCH_CUDA_ARCH_LIST="9.0",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    command = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
+               "--print-units", "base", "--metrics", ",".join(NCU_METRICS), "--launch-count", "20",
+               sys.executable, "-c", NCU_CHILD, str(folder / "ncu_reference.py"), str(folder / "ncu_solution.py")]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"ncu did not finish within {timeout_s:.0f} s"}
+    kernels = parse_raw_csv(run.stdout)
+    if not kernels:
+        return {"error": f"ncu exited with {run.returncode} and no rows: {(run.stderr or run.stdout)[-300:]}"}
+    return {"kernels": [{"name": name[:200], **metrics} for name, metrics in kernels]}
+
+
+def recorded(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with gzip.open(path, "rt") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def to_remeasure(rows: list[dict]) -> set[tuple[int, int, str]]:
+    """(level, task, source hash) of recorded candidates that use an extension but were measured before
+    extension builds were watched: their "no kernel of its own" could be a caught build failure."""
+    return {(r["level"], r["task"], r["source_hash"]) for r in rows
+            if r.get("variant") != "reference" and r.get("source") and "extension_builds" not in (r.get("evidence") or {})
+            and _EXTENSION_CALL.search(r["source"]) and r.get("status") in ("rejected-guard", "ok")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("cuda_l1")
@@ -79,29 +183,65 @@ def main() -> int:
     parser.add_argument("--deadline-s", type=float, default=540.0)
     parser.add_argument("--limit", type=int)
     parser.add_argument("--skip", nargs="*", default=[], help="tasks already measured, as LEVEL:TASK")
+    parser.add_argument("--skip-recorded", help="a records file whose tasks are skipped")
+    parser.add_argument("--remeasure-from", help="a records file whose unwatched extension candidates go first")
+    parser.add_argument("--do-bench-again", nargs="*", default=[], help="recorded tasks (LEVEL:TASK) to time again "
+                                                                        "beside do_bench")
     parser.add_argument("--bundled", nargs="*", default=[], help="folders of the project's own problems")
-    parser.add_argument("--compile-baseline-tasks", type=int, default=4)
-    parser.add_argument("--do-bench-tasks", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    parser.add_argument("--compile-workers", type=int, default=2)
+    parser.add_argument("--do-bench-tasks", type=int, default=10, help="level-1 tasks timed beside do_bench, "
+                                                                       "--do-bench-again ones included")
+    parser.add_argument("--ncu-sample", type=int, default=4)
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 3))
     args = parser.parse_args()
     started = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [t for t in read_tasks(Path(args.cuda_l1), set(args.levels))
-             if f"{t['level']}:{t['task']}" not in set(args.skip)][: args.limit]
-    tasks = [bundled_task(Path(folder)) for folder in args.bundled] + tasks
+    everything = read_tasks(Path(args.cuda_l1), set(args.levels) | {1})
+    by_key = {(t["level"], t["task"]): t for t in everything}
+    skip = set(args.skip) | {f"{r['level']}:{r['task']}" for r in recorded(Path(args.skip_recorded or "-"))
+                             if r.get("variant") == "reference"}
+    again = [tuple(map(int, k.split(":"))) for k in args.do_bench_again]
+    remeasure = sorted(to_remeasure(recorded(Path(args.remeasure_from or "-"))))
+    # The work list, in the order measured: re-measures, do_bench again, then the new tasks.
+    work: list[dict] = []
+    for level, task, digest in remeasure:
+        source_task = by_key.get((level, task))
+        if source_task and digest in source_task["solutions"]:
+            work.append({**source_task, "solutions": {digest: source_task["solutions"][digest]}, "candidates_only": True,
+                         "remeasure": True})
+    for key in again:
+        if key in by_key:
+            work.append({**by_key[key], "solutions": {}, "do_bench": True, "again": True})
+    new = [t for t in everything if t["level"] in set(args.levels) and f"{t['level']}:{t['task']}" not in skip]
+    new = [bundled_task(Path(folder)) for folder in args.bundled] + new[: args.limit]
+    level1_left = max(0, args.do_bench_tasks - len(again))
+    for task in new:
+        if task["level"] == 1 and level1_left:
+            task["do_bench"] = True
+            level1_left -= 1
+        work.append(task)
     root = Path(os.environ.get("KL_BUILD_ROOT", "/tmp/kl-kernelbench-builds"))
+    marks = Path(os.environ.setdefault("KL_COMPILE_MARKS", "/tmp/kl-compile-marks"))
+    marks.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/kl-inductor-cache")
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "2")
+    compile_jobs = [(f"{t['level']}_{t['task']}", t["reference"]) for t in work if not t.get("candidates_only")]
+    context = multiprocessing.get_context("spawn")
+    compilers = [context.Process(target=precompile, args=(compile_jobs[i::args.compile_workers], str(marks)), daemon=True)
+                 for i in range(args.compile_workers)]
+    for process in compilers:
+        process.start()
     pool = ThreadPoolExecutor(args.jobs)
-    builds = {digest: pool.submit(build_solution, s["source"], root) for t in tasks for digest, s in t["solutions"].items()}
+    builds = {digest: pool.submit(build_solution, s["source"], root) for t in work for digest, s in t["solutions"].items()}
     records = (out / "records.jsonl").open("a")
     worker = Sandbox("gpu_runner.pytorch_worker:serve", host_memory_bytes=64 << 30)
-    level1_seen = 0
+    correct: list[dict] = []
 
     def request(job: dict, timeout_s: float) -> dict:
-        if not worker.alive:
-            hello = worker.start()
-            write({"worker": hello})
         try:
+            if not worker.alive:
+                write({"worker": worker.start()})
             kind, evidence = worker.request(("measure", job), timeout_s)
             return evidence
         except SandboxFault as fault:
@@ -111,40 +251,117 @@ def main() -> int:
         records.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
         records.flush()
 
-    for index, task in enumerate(tasks):
-        if time.monotonic() - started > args.deadline_s:
-            write({"deadline": True, "tasks_done": index})
+    def left() -> float:
+        return args.deadline_s - (time.monotonic() - started)
+
+    def measure_candidate(task: dict, digest: str, solution: dict, build: dict) -> None:
+        variant = f"bundled:{solution['name']}" if task.get("problem") else f"cuda-l1:{digest[:10]}"
+        base = {"level": task["level"], "task": task["task"], "problem": task.get("problem"), "variant": variant,
+                "source_hash": digest, "source": solution["source"], "solution_gpus": solution["gpus"],
+                "authors_speedup": solution["authors"], "build_s": build["seconds"], "build_cached": build.get("cached"),
+                "extensions_built": build.get("extensions_built"), "remeasure": bool(task.get("remeasure"))}
+        if not build["ok"]:
+            evidence = {"refusal": build["log"]} if build.get("refused") else {"build_error": build["log"]}
+        else:
+            t0 = time.monotonic()
+            evidence = request({"reference": task["reference"], "solution": solution["source"], "settings": SETTINGS,
+                                "extensions": build_dir(root, solution["source"]) / "ext"},
+                               max(20.0, min(180.0, left())))
+            base["wall_s"] = time.monotonic() - t0
+        verdict = judge_solution(evidence, SETTINGS, source=solution["source"])
+        if verdict.status == "ok":
+            correct.append({"task": task, "digest": digest, "solution": solution})
+        write({**base, "status": verdict.status, "reason": verdict.reason, "notes": verdict.notes,
+               "speedup": verdict.speedup, "evidence": evidence})
+
+    deferred: list[tuple] = []   # built, but its extension builds in forward (in the worker): measured last
+    pending: list[tuple] = []    # its build has not finished yet: measured once it has, the GPU goes on meanwhile
+
+    def candidate_ready(task: dict, digest: str, solution: dict) -> None:
+        build = builds[digest].result()
+        if build["ok"] and build.get("extensions_built") == 0 and _EXTENSION_CALL.search(solution["source"]):
+            deferred.append((task, digest, solution, build))
+        else:
+            measure_candidate(task, digest, solution, build)
+
+    def drain(wait: bool) -> None:
+        while pending and left() > 15:
+            ready = [item for item in pending if builds[item[1]].done()]
+            if not ready and not wait:
+                return
+            if not ready:
+                time.sleep(0.5)
+                continue
+            for item in ready:
+                pending.remove(item)
+                if left() > 15:
+                    candidate_ready(*item)
+
+    profiled: list[dict] = []
+
+    def profile_one() -> None:
+        """Nsight Compute on the latest correct candidate not profiled yet (the GPU worker is idle meanwhile)."""
+        item = next((c for c in reversed(correct) if c not in profiled), None)
+        if item is None or left() < 40:
+            return
+        profiled.append(item)
+        metrics = ncu_metrics(item["task"]["reference"], item["solution"]["source"],
+                              build_dir(root, item["solution"]["source"]) / "ext", min(90.0, left() - 20))
+        write({"ncu": metrics, "level": item["task"]["level"], "task": item["task"]["task"],
+               "variant": f"cuda-l1:{item['digest'][:10]}"})
+
+    done = 0
+    for task in work:
+        if left() < 15:
             break
-        baselines = ["cuda_graph"]
-        if index < args.compile_baseline_tasks:
-            baselines.append("torch_compile")
-        if task["level"] == 1 and level1_seen < args.do_bench_tasks:
-            baselines.append("do_bench")
-            level1_seen += 1
-        t0 = time.monotonic()
-        evidence = request({"reference": task["reference"], "settings": SETTINGS, "baselines": baselines}, 240)
-        write({"level": task["level"], "task": task["task"], "problem": task.get("problem"), "variant": "reference",
-               "evidence": evidence, "wall_s": time.monotonic() - t0})
-        for digest, solution in task["solutions"].items():
-            build = builds[digest].result()
-            variant = f"bundled:{solution['name']}" if task.get("problem") else f"cuda-l1:{digest[:10]}"
-            base = {"level": task["level"], "task": task["task"], "problem": task.get("problem"), "variant": variant,
-                    "source_hash": digest, "source": solution["source"], "solution_gpus": solution["gpus"],
-                    "authors_speedup": solution["authors"], "build_s": build["seconds"]}
-            if not build["ok"]:
-                evidence = {"refusal": build["log"]} if build.get("refused") else {"build_error": build["log"]}
+        drain(wait=False)
+        # the ncu sample is spread over the run: the k-th profile once k/(sample+1) of the time has passed
+        if len(profiled) < args.ncu_sample and \
+                time.monotonic() - started >= args.deadline_s * (len(profiled) + 1) / (args.ncu_sample + 1):
+            profile_one()
+        if not task.get("candidates_only"):
+            key = f"{task['level']}_{task['task']}"
+            baselines = ["cuda_graph", "energy"]
+            if (marks / f"{key}.ok").exists():
+                baselines.append("torch_compile")
+            if task.get("do_bench"):
+                baselines.append("do_bench")
+            t0 = time.monotonic()
+            evidence = request({"reference": task["reference"], "settings": SETTINGS, "baselines": baselines},
+                               max(20.0, min(240.0, left())))
+            if "torch_compile" not in baselines:
+                error = (marks / f"{key}.err").read_text().strip() if (marks / f"{key}.err").exists() else \
+                    "not compiled by the compile workers when the GPU worker reached this task"
+                evidence.setdefault("baseline_errors", {})["torch_compile"] = error
             else:
-                t0 = time.monotonic()
-                evidence = request({"reference": task["reference"], "solution": solution["source"], "settings": SETTINGS,
-                                    "extensions": build_dir(root, solution["source"]) / "ext"}, 180)
-                base["wall_s"] = time.monotonic() - t0
-            verdict = judge_solution(evidence, SETTINGS)
-            write({**base, "status": verdict.status, "reason": verdict.reason, "notes": verdict.notes,
-                   "speedup": verdict.speedup, "evidence": evidence})
+                evidence.setdefault("phase_s", {})["torch_compile_ahead"] = float((marks / f"{key}.ok").read_text())
+            write({"level": task["level"], "task": task["task"], "problem": task.get("problem"), "variant": "reference",
+                   "evidence": evidence, "wall_s": time.monotonic() - t0, "do_bench_again": bool(task.get("again"))})
+        for digest, solution in task["solutions"].items():
+            if left() < 15:
+                break
+            if builds[digest].done():
+                candidate_ready(task, digest, solution)
+            else:
+                pending.append((task, digest, solution))
+        done += 1
+    drain(wait=True)
+    for task, digest, solution in pending:
+        write({"build_not_finished": f"{task['level']}:{task['task']}:{digest[:10]}"})
+    for task, digest, solution, build in deferred:
+        if left() < 60:
+            write({"deferred_not_measured": f"{task['level']}:{task['task']}:{digest[:10]}"})
+            continue
+        measure_candidate(task, digest, solution, build)
+    write({"deadline": left() < 15, "work_items_done": done, "work_items": len(work), "elapsed_s": time.monotonic() - started})
     worker.close()
+    for process in compilers:
+        process.terminate()
+    while len(profiled) < args.ncu_sample and left() > 40 and any(c not in profiled for c in correct):
+        profile_one()
     records.close()
-    pool.shutdown(cancel_futures=True)
-    print(f"done in {time.monotonic() - started:.0f} s")
+    pool.shutdown(wait=False, cancel_futures=True)
+    print(f"done in {time.monotonic() - started:.0f} s; {done} of {len(work)} work items")
     return 0
 
 

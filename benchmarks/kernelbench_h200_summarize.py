@@ -3,10 +3,13 @@ problems (kernellab/problems/kernelbench/records/h200.jsonl.gz, re-judged with t
 benchmarks/results/kernelbench_h200_<date>.json.
 
     python benchmarks/kernelbench_h200_summarize.py RECORDS_JSONL [RECORDS_JSONL ...] --kernelbench KERNELBENCH_DIR
-        [--date YYYY-MM-DD]
+        [--base kernellab/problems/kernelbench/records/h200.jsonl.gz] [--date YYYY-MM-DD]
 
 Several records files (device calls) are merged; a later file's measurement of the same task and variant
-replaces an earlier one's. Measurements of the project's own problems (a "problem" on the line) go to
+replaces an earlier one's. --base starts from already summarized records (the raw files of earlier calls
+being gone): their recorded verdicts are kept, except that a solution found correct, unchanged and timed
+(recorded "ok", or rejected for running no kernel of its own) is judged again by the current kernel rule
+from its recorded kernels, ops and builds. Measurements of the project's own problems (a "problem" on the line) go to
 kernellab/problems/<problem>/records/h200.jsonl.gz as replay records and stay out of the CUDA-L1 figures.
 """
 from __future__ import annotations
@@ -28,7 +31,54 @@ from gpu_runner.kernelbench import task_name  # noqa: E402
 from gpu_runner.kernelbench_verdict import judge_solution  # noqa: E402
 
 KEEP = ("custom_kernels", "library_kernels", "aten_ops", "timing", "baseline_errors", "do_bench_ms", "fallback_message",
-        "inputs_modified", "phase_s", "extension_builds")
+        "inputs_modified", "phase_s", "extension_builds", "extension_calls", "kernel_rule", "energy", "do_bench",
+        "reference_aten_ops")
+# Reasons whose verdict came after every correctness and guard check passed: judged again from the record.
+REJUDGE = ("No kernel of the solution's own", "Correct on ")
+
+
+def base_rows(path: Path) -> list[dict]:
+    """Summarized records turned back into rows of the raw form (see the module's docstring)."""
+    rows = []
+    with gzip.open(path, "rt") as handle:
+        for line in handle:
+            record = json.loads(line)
+            hardware = {"name": (record.get("hardware") or {}).get("name"), "torch": record.get("torch")}
+            kept = dict(record.get("evidence") or {})
+            timing = {"reference": record.get("reference")} if record.get("reference") else {}
+            if record["variant"] == "reference":
+                timing.update({f"baseline:{k}": v for k, v in (record.get("baselines") or {}).items()})
+                evidence = {**kept, "timing": timing}
+                if not timing:
+                    evidence["reference_error"] = record.get("reason") or "not timed"
+                rows.append({"level": record["level"], "task": record["task"], "variant": "reference",
+                             "evidence": evidence, "_hardware": hardware})
+                continue
+            if record.get("candidate"):
+                timing["candidate"] = record["candidate"]
+            row = {key: record.get(key) for key in ("level", "task", "variant", "source", "source_hash", "solution_gpus",
+                                                     "authors_speedup", "build_s")}
+            row.update(_hardware=hardware, evidence={**kept, "timing": timing})
+            if any(record.get("reason", "").startswith(prefix) for prefix in REJUDGE) and record.get("candidate"):
+                draws = int(record["reason"].split("Correct on ")[1].split(" ")[0]) if \
+                    record["reason"].startswith("Correct on ") else 3
+                row["evidence"].update(kernels_seen=True, draws=[{"index": i, "ok": True} for i in range(draws)],
+                                       reference_ms=[record["reference"]["median_ms"]],
+                                       candidate_ms=[record["candidate"]["median_ms"]], post_timing_ok=True)
+            else:
+                row["_recorded"] = {"status": record["status"], "reason": record["reason"],
+                                    "notes": record.get("pytorch_notes") or [], "speedup": record.get("speedup")}
+            rows.append(row)
+    return rows
+
+
+def verdict_of(row: dict):
+    from gpu_runner.kernelbench_verdict import SolutionVerdict
+
+    if row.get("_recorded"):
+        kept = row["_recorded"]
+        return SolutionVerdict(kept["status"], kept["reason"], kept["notes"], kept["speedup"])
+    return judge_solution(row.get("evidence") or {}, source=row.get("source"))
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
@@ -88,7 +138,7 @@ def write_bundled_records(rows: list[dict]) -> dict:
                               "reason": "The reference program, timed as eager PyTorch." if timing else
                               (evidence.get("reference_error") or "")[-300:]})
                 continue
-            verdict = judge_solution(evidence)
+            verdict = judge_solution(evidence, source=row.get("source"))
             lines.append({**base, "status": verdict.status, "reason": verdict.reason, "speedup": verdict.speedup,
                           "candidate": timing.get("candidate"), "source": row["source"],
                           "source_hash": row["source_hash"], "candidate_name": row["variant"].split(":", 1)[1],
@@ -112,6 +162,7 @@ def main() -> int:
     parser.add_argument("records", nargs="+")
     parser.add_argument("--kernelbench", required=True)
     parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--base", help="summarized records to start from (kernelbench/records/h200.jsonl.gz)")
     args = parser.parse_args()
     names = {}
     for level_dir in Path(args.kernelbench).glob("level*"):
@@ -120,13 +171,31 @@ def main() -> int:
             names[(level, int(file.name.split("_", 1)[0]))] = task_name(file.name, level)[0]
     merged: dict[tuple, dict] = {}
     hardware: dict = {}
+    ncu: dict[tuple, dict] = {}
+    events = Counter()
+    previous = ROOT / "benchmarks" / "results" / f"kernelbench_h200_{args.date}.json"
+    earlier_do_bench = json.loads(previous.read_text()).get("reference_vs_do_bench", []) if previous.is_file() else []
+    if args.base:
+        for row in base_rows(Path(args.base)):
+            merged[(row["level"], row["task"], row["variant"])] = row
+            hardware = row["_hardware"]
     for path in args.records:
         for line in open(path):
             row = json.loads(line) if line.strip() else {}
             if "worker" in row:
                 hardware = {"name": row["worker"][1].get("gpu"), "torch": row["worker"][1].get("torch")}
-            if "variant" in row:
+            elif "ncu" in row:
+                ncu[(row["level"], row["task"], row["variant"])] = row["ncu"]
+            elif "variant" in row:
                 merged[(row["level"], row["task"], row["variant"])] = {**row, "_hardware": hardware}
+            else:
+                events.update(k for k in row if k in ("build_not_finished", "deferred_not_measured"))
+    elapsed = None
+    for path in args.records:
+        for line in open(path):
+            row = json.loads(line) if line.strip() else {}
+            if "elapsed_s" in row:
+                elapsed = row["elapsed_s"]
     rows = [row for row in merged.values() if (row.get("source") or "").strip() != "None"]
     no_code = len(merged) - len(rows)   # CUDA-L1's "None" solutions, measured by the first calls before they were skipped
     bundled = [row for row in rows if row.get("problem")]
@@ -136,6 +205,7 @@ def main() -> int:
     candidates, failed, builds, notes_count = Counter(), Counter(), [], Counter()
     pairs, ok_pairs, do_bench_diffs, wall = [], [], [], 0.0
     unwatched = Counter()
+    compiled, not_compiled, this_call, remeasured = 0, Counter(), 0, Counter()
     for row in rows:
         hardware = row["_hardware"]
         evidence = row.get("evidence") or {}
@@ -144,18 +214,33 @@ def main() -> int:
         record = {"problem": problem, "level": row["level"], "task": row["task"], "variant": row["variant"],
                   "hardware": {"name": hardware.get("name")}, "torch": hardware.get("torch"), "backend": "torch"}
         if row["variant"] == "reference":
-            tasks.add((row["level"], row["task"]))
             timing = evidence.get("timing") or {}
+            if timing.get("reference"):
+                tasks.add((row["level"], row["task"]))
             record.update(status="ok" if timing else "unavailable", reference=timing.get("reference"),
                           baselines={k.split(":", 1)[1]: v for k, v in timing.items() if k.startswith("baseline:")},
                           reason=(evidence.get("reference_error") or "")[-300:])
-            if evidence.get("do_bench_ms") and timing.get("reference"):
-                ours = timing["reference"]["median_ms"]
-                do_bench_diffs.append({"problem": problem, "ours_ms": ours, "do_bench_ms": evidence["do_bench_ms"],
-                                       "rel_diff": abs(ours - evidence["do_bench_ms"]) / evidence["do_bench_ms"]})
+            record.update(energy=(evidence.get("energy") or {}).get("reference"),
+                          baseline_errors=evidence.get("baseline_errors") or {},
+                          torch_compile_ahead_s=(evidence.get("phase_s") or {}).get("torch_compile_ahead"))
+            if "baseline:torch_compile" in timing:
+                compiled += 1
+            elif "torch_compile" in record["baseline_errors"]:
+                not_compiled[record["baseline_errors"]["torch_compile"][:70]] += 1
+            if evidence.get("do_bench") and timing.get("reference"):
+                # the same statistic on both sides: our median against the median of do_bench's samples
+                ours, theirs = timing["reference"]["median_ms"], evidence["do_bench"]["median_ms"]
+                do_bench_diffs.append({"problem": problem, "ours_median_ms": ours, "do_bench_median_ms": theirs,
+                                       "rel_diff": abs(ours - theirs) / theirs, "ours_cv": timing["reference"].get("cv"),
+                                       "do_bench_mean_ms": evidence["do_bench"]["mean_ms"], "do_bench_n": evidence["do_bench"]["n"],
+                                       "mean_vs_our_median_rel_diff": abs(ours - evidence["do_bench"]["mean_ms"])
+                                       / evidence["do_bench"]["mean_ms"]})
+            record["do_bench"] = evidence.get("do_bench")
             out_lines.append(record)
             continue
-        verdict = judge_solution(evidence)
+        verdict = verdict_of(row)
+        if "wall_s" in row:
+            this_call += 1
         candidates[verdict.status] += 1
         if verdict.status != "ok":
             reason = verdict.reason.split(":")[0] if verdict.status == "rejected-guard" else verdict.status
@@ -170,7 +255,10 @@ def main() -> int:
                       authors_speedup=row["authors_speedup"], build_s=row.get("build_s"), status=verdict.status,
                       reason=verdict.reason, pytorch_notes=verdict.notes, speedup=verdict.speedup,
                       reference=timing.get("reference"), candidate=timing.get("candidate"),
-                      evidence={k: evidence[k] for k in KEEP if k in evidence})
+                      evidence={k: evidence[k] for k in KEEP if k in evidence},
+                      energy=evidence.get("energy"), ncu=ncu.get((row["level"], row["task"], row["variant"])))
+        if row.get("remeasure"):
+            remeasured[f"{verdict.status}: {verdict.reason.split(':')[0][:60]}"] += 1
         out_lines.append(record)
         h100 = row["authors_speedup"].get("h100")
         if verdict.speedup and h100:
@@ -193,7 +281,15 @@ def main() -> int:
         "no_own_kernel_measured_before_builds_were_watched": dict(unwatched),
         "build_s_median": statistics.median(builds) if builds else None,
         "build_s_p90": builds[int(0.9 * (len(builds) - 1))] if builds else None,
-        "candidates_per_gpu_minute": round(sum(candidates.values()) / (wall / 60), 2) if wall else None,
+        "candidates_measured_in_the_last_call": this_call,
+        "last_call_elapsed_s": elapsed,
+        "candidates_per_gpu_minute": round(this_call / (elapsed / 60), 2) if elapsed else None,
+        "remeasured_early_verdicts": dict(remeasured),
+        "build_not_finished_or_deferred": dict(events),
+        "torch_compile_baseline_tasks": compiled,
+        "torch_compile_baseline_missing": dict(not_compiled),
+        "energy_recorded": sum(1 for r in out_lines if r["variant"] != "reference" and (r.get("energy") or {}).get("candidate", {}).get("j_per_call")),
+        "ncu_recorded": sum(1 for r in out_lines if r.get("ncu") and "kernels" in r["ncu"]),
         "measured_speedups": len(measured),
         "slower_than_eager": sum(1 for r in measured if r["speedup"] < 1.0),
         "speedup_quartiles": statistics.quantiles([r["speedup"] for r in measured], n=4) if len(measured) >= 4 else None,
@@ -202,7 +298,14 @@ def main() -> int:
         "spearman_h200_vs_authors_h100_ok_only": spearman([a for a, _ in ok_pairs], [b for _, b in ok_pairs]),
         "reference_vs_do_bench_max_rel_diff": max((d["rel_diff"] for d in do_bench_diffs), default=None),
         "reference_vs_do_bench": do_bench_diffs,
-        "bundled_problems": bundled_summary,
+        "reference_vs_do_bench_rule": "our reference median against the median of do_bench(warmup=25, rep=200, "
+                                      "return_mode='all'); the earlier figure compared our median with do_bench's "
+                                      "default mean (kept as reference_vs_do_bench_mean_earlier)",
+        "reference_vs_do_bench_mean_earlier": [d for d in earlier_do_bench if "do_bench_ms" in d] or
+                                              json.loads(previous.read_text()).get("reference_vs_do_bench_mean_earlier", [])
+                                              if previous.is_file() else [],
+        "bundled_problems": bundled_summary or (json.loads(previous.read_text()).get("bundled_problems", {})
+                                                if previous.is_file() else {}),
     }
     results = ROOT / "benchmarks" / "results" / f"kernelbench_h200_{args.date}.json"
     results.write_text(json.dumps(result, indent=1) + "\n")

@@ -13,11 +13,18 @@ from .directives import find_forbidden_directive
 from .guards import timer_escape
 from .settings import MeasureSettings
 
-# Kernel names that come from PyTorch and its libraries, not from the solution's own CUDA.
+# Kernel names that come from PyTorch and its libraries (used for notes; a kernel counts as the solution's own
+# only when own_kernel_names/split_kernels below find it in the solution's sources or its built extension).
 LIBRARY_KERNEL = re.compile(r"at::|at_cuda_detail|aten|cublas|cudnn|cutlass|gemm|gemv|sm\d+_xmma|xmma|ampere_|"
                             r"nvjet|hopper_|volta_|turing_|magma|cub::|triton_|nchwToNhwc|nhwcToNchw|implicit_convolve|"
                             r"convolve_|cask_|fft|splitKreduce|Kernel2D|memcpy|memset|elementwise_kernel|"
                             r"reduce_kernel|vectorized_", re.IGNORECASE)
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
+_GLOBAL_NAME = re.compile(r"__global__[^;{}()]*?\b(\w+)\s*\(")
+_NAMESPACE = re.compile(r"\bnamespace\s+(\w+)")
+# Which rule split the kernels into the solution's own and the rest (evidence without it is split again).
+KERNEL_RULE = "own-names-2"
+_EXTENSION_CALL = re.compile(r"\b(load_inline|load|RawKernel|RawModule|compile_with_cache)\s*\(")
 # What the build of a solution prints before each extension build that failed (see pytorch_worker).
 BUILD_FAILED_MARK = "KL-EXTENSION-BUILD-FAILED"
 FALLBACK_MESSAGE = re.compile(r"fall(ing)?\s*back|fallback|using (the )?pytorch|torch implementation", re.IGNORECASE)
@@ -67,14 +74,78 @@ def extension_refusal(program_source: str) -> str | None:
     return None
 
 
+def own_kernel_names(program_source: str) -> tuple[set[str], set[str]]:
+    """(kernel names, namespaces) the solution itself defines: every `__global__` function in its C++/CUDA
+    strings (templated, extern "C", with __launch_bounds__) and every @triton.jit function."""
+    names: set[str] = set()
+    namespaces: set[str] = set()
+    for text in extension_sources(program_source):
+        text = _LAUNCH_BOUNDS.sub(" ", text)
+        names.update(n for n in _GLOBAL_NAME.findall(text) if n not in ("void", "static", "inline"))
+        namespaces.update(_NAMESPACE.findall(text))
+    try:
+        tree = ast.parse(program_source)
+    except SyntaxError:
+        return names, namespaces
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                label = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+                if label in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+    return names, namespaces
+
+
+def _kernel_base(name: str) -> tuple[list[str], str]:
+    """(qualifiers, unqualified name) of a profiler kernel name such as
+    'void at::native::(anonymous namespace)::k<4, float>(int, float*)' -> (['at', 'native', 'anon'], 'k')."""
+    text = re.sub(r"^\s*(void\s+)?", "", name.replace("(anonymous namespace)", "anon"))
+    match = re.match(r"[\w:~]+", text)
+    parts = [p for p in (match.group(0) if match else text).split("::") if p]
+    return (parts[:-1], parts[-1]) if parts else ([], "")
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"\s+", "", re.sub(r"^\s*void\s+", "", name))
+
+
+def split_kernels(kernels: dict[str, int], program_source: str,
+                  extension_symbols: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, int], dict[str, int]]:
+    """The kernels one call launched, split into the solution's own and everything else (PyTorch's and its
+    libraries'). Own: a kernel compiled into the solution's built extension (its symbol table, which holds
+    template instantiations such as a CUTLASS kernel the extension made), or one whose unqualified name is a
+    kernel the solution's sources define, in no namespace the solution does not declare (so a PyTorch
+    kernel that happens to share a name, at::native::...::hardsigmoid_kernel, is not counted)."""
+    names, namespaces = own_kernel_names(program_source)
+    symbols = {_normalised(s) for s in extension_symbols}
+    own: dict[str, int] = {}
+    other: dict[str, int] = {}
+    for name, count in kernels.items():
+        qualifiers, base = _kernel_base(name)
+        mine = _normalised(name) in symbols or (
+            base in names and all(q in namespaces or q == "anon" for q in qualifiers))
+        (own if mine else other)[name] = (own if mine else other).get(name, 0) + count
+    return own, other
+
+
 def work_ops(aten_ops: dict[str, int]) -> dict[str, int]:
     return {name: n for name, n in aten_ops.items() if name.split(".")[0].lstrip("_") not in BOOKKEEPING_OPS
             and name.split(".")[0] not in BOOKKEEPING_OPS}
 
 
-def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = None) -> SolutionVerdict:
-    """evidence: what pytorch_worker.measure_solution saw (plain dict, see there)."""
+def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = None,
+                   source: str | None = None) -> SolutionVerdict:
+    """evidence: what pytorch_worker.measure_solution saw (plain dict, see there). With the solution's
+    `source`, evidence recorded before the worker split kernels by the solution's own names (no
+    "kernel_rule") is split again here, so old records are judged by the same rule."""
     settings = settings or MeasureSettings()
+    if source is not None and evidence.get("kernels_seen") is not None and evidence.get("kernel_rule") != KERNEL_RULE:
+        seen = {**(evidence.get("library_kernels") or {})}
+        for name, count in (evidence.get("custom_kernels") or {}).items():
+            seen[name] = seen.get(name, 0) + count
+        own, other = split_kernels(seen, source, evidence.get("extension_symbols") or ())
+        evidence = {**evidence, "custom_kernels": own, "library_kernels": other, "kernel_rule": KERNEL_RULE}
     if evidence.get("refusal"):
         return SolutionVerdict("rejected-guard", evidence["refusal"])
     if evidence.get("build_error"):
@@ -111,19 +182,17 @@ def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = 
     custom = evidence.get("custom_kernels") or {}
     measured = _speedup(evidence)
     if evidence.get("kernels_seen") is not None and not custom:
-        ops = work_ops(evidence.get("aten_ops") or {})
-        what = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4]) or "no op"
-        same = " (the reference's own ops)" if ops and ops == work_ops(evidence.get("reference_aten_ops") or {}) else ""
-        failed = [b for b in evidence.get("extension_builds") or [] if not b.get("ok")]
-        if failed:
-            return SolutionVerdict("failed-compile", f"Its extension '{failed[0]['name']}' did not build "
-                                                     f"({failed[0]['error'][:200]}), so PyTorch did the work with "
-                                                     f"{what}{same}.", notes, measured)
-        return SolutionVerdict("rejected-guard", f"No kernel of the solution's own ran in ModelNew.forward: PyTorch did "
-                                                 f"the work with {what}{same}.", notes, measured)
+        verdict = _no_kernel_of_its_own(evidence, source, notes, measured)
+        if verdict.status != "ok":
+            return verdict
+        notes = verdict.notes
     escape = timer_escape(evidence.get("escape"), margin_ms=settings.escape_margin_ms, ratio=settings.escape_ratio)
     if escape:
         return SolutionVerdict("rejected-guard", escape, notes)
+    return _timed(evidence, notes)
+
+
+def _timed(evidence: dict[str, Any], notes: list[str]) -> SolutionVerdict:
     ref_ms, cand_ms = evidence.get("reference_ms") or [], evidence.get("candidate_ms") or []
     if not ref_ms or not cand_ms:
         return SolutionVerdict("failed-runtime", "No timing was taken.", notes)
@@ -132,6 +201,43 @@ def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = 
     return SolutionVerdict("ok", f"Correct on {draws} input draw(s); {speedup:.3f}x eager PyTorch "
                                  f"({statistics.median(ref_ms):.4f} ms -> {statistics.median(cand_ms):.4f} ms, "
                                  f"n={len(cand_ms)}).", notes, speedup)
+
+
+def _no_kernel_of_its_own(evidence: dict[str, Any], source: str | None, notes: list[str],
+                          measured: float | None) -> SolutionVerdict:
+    """Which of five things happened when no kernel of the solution's own ran in ModelNew.forward; "ok"
+    (with a note, and no reason yet) where its own extension called a library such as cuBLAS directly."""
+    ops = work_ops(evidence.get("aten_ops") or {})
+    what = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4]) or "no op"
+    same = " (the reference's own ops)" if ops and ops == work_ops(evidence.get("reference_aten_ops") or {}) else ""
+    failed = [b for b in evidence.get("extension_builds") or [] if not b.get("ok")]
+    if failed:
+        return SolutionVerdict("failed-compile", f"Its extension '{failed[0]['name']}' did not build "
+                                                 f"({failed[0]['error'][:200]}), so PyTorch did the work with "
+                                                 f"{what}{same}.", notes, measured)
+    names = own_kernel_names(source)[0] if source is not None else None
+    extension = bool(source is not None and _EXTENSION_CALL.search(source))
+    if names is not None and not names and not extension:
+        return SolutionVerdict("rejected-guard", f"A PyTorch-level rewrite: the solution holds no kernel of its own "
+                                                 f"(no __global__ function, no extension); PyTorch did the work with "
+                                                 f"{what}{same}.", notes, measured)
+    calls = evidence.get("extension_calls")
+    library = evidence.get("library_kernels") or {}
+    if calls is not None and not sum(calls.values()):
+        built = ", which built," if evidence.get("extension_builds") else ""
+        return SolutionVerdict("rejected-guard", f"Its kernel never ran: ModelNew.forward called no function of its "
+                                                 f"extension{built} and took a PyTorch path; PyTorch did the work with "
+                                                 f"{what}{same}.", notes, measured)
+    if calls and ops:
+        return SolutionVerdict("rejected-guard", f"Its extension launched no kernel of its own: it was called "
+                                                 f"({', '.join(sorted(calls))[:120]}) but PyTorch ops did the work "
+                                                 f"({what}{same}).", notes, measured)
+    if calls and library:
+        # Its own C++ called a library (cuBLAS, cuDNN) directly: its code chose the kernel, PyTorch did not.
+        return SolutionVerdict("ok", "", [*notes, f"No kernel of its own: its extension called library kernels "
+                                                  f"directly ({', '.join(sorted(library))[:160]})."])
+    return SolutionVerdict("rejected-guard", f"No kernel of the solution's own ran in ModelNew.forward: PyTorch did "
+                                             f"the work with {what}{same}.", notes, measured)
 
 
 def _speedup(evidence: dict[str, Any]) -> float | None:

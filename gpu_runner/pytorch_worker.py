@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -22,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from .compile_sandbox import sandboxed
-from .kernelbench_verdict import BUILD_FAILED_MARK, FALLBACK_MESSAGE, LIBRARY_KERNEL, extension_refusal
+from .kernelbench_verdict import (BUILD_FAILED_MARK, FALLBACK_MESSAGE, KERNEL_RULE, extension_refusal,
+                                  split_kernels)
 from .runtime_ops import derive_seed
 from .settings import MeasureSettings
 from .timing import Timer, summarize, time_sides
 
+BUILT_MARK = "KL-EXTENSION-BUILT"
 # The build imports the program with its extension builds watched, so that a solution that catches its own
 # build failure (and would fall back to PyTorch) still fails its build. Self-contained: the compile sandbox
 # need not see this package.
@@ -35,18 +38,26 @@ import os, runpy, sys
 from torch.utils import cpp_extension
 def watch(original):
     def watched(*args, **kwargs):
+        name = kwargs.get('name', args[0] if args else '?')
         try:
-            return original(*args, **kwargs)
+            module = original(*args, **kwargs)
         except BaseException as exc:
             lines = [l.strip() for l in str(exc).splitlines() if 'error' in l.lower()] or [repr(exc)[-300:]]
-            print({BUILD_FAILED_MARK!r}, kwargs.get('name', args[0] if args else '?'), lines[0][-300:], file=sys.stderr)
+            print({BUILD_FAILED_MARK!r}, name, lines[0][-300:], file=sys.stderr)
             raise
+        print({BUILT_MARK!r}, name, file=sys.stderr)
+        return module
     return watched
 cpp_extension.load_inline = watch(cpp_extension.load_inline)
 cpp_extension.load = watch(cpp_extension.load)
-runpy.run_path(os.environ['KL_PROGRAM'], run_name='kernelbench_solution')
+program = runpy.run_path(os.environ['KL_PROGRAM'], run_name='kernelbench_solution')
+# Many solutions build in ModelNew.__init__: construct it too (on the CPU: the sandbox has no GPU), so those
+# builds also happen here, in parallel, rather than in the GPU worker. Only build failures count.
+try:
+    program['ModelNew'](*program['get_init_inputs']())
+except Exception:
+    pass
 """
-
 
 def source_digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
@@ -62,7 +73,9 @@ def build_solution(source: str, root: Path, timeout_s: float = 600.0) -> dict:
     folder = build_dir(root, source)
     done = folder / "built.ok"
     if done.exists():
-        return {"ok": True, "seconds": 0.0, "log": "", "cached": True}
+        fields = done.read_text().split()
+        return {"ok": True, "seconds": 0.0, "log": "", "cached": True,
+                "extensions_built": int(fields[1]) if len(fields) > 1 else None}
     refusal = extension_refusal(source)
     if refusal:
         return {"ok": False, "seconds": 0.0, "log": refusal, "cached": False, "refused": True}
@@ -79,15 +92,18 @@ def build_solution(source: str, root: Path, timeout_s: float = 600.0) -> dict:
     started = time.perf_counter()
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-        log, ok = (run.stdout + run.stderr)[-4000:], run.returncode == 0
+        full, ok = run.stdout + run.stderr, run.returncode == 0
+        log = full[-4000:]
     except subprocess.TimeoutExpired:
-        log, ok = f"the build did not finish within {timeout_s:g} s", False
+        full = log = f"the build did not finish within {timeout_s:g} s"
+        ok = False
     seconds = time.perf_counter() - started
-    if ok and (BUILD_FAILED_MARK in log or "Error building extension" in log):
+    if ok and (BUILD_FAILED_MARK in full or "Error building extension" in full):
         ok = False   # the program caught its own build failure (and would fall back to PyTorch)
+    built = sum(1 for line in full.splitlines() if line.startswith(BUILT_MARK))
     if ok:
-        done.write_text(f"{seconds:.2f}\n")
-    return {"ok": ok, "seconds": seconds, "log": log, "cached": False}
+        done.write_text(f"{seconds:.2f} {built}\n")
+    return {"ok": ok, "seconds": seconds, "log": log, "cached": False, "extensions_built": built}
 
 
 def watch_extension_builds() -> list[dict]:
@@ -111,12 +127,55 @@ def watch_extension_builds() -> list[dict]:
                 builds.append({"name": name, "ok": False, "seconds": round(time.perf_counter() - started, 3),
                                "error": _build_error_line(exc)})
                 raise
-            builds.append({"name": name, "ok": True, "seconds": round(time.perf_counter() - started, 3), "error": ""})
+            builds.append({"name": name, "ok": True, "seconds": round(time.perf_counter() - started, 3), "error": "",
+                           "path": str(getattr(module, "__file__", "") or "")})
+            _count_calls(module, name)
             return module
 
         watched._kl_watched = original
         setattr(cpp_extension, attribute, watched)
     return builds
+
+
+# Calls of the functions of the extensions built in this process, "<extension>.<function>" -> count; the
+# worker empties it before the profiled call of ModelNew.forward (see measure_solution).
+EXTENSION_CALLS: Counter = Counter()
+
+
+def _count_calls(module, extension: str) -> None:
+    """Wrap the extension module's functions so that each call is counted (the module's attributes are
+    replaced before the program sees the module, so `ext.fn(...)` and `fn = ext.fn` both count)."""
+    for attribute in dir(module):
+        function = getattr(module, attribute, None)
+        if attribute.startswith("_") or type(function).__name__ != "builtin_function_or_method":
+            continue
+
+        def counted(*args, _function=function, _key=f"{extension}.{attribute}", **kwargs):
+            EXTENSION_CALLS[_key] += 1
+            return _function(*args, **kwargs)
+
+        counted.__name__ = attribute
+        counted.__doc__ = function.__doc__
+        try:
+            setattr(module, attribute, counted)
+        except (AttributeError, TypeError):
+            pass
+
+
+def extension_symbols(paths: list[str]) -> list[str]:
+    """The demangled names of the functions defined in the built extension libraries: each kernel compiled
+    into one has a host stub of its own name there (template instantiations, CUTLASS kernels included)."""
+    names: list[str] = []
+    for path in paths:
+        try:
+            run = subprocess.run(["nm", "-C", "--defined-only", path], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        for line in run.stdout.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[1] in ("T", "t", "W", "w"):
+                names.append(parts[2])
+    return names
 
 
 def _build_error_line(exc: BaseException) -> str:
@@ -245,21 +304,22 @@ def _compare(cand, ref, tolerance: float, torch) -> dict:
     return {"ok": bad == 0, "bad": bad, "numel": numel, "poison": poison, "max_abs": max_abs}
 
 
-def _kernels_of(call, torch) -> tuple[Counter, Counter]:
-    """CUDA kernels one call launches, split into the solution's own and PyTorch's or a library's."""
+def _kernels_of(call, torch) -> Counter:
+    """CUDA kernels one call launches, by full name (split into the solution's own and the rest by
+    kernelbench_verdict.split_kernels)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         call()
         torch.cuda.synchronize()
-    custom, library = Counter(), Counter()
+    kernels = Counter()
     for event in prof.events():
         if getattr(event, "device_type", None) is not None and "CUDA" in str(event.device_type):
             name = event.name
             if name.startswith(("cudaLaunch", "cuLaunch", "Memcpy", "Memset", "cudaMemcpy", "cudaMemset")):
                 continue
-            (library if LIBRARY_KERNEL.search(name) else custom)[name[:120]] += 1
-    return custom, library
+            kernels[name] += 1
+    return kernels
 
 
 def _aten_ops(call, torch) -> Counter:
@@ -348,7 +408,15 @@ def measure_solution(reference_source: str, solution_source: str | None, *, exte
         working = [t.clone() if isinstance(t, torch.Tensor) else t for t in draws[0]]
         if solution is not None:
             call = lambda: solution(*working)  # noqa: E731
-            evidence["custom_kernels"], evidence["library_kernels"] = map(dict, _kernels_of(call, torch))
+            EXTENSION_CALLS.clear()
+            kernels = _kernels_of(call, torch)
+            if evidence["extension_builds"]:
+                evidence["extension_calls"] = dict(EXTENSION_CALLS)
+            symbols = extension_symbols([b["path"] for b in evidence["extension_builds"] if b.get("path")])
+            own, other = split_kernels(dict(kernels), solution_source, symbols)
+            evidence["custom_kernels"] = {k[:200]: n for k, n in own.items()}
+            evidence["library_kernels"] = {k[:200]: n for k, n in other.items()}
+            evidence["kernel_rule"] = KERNEL_RULE
             evidence["kernels_seen"] = True
             evidence["aten_ops"] = dict(_aten_ops(call, torch))
             evidence["reference_aten_ops"] = dict(_aten_ops(lambda: model(*working), torch))
@@ -377,9 +445,20 @@ def measure_solution(reference_source: str, solution_source: str | None, *, exte
             try:
                 from triton.testing import do_bench
 
-                evidence["do_bench_ms"] = do_bench(lambda: model(*working), warmup=25, rep=200)
+                # Every sample, so that the statistic compared is the same as ours (the median); do_bench's
+                # default return is the mean, which on a launch-bound op carries its outliers.
+                times = do_bench(lambda: model(*working), warmup=25, rep=200, return_mode="all")
+                times = sorted(float(t) for t in times)
+                evidence["do_bench"] = {"median_ms": statistics.median(times), "mean_ms": statistics.fmean(times),
+                                        "min_ms": times[0], "n": len(times)}
+                evidence["do_bench_ms"] = evidence["do_bench"]["median_ms"]
             except Exception as exc:  # noqa: BLE001
                 evidence.setdefault("baseline_errors", {})["do_bench"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if "energy" in baselines or (solution is not None and settings.energy_window_s > 0 and
+                                     all(d.get("ok") for d in evidence["draws"])):
+            evidence["energy"] = {"reference": _energy(lambda: model(*working), torch, settings.energy_window_s)}
+            if solution is not None:
+                evidence["energy"]["candidate"] = _energy(lambda: solution(*working), torch, settings.energy_window_s)
         evidence["baselines_ms"] = {s.label: samples[i] for i, s in enumerate(sides) if s.label.startswith("baseline:")}
         evidence["phase_s"]["total"] = time.perf_counter() - started
         evidence["timing"] = {s.label: dataclasses.asdict(summarize(samples[i])) for i, s in enumerate(sides)}
@@ -409,6 +488,32 @@ def _baseline_side(name: str, model, working: list, torch, evidence: dict) -> _M
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot be made is reported, not fatal
         evidence.setdefault("baseline_errors", {})[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
     return None
+
+
+def _energy(call, torch, window_s: float) -> dict:
+    """NVML's energy counter over repeated calls for at least `window_s` (the counter moves in steps):
+    {j_per_call, mean_w, window_s, calls}, or {error}."""
+    from .observers import ObserverUnavailable
+    from .observers.nvml import NvmlEnergyObserver
+
+    try:
+        observer = NvmlEnergyObserver(torch.cuda.current_device())
+        call()
+        torch.cuda.synchronize()
+        observer.before_start()
+        started, calls = time.perf_counter(), 0
+        while True:
+            for _ in range(8):
+                call()
+            calls += 8
+            torch.cuda.synchronize()
+            if time.perf_counter() - started >= window_s:
+                break
+        observer.after_finish()
+        energy = observer.get_results(calls)
+        return {"j_per_call": energy.j_per_call, "mean_w": energy.mean_w, "window_s": energy.window_s, "calls": calls}
+    except ObserverUnavailable as exc:
+        return {"error": str(exc)}
 
 
 def _escape_probe(solution, working: list, torch, runs: int) -> dict:
