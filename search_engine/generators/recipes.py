@@ -54,6 +54,8 @@ class RecipeFamily:
     constraints: list[str] = field(default_factory=list)
     temps: list[dict] = field(default_factory=list)
     compile_options: list[str] = field(default_factory=list)
+    # (position, memset step) put in the launch when the knob SPLIT is above 1 (atomics add into it)
+    zeroed_when_split: tuple[int, dict] | None = None
 
     def render(self, knobs: dict) -> Candidate:
         defines = "".join(f"#define {name} {value}\n" for name, value in knobs.items())
@@ -66,6 +68,9 @@ class RecipeFamily:
                            "grid": [_substitute(e, knobs) for e in step["grid"]],
                            "block": [_substitute(e, knobs) for e in step["block"]],
                            "shared": _substitute(step.get("shared", "0"), knobs)})
+        if self.zeroed_when_split is not None and knobs.get("SPLIT", 1) > 1:
+            at, memset = self.zeroed_when_split
+            launch.insert(at, dict(memset))
         setting = ", ".join(f"{k}={v}" for k, v in knobs.items())
         return make_candidate(defines + self.template, launch, temps=self.temps, compile_options=self.compile_options,
                               knobs=dict(knobs), name=f"{RECIPE_NAME_PREFIX}{self.recipe}: {setting}")
@@ -643,7 +648,7 @@ def column_tile_family(parent: Candidate) -> RecipeFamily:
             raise CannotApply(f"the code before the row loops reads memory or calls a function (line "
                               f"{node.start_point[0] + 1}); threads past the last column would run it too.")
     loops = column_statements[first:last + 1]
-    inside, combines = _split_loops(loops, "the column's", "TILE_R", "kl_tile_")
+    inside, combines = _split_loops(loops, "the column's", "(TILE_R * SPLIT)", "kl_tile_")
     if not combines:
         raise CannotApply("the row loops build no sum, maximum or minimum to combine across the tile.")
     if len(combines) > 1:
@@ -661,12 +666,19 @@ def column_tile_family(parent: Candidate) -> RecipeFamily:
         f"if (!({column} < ({bound}))) return;"
     after = column_statements[last + 1:]
     after_text = source.encode()[after[0].start_byte:after[-1].end_byte].decode() if after else ""
+    # A column whose code after the loops only stores a sum (out[col] = sum;) can also split its rows
+    # over SPLIT blocks along y, each adding its part with atomicAdd into the output zeroed first.
+    stored = _stored_sum(after, column, kernel, combines, loops)
+    if stored is not None:
+        target, value = stored
+        after_text = (f"#if SPLIT > 1\n    if (threadIdx.y == 0) atomicAdd(&{target}[{column}], {value});\n#else\n"
+                      f"    {after_text}\n#endif")
     before = source.encode()[column_statements[0].start_byte:loops_start].decode() if first > 0 else ""
     index_text = _text(statements[0])
     new_body = (
         "{\n"
         f"    {index_text}\n"
-        "    const int kl_lane = threadIdx.y;\n"
+        "    const int kl_lane = blockIdx.y * TILE_R + threadIdx.y;\n"
         f"    const bool kl_active = {column} < ({bound});\n"
         + (f"    {before.rstrip()}\n" if before.strip() else "")
         + "    if (kl_active) {\n"
@@ -678,12 +690,40 @@ def column_tile_family(parent: Candidate) -> RecipeFamily:
         + "}"
     )
     template = _TILE_HELPERS + source[:body.start_byte] + new_body + source[body.end_byte:]
-    launch = _relaunched(parent, step, [_replace_number(grid[0], block_size, "TILE_C")] + grid[1:],
+    launch = _relaunched(parent, step, [_replace_number(grid[0], block_size, "TILE_C"), "SPLIT"],
                          ["TILE_C", "TILE_R"])
+    zeroed = None
+    if stored is not None:
+        zeroed = (launch.index(next(s for s in launch if s.get("kernel") == step["kernel"])),
+                  {"memset": stored[0], "value": 0})
     return RecipeFamily(recipe="column-tile", template=template, launch=launch,
-                        knobs={"TILE_C": list(TILE_COLUMNS), "TILE_R": list(TILE_ROWS)},
-                        start={"TILE_C": 32, "TILE_R": 16}, constraints=["TILE_C * TILE_R <= 1024"],
-                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+                        knobs={"TILE_C": list(TILE_COLUMNS), "TILE_R": list(TILE_ROWS),
+                               "SPLIT": list(ROW_SPLITS) if stored is not None else [1]},
+                        start={"TILE_C": 32, "TILE_R": 16, "SPLIT": 1}, constraints=["TILE_C * TILE_R <= 1024"],
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []),
+                        zeroed_when_split=zeroed)
+
+
+ROW_SPLITS = (1, 2, 4, 8, 16)
+
+
+def _stored_sum(after: list[Node], column: str, kernel: Node, combines: list, loops: list[Node]) -> tuple[str, str] | None:
+    """(P, v) when the code after the loops is only `P[column] = v;` with v a sum the loops build."""
+    if len(after) != 1 or after[0].type != "expression_statement" or not after[0].named_children:
+        return None
+    assignment = after[0].named_children[0]
+    if assignment.type != "assignment_expression" or _text(assignment.child_by_field_name("operator")) != "=":
+        return None
+    left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
+    if left is None or left.type != "subscript_expression" or right is None or right.type != "identifier":
+        return None
+    target = _text(left.child_by_field_name("argument"))
+    index = (left.child_by_field_name("indices") or left.child_by_field_name("index"))
+    sums = {name for loop in loops for name, kind in _loop_reductions(loop).items() if kind == "sum"}
+    if _pointer_parameters(kernel).get(target) != "float" or _text(index).strip("[] ") != column \
+            or _text(right) not in sums:
+        return None
+    return target, _text(right)
 
 
 # ---- halo tiles: a 2-D stencil's input read once per block into shared memory --------------------

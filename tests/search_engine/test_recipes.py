@@ -234,16 +234,31 @@ def test_a_chunked_row_loop_is_split_by_chunks_and_its_scalar_tail_is_left_to_th
 def test_a_column_sum_gets_column_tiles_with_rows_split_over_threadidx_y_and_combined_in_shared_memory():
     _, reference = _reference(OWN / "column_sum")
     family = column_tile_family(reference)
-    variant = family.render({"TILE_C": 32, "TILE_R": 8})
+    variant = family.render({"TILE_C": 32, "TILE_R": 8, "SPLIT": 1})
     source = variant["source"]
     body = source[source.index("extern \"C\""):]
-    assert "const int kl_lane = threadIdx.y;" in body and "const bool kl_active = col < (cols);" in body
-    assert "for (r += kl_lane * (ROWS_PER_STEP); r + ROWS_PER_STEP <= rows; r += TILE_R * (ROWS_PER_STEP))" in body
+    assert "const int kl_lane = blockIdx.y * TILE_R + threadIdx.y;" in body
+    assert "const bool kl_active = col < (cols);" in body
+    assert ("for (r += kl_lane * (ROWS_PER_STEP); r + ROWS_PER_STEP <= rows; r += (TILE_R * SPLIT) * (ROWS_PER_STEP))"
+            in body)
     # Every thread reaches the combine; the bounds check moves below it, before the write.
     assert body.index("if (kl_active) {") < body.index("sum = kl_tile_sum(sum);") < body.index("if (col >= cols) return;") \
         < body.index("out[col] = sum;")
-    assert variant["launch"][0]["grid"] == ["ceil_div(COLS, 32)"] and variant["launch"][0]["block"] == ["32", "8"]
+    assert variant["launch"] == [{**reference["launch"][0], "grid": ["ceil_div(COLS, 32)", "1"], "block": ["32", "8"]}]
     assert family.constraints == ["TILE_C * TILE_R <= 1024"]
+
+
+def test_a_stored_column_sum_may_also_split_its_rows_over_blocks_adding_into_an_output_zeroed_first():
+    _, reference = _reference(OWN / "column_sum")
+    family = column_tile_family(reference)
+    assert family.knobs["SPLIT"] == [1, 2, 4, 8, 16]
+    variant = family.render({"TILE_C": 64, "TILE_R": 4, "SPLIT": 8})
+    assert variant["launch"][0] == {"memset": "out", "value": 0}
+    assert variant["launch"][1]["grid"] == ["ceil_div(COLS, 64)", "8"]
+    assert "if (threadIdx.y == 0) atomicAdd(&out[col], sum);" in variant["source"]
+    # A column that stores anything but the sum keeps one block per column tile.
+    reference["source"] = reference["source"].replace("out[col] = sum;", "out[col] = sum * 0.5f;")
+    assert column_tile_family(reference).knobs["SPLIT"] == [1]
 
 
 @pytest.mark.parametrize("folder, why", [
