@@ -305,7 +305,7 @@ def main(argv=None) -> dict:
                                             "/work/shared/H200-REFERENCE.md"}
     else:
         def measure(spec, candidate):
-            return runner.measure(spec, candidate)
+            return runner.measure(spec, candidate, timeout_s=60.0)
         bandwidth = copy_bandwidth_gbs()
     doc = {"benchmark": "own_kernels", "machine": machine, "date": DATE, "backend": args.backend,
            "budget_per_kernel": args.budget, "deadline_s": args.deadline_s, "goal_fraction_of_roofline": GOAL,
