@@ -130,7 +130,14 @@ def _transform_generator(context: RunContext):
 def _recipe_generator(context: RunContext):
     from search_engine.generators.recipes import RecipeGenerator
 
-    return RecipeGenerator()
+    recipes = RecipeGenerator()
+    if context.spec.family is None:
+        return recipes
+    from search_engine.generators.combined import CombinedGenerator
+
+    # The cures, and the template of the problem's own knobs (its [family], or the automatic knobs
+    # confirmed on the problem page) over the same tree, as benchmarks/own_kernels_h200.py searches.
+    return CombinedGenerator([recipes, _template_generator(context)])
 
 
 def _llm_generator(context: RunContext):
