@@ -307,6 +307,7 @@ def main(argv=None) -> dict:
         def measure(spec, candidate):
             return runner.measure(spec, candidate, timeout_s=60.0)
         bandwidth = copy_bandwidth_gbs()
+        bandwidth["reference_doc_gbs"] = 4232.0  # /work/shared/H200-REFERENCE.md, 2026-11-29, for comparison
     doc = {"benchmark": "own_kernels", "machine": machine, "date": DATE, "backend": args.backend,
            "budget_per_kernel": args.budget, "deadline_s": args.deadline_s, "goal_fraction_of_roofline": GOAL,
            "copy_bandwidth": bandwidth, "settings": asdict(SETTINGS), "surrogate": "roofline",
