@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     for objective in OBJECTIVES:
         models[objective] = ProgramSurrogate(objective=objective, seed=args.seed).fit(train)
         reports[objective] = heldout_report(models[objective], test, roofline=roofline,
-                                            clear=program_features.clear_caches, seed=args.seed)
+                                            clear=program_features.clear_caches, clear_pool=program_features.clear_candidates, seed=args.seed)
     baselines = {}
     if not args.skip_learned_v1:
         baselines["learned_v1"] = learned_v1_report(train, test, args.seed)

@@ -14,8 +14,9 @@ the surrogate like any candidate and worth nothing when chosen.
 - ece_after_first_measurement: each pool replayed as a run: the candidate the forecast ranks first is
   measured (a miss is measured and the next taken, as a search would), the surrogate learns from it
   (`learn`, where it has one), and the pool's other rows are forecast again and scored;
-- cold_forecasts_per_s: forecasts of the held-out rows, pool by pool, after every cache is emptied,
-  on one thread.
+- cold_forecasts_per_s: forecasts of the held-out rows, pool by pool, on one thread, every cache
+  emptied first and the candidates' again before each pool (a run reads its reference once and every
+  candidate anew).
 """
 
 from __future__ import annotations
@@ -168,14 +169,17 @@ def after_measurements(surrogate, rows: list[dict], cold: list[Forecast], *, mea
 
 
 def forecast_pools(surrogate, rows: list[dict], *, clear: Callable[[], None] | None = None,
-                   batch_size: int = 64) -> tuple[list[Forecast], float]:
+                   clear_pool: Callable[[], None] | None = None, batch_size: int = 64) -> tuple[list[Forecast], float]:
     """Cold forecasts of every row, pool by pool (a run forecasts its own problem's candidates), after
-    `clear()` empties every cache; returns them in row order with the forecasts per second."""
+    `clear()` empties every cache and `clear_pool()` the candidates' before each pool (the same
+    program on another GPU is new to that run); returns them in row order with the forecasts per second."""
     if clear is not None:
         clear()
     out: list = [None] * len(rows)
     started = time.perf_counter()
     for _, idx in sorted(pools(rows).items()):
+        if clear_pool is not None:
+            clear_pool()
         for start in range(0, len(idx), batch_size):
             chunk = idx[start:start + batch_size]
             for i, f in zip(chunk, surrogate.forecast_many([rows[i]["request"] for i in chunk])):
@@ -185,7 +189,8 @@ def forecast_pools(surrogate, rows: list[dict], *, clear: Callable[[], None] | N
 
 
 def heldout_report(surrogate, rows: list[dict], *, roofline=None, clear: Callable[[], None] | None = None,
-                   bins: BinTable = DEFAULT_BINS, seed: int = 0, batch_size: int = 64) -> dict:
+                   clear_pool: Callable[[], None] | None = None, bins: BinTable = DEFAULT_BINS, seed: int = 0,
+                   batch_size: int = 64) -> dict:
     """The held-out figures of one surrogate on held-out rows (every row must be of a held-out task)."""
     outside = sorted({r["task"] for r in rows if not is_held_out(r["task"])})
     if outside:
@@ -194,7 +199,7 @@ def heldout_report(surrogate, rows: list[dict], *, roofline=None, clear: Callabl
         raise ValueError("There are no held-out rows to score.")
     if hasattr(surrogate, "learn"):
         surrogate.learn([])
-    cold, per_s = forecast_pools(surrogate, rows, clear=clear, batch_size=batch_size)
+    cold, per_s = forecast_pools(surrogate, rows, clear=clear, clear_pool=clear_pool, batch_size=batch_size)
     ranking = ranking_block(cold, rows, bins=bins, seed=seed)
     probability = probability_block(cold, rows, bins)
     uniform = probability_block(uniform_forecasts(len(rows), bins), rows, bins)

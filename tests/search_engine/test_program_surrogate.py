@@ -161,6 +161,45 @@ def test_the_references_measured_time_over_its_roofline_is_a_feature_where_it_is
     assert slow == pytest.approx(fast + 2)
 
 
+TEMPLATED = '''
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+#include <vector>
+#define TILE 32
+template <typename scalar_t>
+__global__ void scale(const scalar_t* x, scalar_t* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * scalar_t(2);
+}
+torch::Tensor run(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    scale<float><<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+'''
+
+
+def test_the_kernel_unit_keeps_the_device_code_alone_and_writes_a_one_type_template_for_float():
+    from search_engine.surrogates.program_features import kernel_unit
+
+    unit = kernel_unit(TEMPLATED)
+    assert "#include <cuda_runtime.h>" in unit and "#define TILE 32" in unit
+    assert "torch" not in unit and "<vector>" not in unit and "run(" not in unit   # host code and its headers go
+    assert "__global__ void scale(const float* x, float* y, int n)" in unit and "scalar_t" not in unit
+    assert kernel_unit("int main() { return 0; }") is None
+
+
+def test_compiler_facts_given_with_the_request_are_features_and_a_program_without_them_is_unknown():
+    req = request(own_kernel(256))
+    unknown = features(req)
+    assert math.isnan(unknown["comp_known"]) and math.isnan(unknown["comp_registers"])
+    req.compiler_facts = {"registers": 40, "shared_bytes": 1024, "spill_stores": 8, "spill_loads": 4}
+    known = features(req)
+    assert known["comp_known"] == 1 and known["comp_registers"] == 40 and known["comp_spills"] == 12
+    torch_only = features(request(TORCH_ONLY))
+    assert math.isnan(torch_only["comp_known"])   # no CUDA of its own: nothing to compile
+
+
 def synthetic_rows(tasks: range, seed: int = 0) -> list[dict]:
     """Pools of made-up tasks in which the candidate with its own vectorised kernel is fastest,
     a torch rewrite about as fast as the reference, with a per-task level."""

@@ -284,7 +284,7 @@ class Command(BaseCommand):
             surrogate, description = build_surrogate(options)
         self._log(f"scoring {description['id']} on {len(test)} held-out rows of {len({r['task'] for r in test})} tasks")
         try:
-            report = heldout_report(surrogate, test, roofline=RooflineSurrogate(), clear=program_features.clear_caches,
+            report = heldout_report(surrogate, test, roofline=RooflineSurrogate(), clear=program_features.clear_caches, clear_pool=program_features.clear_candidates,
                                     batch_size=options["batch_size"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
