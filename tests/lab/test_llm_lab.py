@@ -29,3 +29,22 @@ def test_a_real_model_is_evaluated_with_tokens_counted_and_answers_cached(llm_se
                  key=lambda r: r["id"])
     assert second["cost"]["cached"] == ev["answered"]  # usable answers come from the cache; abstentions are asked again
     print(capsys.readouterr().out)
+
+
+def test_a_real_model_is_scored_on_the_held_out_tasks_like_the_program_surrogate(llm_server, settings, tmp_path):
+    import json
+
+    from kernellab.selectors.kernelbench import cuda_l1_dir
+    from search_engine.lab.heldout_eval import HEADLINE
+
+    if not (cuda_l1_dir() / "h100.jsonl").is_file():
+        pytest.skip(f"CUDA-L1 is not at {cuda_l1_dir()}")
+    settings.DATA_DIR = tmp_path
+    out = tmp_path / "heldout.json"
+    call_command("evaluate_surrogate", "--heldout", "--surrogate", "llm", "--llm-model", llm_server["model"],
+                 "--base-url", llm_server["base_url"], "--limit", "3", "--concurrency", "1", "--max-tokens", "300",
+                 "--no-cache", "--out", str(out))
+    report = json.loads(out.read_text())
+    assert set(HEADLINE) <= set(report) and 1 <= report["rows"] <= 3
+    assert report["cost"]["tokens_in"] > 1000   # every row was asked: programs of reference and candidate
+    assert report["abstained"] + report["report"]["cold"].get("rows", 0) >= report["report"]["rows_with_speedup"]
