@@ -31,7 +31,7 @@ from typing import Callable
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser
 
-from klexpr import parse_expression
+from klexpr import ExpressionError, evaluate, parse_expression
 from search_engine.candidates import Candidate, candidate_hash, make_candidate
 from search_engine.generators.base import Proposal, ProposalContext
 from search_engine.generators.template import KnobSpace, TemplateGenerator
@@ -1004,12 +1004,12 @@ def read_only_family(parent: Candidate) -> RecipeFamily:
         raise CannotApply("the kernel has no pointer parameters.")
     if "__launch_bounds__" in _text(kernel) or "__restrict__" in _text(kernel.child_by_field_name("declarator")):
         raise CannotApply("the kernel already states __launch_bounds__ or __restrict__.")
-    block = step["block"]
-    if not block or not all(str(b).strip().isdigit() for b in block):
-        raise CannotApply("the block is not a literal size, so __launch_bounds__ cannot state it.")
     threads = 1
-    for b in block:
-        threads *= int(b)
+    for b in step["block"] or ["?"]:
+        try:
+            threads *= int(evaluate(str(b), {}))
+        except (ExpressionError, TypeError, ValueError, ZeroDivisionError):
+            raise CannotApply("the block is not a fixed size, so __launch_bounds__ cannot state it.") from None
     written = _written_pointers(kernel, pointers)
     read_only = set(pointers) - written
     edits = []
@@ -1100,6 +1100,7 @@ def _relaunched(parent: Candidate, step: dict, grid: list[str], block: list[str]
 
 
 # ---- the generator ------------------------------------------------------------------------------
+MODIFIERS = ("unroll", "read-only-path")   # recipes that may also go on top of another cure's variant
 RECIPES: tuple[Recipe, ...] = (
     Recipe("vectorise", "4-byte global loads and stores", narrow_accesses_noted, vectorise_family),
     Recipe("warp-per-row", "one thread per row", one_thread_per_row_noted, warp_per_row_family),
@@ -1133,15 +1134,68 @@ class RecipeGenerator:
         return self._families[key]
 
     def propose(self, context: ProposalContext, n: int) -> list[Proposal]:
-        recipe = self._recipe_of(context.parent)
-        if recipe is not None:
-            family = self.family(recipe, context.reference)
+        chain = self._chain_of(context.parent)
+        if chain is not None:
+            family = self._family_of_chain(chain, context.reference)
             if isinstance(family, str):
                 return []
-            return self._explorer(family).propose(context, n)
+            stacked = self._stacked_starts(chain, context, max(1, n // 2)) if "+" not in chain else []
+            known = set(context.known_hashes) | {candidate_hash(p.candidate) for p in stacked}
+            around = self._explorer(family).propose(
+                ProposalContext(**{**context.__dict__, "known_hashes": known}), max(0, n - len(stacked)))
+            return stacked + around
         if context.parent.get("source") != context.reference.get("source"):
             return []  # recipes rewrite the user's kernel; other nodes are explored by their own cure
         return self._cures(context, n)
+
+    # ---- modifiers on top of a cure ---------------------------------------------------------------
+    # A structural cure's variant can take a modifier recipe as well (unroll its loops, route its
+    # reads through the read-only path): the stacked family is the modifier derived from that very
+    # variant, its knobs the modifier's, and its name carries the variant, e.g.
+    # "recipe warp-per-row[WARPS=4]+unroll: UNROLL=8", so a later expansion can derive it again.
+    def _stacked_starts(self, chain: str, context: ProposalContext, n: int) -> list[Proposal]:
+        parent_knobs = context.parent.get("knobs") or {}
+        if not parent_knobs:
+            return []
+        base = f"{chain}[{','.join(f'{k}={v}' for k, v in parent_knobs.items())}]"
+        known = set(context.known_hashes)
+        out = []
+        for modifier in (r for r in self.recipes if r.name in MODIFIERS and r.name != chain):
+            family = self._family_of_chain(f"{base}+{modifier.name}", context.reference)
+            if isinstance(family, str) or len(out) >= n:
+                continue
+            start = family.render(family.start)
+            digest = candidate_hash(start)
+            if digest in known:
+                continue
+            known.add(digest)
+            out.append(Proposal(candidate=start, rationale=f"{modifier.name} on top of {chain}: cures {modifier.cures} "
+                                "in the cured kernel; start at " + ", ".join(f"{k}={v}" for k, v in family.start.items())))
+        return out
+
+    def _family_of_chain(self, chain: str, reference: Candidate) -> RecipeFamily | str:
+        if "+" not in chain:
+            recipe = next((r for r in self.recipes if r.name == chain), None)
+            return self.family(recipe, reference) if recipe is not None else f"no recipe is called {chain}"
+        base_text, top_name = chain.rsplit("+", 1)
+        base_name, _, knob_text = base_text.partition("[")
+        top = next((r for r in self.recipes if r.name == top_name), None)
+        base_family = self._family_of_chain(base_name, reference)
+        if top is None or isinstance(base_family, str):
+            return f"no recipe is called {top_name}" if top is None else base_family
+        try:
+            knobs = {k: int(v) for k, v in (item.split("=") for item in knob_text.rstrip("]").split(",") if item)}
+        except ValueError:
+            return f"the cure's knobs {knob_text!r} cannot be read"
+        key = (chain, reference["source"])
+        if key not in self._families:
+            try:
+                family = top.derive(base_family.render(knobs))
+                family.recipe = chain
+                self._families[key] = family
+            except CannotApply as exc:
+                self._families[key] = f"The {top.name} recipe cannot apply on top of {base_name}: {exc}"
+        return self._families[key]
 
     def _cures(self, context: ProposalContext, n: int) -> list[Proposal]:
         """Each applicable cure's start point first (cures an expert diagnosed ahead of the others),
@@ -1188,12 +1242,12 @@ class RecipeGenerator:
                 return f"cures the {note.get('expert', 'expert')} diagnosis \"{note.get('finding', '')}\""
         return f"cures {recipe.cures} (read in the kernel's code)"
 
-    def _recipe_of(self, candidate: Candidate) -> Recipe | None:
+    def _chain_of(self, candidate: Candidate) -> str | None:
+        """The recipe (or the cure and the modifier on top of it) that wrote this candidate."""
         name = candidate.get("name") or ""
         if not name.startswith(RECIPE_NAME_PREFIX):
             return None
-        recipe_name = name[len(RECIPE_NAME_PREFIX):].split(":", 1)[0]
-        return next((r for r in self.recipes if r.name == recipe_name), None)
+        return name[len(RECIPE_NAME_PREFIX):].split(":", 1)[0]
 
     @staticmethod
     def _explorer(family: RecipeFamily) -> TemplateGenerator:

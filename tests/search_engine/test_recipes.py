@@ -103,8 +103,10 @@ def test_the_generator_starts_the_cure_at_the_root_and_explores_its_knobs_below_
     assert first[0].rationale.startswith('vectorise: cures the memory_access diagnosis "Global loads are 4 bytes')
     child = first[0].candidate
     below = generator.propose(_context(reference, parent=child, known={candidate_hash(p.candidate) for p in first}), 3)
-    assert below and all(p.candidate["name"].startswith("recipe vectorise: ") for p in below)
-    assert all(sum(p.candidate["knobs"][k] != child["knobs"][k] for k in child["knobs"]) in (1, 2) for p in below)
+    assert below and all(p.candidate["name"].startswith("recipe vectorise") for p in below)
+    around = [p for p in below if p.candidate["name"].startswith("recipe vectorise: ")]
+    assert around and all(sum(p.candidate["knobs"][k] != child["knobs"][k] for k in child["knobs"]) in (1, 2)
+                          for p in around)
 
 
 def test_a_recipe_that_cannot_apply_says_why_once_on_the_root():
@@ -371,3 +373,42 @@ def test_on_the_gpu_each_cure_is_correct_in_every_size_case(folder, derive):
         for knobs in _corners(family):
             result = runner.measure(spec, RunnerCandidate.from_dict(family.render(knobs), spec))
             assert result.status == "ok", (knobs, result.reason)
+
+
+def _below(generator, reference, parent, n=6, known=None):
+    return generator.propose(_context(reference, parent=parent, known=known), n)
+
+
+def test_below_a_cure_the_modifiers_start_on_top_of_that_very_variant_and_are_explored_there():
+    _, reference = _reference(SOFTMAX)
+    generator = RecipeGenerator()
+    cure = warp_per_row_family(reference).render({"WARPS": 8})
+    below = _below(generator, reference, cure)
+    names = [p.candidate["name"] for p in below]
+    assert names[:2] == ["recipe warp-per-row[WARPS=8]+unroll: UNROLL=4",
+                         "recipe warp-per-row[WARPS=8]+read-only-path: RESTRICT=1, LDG=1, MINB=0"]
+    assert {"recipe warp-per-row: WARPS=4", "recipe warp-per-row: WARPS=16"} <= set(names)
+    stacked = below[0].candidate
+    assert "#define WARPS 8\n" in stacked["source"] and "#pragma unroll kl_unroll" in stacked["source"]
+    assert stacked["launch"][0]["block"] == ["8 * 32"]              # the cure's launch, kept
+    deeper = _below(generator, reference, stacked, 3)
+    assert deeper and all(p.candidate["name"].startswith("recipe warp-per-row[WARPS=8]+unroll: UNROLL=")
+                          for p in deeper)
+    assert not any("+" in p.candidate["name"].split(":")[0].split("+", 1)[1] for p in deeper)  # no third layer
+
+
+@needs_nvcc
+@pytest.mark.parametrize("folder, derive, knobs", [
+    ("row_softmax", warp_per_row_family, {"WARPS": 4}), ("row_rmsnorm", warp_per_row_family, {"WARPS": 8}),
+    ("column_sum", column_tile_family, {"TILE_C": 32, "TILE_R": 16, "SPLIT": 4}),
+    ("stencil3x3", halo_tile_family, {"BX": 32, "BY": 8}), ("gelu", vectorise_family, {"VEC": 4, "BLOCK": 256}),
+])
+def test_the_modifiers_on_top_of_each_cure_compile_with_nvcc(folder, derive, knobs):
+    spec, reference = _reference(OWN / folder)
+    cure = derive(reference).render(knobs)
+    stacked = [p.candidate for p in _below(RecipeGenerator(), reference, cure, 4) if "+" in p.candidate["name"]]
+    assert [c["name"].split(":")[0].rsplit("+", 1)[1] for c in stacked] == ["unroll", "read-only-path"]
+    runner = Runner(backend="static")
+    for candidate in stacked:
+        report = runner.check(spec, RunnerCandidate.from_dict(candidate, spec))
+        assert report.ok, (candidate["name"], report.summary())
