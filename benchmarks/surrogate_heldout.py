@@ -98,8 +98,29 @@ def fill_compiler_facts(rows: list[dict], path: Path) -> dict:
     return {"programs": len(programs), "compiled": compiled, "compiled_now": len(todo)}
 
 
-def cross_validated(objective: str, train: list[dict], folds: int, seed: int) -> dict:
-    """Ranking figures of an objective on the training tasks alone, by task-grouped folds."""
+def fit_model(name: str, rows: list[dict], seed: int):
+    """A model trained on rows: a LightGBM objective of the program surrogate, or today's learned
+    surrogate (bin classifier over features.py) as "learned_v1"."""
+    if name != "learned_v1":
+        return ProgramSurrogate(objective=name, seed=seed).fit(rows)
+    from search_engine.surrogates.learned import LearnedSurrogate
+
+    measured = [r for r in rows if r.get("speedup")]
+    return LearnedSurrogate(seed=seed).fit([{"request": r["request"], "speedup": r["speedup"]} for r in measured],
+                                           groups=[r["task"] for r in measured])
+
+
+def clear_v1() -> None:
+    from search_engine.surrogates import features
+
+    for name in dir(features):
+        function = getattr(features, name)
+        if callable(function) and hasattr(function, "cache_clear"):
+            function.cache_clear()
+
+
+def cross_validated(name: str, train: list[dict], folds: int, seed: int) -> dict:
+    """Ranking figures of a model on the training tasks alone, by task-grouped folds."""
     tasks = sorted({r["task"] for r in train})
     order = np.random.default_rng(seed).permutation(len(tasks))
     fold_of = {tasks[i]: k % folds for k, i in enumerate(order)}
@@ -107,28 +128,10 @@ def cross_validated(objective: str, train: list[dict], folds: int, seed: int) ->
     for k in range(folds):
         fit = [r for r in train if fold_of[r["task"]] != k]
         test = [i for i, r in enumerate(train) if fold_of[r["task"]] == k]
-        model = ProgramSurrogate(objective=objective, seed=seed).fit(fit)
+        model = fit_model(name, fit, seed)
         for i, f in zip(test, model.forecast_many([train[i]["request"] for i in test])):
             forecasts[i] = f
     return ranking_block(forecasts, train, seed=seed)
-
-
-def learned_v1_report(train: list[dict], test: list[dict], seed: int) -> dict:
-    """Today's learned surrogate (bin classifier over features.py) trained on the same rows."""
-    from search_engine.surrogates import features
-    from search_engine.surrogates.learned import LearnedSurrogate
-
-    def clear():
-        for name in dir(features):
-            function = getattr(features, name)
-            if callable(function) and hasattr(function, "cache_clear"):
-                function.cache_clear()
-
-    model = LearnedSurrogate(seed=seed)
-    measured = [r for r in train if r.get("speedup")]
-    model.fit([{"request": r["request"], "speedup": r["speedup"]} for r in measured],
-              groups=[r["task"] for r in measured])
-    return heldout_report(model, test, clear=clear, seed=seed)
 
 
 def main(argv=None) -> int:
@@ -153,33 +156,43 @@ def main(argv=None) -> int:
     print(f"{len(rows)} rows: {len(train)} of {len({r['task'] for r in train})} training tasks, "
           f"{len(test)} of {len({r['task'] for r in test})} held-out tasks", flush=True)
 
+    candidates = OBJECTIVES + (() if args.skip_learned_v1 else ("learned_v1",))
     selection = {}
-    for objective in OBJECTIVES:
-        selection[objective] = cross_validated(objective, train, args.folds, args.seed)
-        print(f"cross-validated on training tasks, {objective}: spearman "
-              f"{selection[objective]['spearman_within_task']:.3f}, recovered@1% "
-              f"{selection[objective]['recovered_at_1pct']:.3f}", flush=True)
+    for name in candidates:
+        selection[name] = cross_validated(name, train, args.folds, args.seed)
+        print(f"cross-validated on training tasks, {name}: spearman "
+              f"{selection[name]['spearman_within_task']:.3f}, recovered@1% "
+              f"{selection[name]['recovered_at_1pct']:.3f}", flush=True)
+    # Only the program surrogate's objectives can ship: today's learned surrogate forecasts new
+    # candidates an order of magnitude under the 1,000/s a search needs (its figures stand beside).
     chosen = max(OBJECTIVES, key=lambda o: (selection[o]["spearman_within_task"], selection[o]["recovered_at_1pct"]))
 
     reports, models = {}, {}
     roofline = RooflineSurrogate()
-    for objective in OBJECTIVES:
-        models[objective] = ProgramSurrogate(objective=objective, seed=args.seed).fit(train)
-        reports[objective] = heldout_report(models[objective], test, roofline=roofline,
-                                            clear=program_features.clear_caches, clear_pool=program_features.clear_candidates, seed=args.seed)
-    baselines = {}
-    if not args.skip_learned_v1:
-        baselines["learned_v1"] = learned_v1_report(train, test, args.seed)
+    for name in candidates:
+        models[name] = fit_model(name, train, args.seed)
+        program = name != "learned_v1"
+        reports[name] = heldout_report(
+            models[name], test, roofline=roofline,
+            clear=program_features.clear_caches if program else clear_v1,
+            clear_pool=program_features.clear_candidates if program else clear_v1, seed=args.seed)
     headline = reports[chosen]
     result = {
         "name": "surrogate_heldout", "date": f"{dt.date.today():%Y-%m-%d}", "machine": "cpu",
         "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
         "command": "python benchmarks/surrogate_heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         **{key: headline.get(key) for key in HEADLINE},
+        "cold_forecasts_per_s_wall": headline.get("cold_forecasts_per_s_wall"),
+        "load_average": headline.get("load_average"),
+        "throughput_note": "cold_forecasts_per_s is per second of the process's CPU time on one thread (one "
+                           "core's rate); the wall-clock rate on this shared 2-core machine, at the load "
+                           "average given, is cold_forecasts_per_s_wall",
         "surrogate": models[chosen].id, "objective": chosen,
-        "selection": {"rule": "the objective with the higher Spearman within task (then recovered@1%) in "
-                              f"{args.folds}-fold task-grouped cross-validation on the training tasks; "
-                              "held-out figures were not looked at",
+        "selection": {"rule": "of the LightGBM objectives, the higher Spearman within task (then recovered@1%) "
+                              f"in {args.folds}-fold task-grouped cross-validation on the training tasks; "
+                              "held-out figures were not looked at. Today's learned surrogate (learned_v1) "
+                              "is cross-validated and reported beside, not shipped: its cold forecasts/s "
+                              "are far under the 1,000 goal",
                       "cross_validation": selection, "chosen": chosen},
         "compiler_facts": compiler,
         "training": {"rows": len(train), "rows_with_speedup": sum(1 for r in train if r.get("speedup")),
@@ -191,7 +204,7 @@ def main(argv=None) -> int:
         "goals": {k: {"goal": f"{op} {v}", "met": (headline.get(k) is not None and
                                                    (headline[k] >= v if op == ">=" else headline[k] <= v))}
                   for k, (op, v) in GOALS.items()},
-        "report": headline, "objectives": reports, "baselines": baselines,
+        "report": headline, "models": reports,
         "seconds": time.perf_counter() - started,
     }
     result["goals"]["recovered_at_1pct_vs_random"] = {
@@ -207,8 +220,7 @@ def main(argv=None) -> int:
     if args.save_model:
         models[chosen].save(SHIPPED_MODEL)
         print(f"saved {SHIPPED_MODEL.relative_to(ROOT)} ({SHIPPED_MODEL.stat().st_size / 1024:.0f} KiB)")
-    columns = {f"{o}{' (chosen)' if o == chosen else ''}": reports[o] for o in OBJECTIVES}
-    columns.update(baselines)
+    columns = {f"{o}{' (chosen)' if o == chosen else ''}": reports[o] for o in candidates}
     print_table(columns)
     print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out} "
           f"in {result['seconds']:.0f} s")
@@ -221,7 +233,7 @@ def print_table(columns: dict) -> None:
               ("random_at_1pct", "  random @1%"), ("brier", "Brier (cold)"), ("brier_uniform", "  uniform"),
               ("brier_roofline", "  roofline"), ("crps", "CRPS (cold)"), ("crps_uniform", "  uniform"),
               ("crps_roofline", "  roofline"), ("ece_after_first_measurement", "ECE after 1st measurement"),
-              ("cold_forecasts_per_s", "cold forecasts/s")]
+              ("cold_forecasts_per_s", "cold forecasts/CPU-s"), ("cold_forecasts_per_s_wall", "  per wall s")]
     width = 28
     print("".ljust(width) + "".join(name.rjust(24) for name in columns))
     for key, label in labels:

@@ -16,12 +16,14 @@ the surrogate like any candidate and worth nothing when chosen.
   (`learn`, where it has one), and the pool's other rows are forecast again and scored;
 - cold_forecasts_per_s: forecasts of the held-out rows, pool by pool, on one thread, every cache
   emptied first and the candidates' again before each pool (a run reads its reference once and every
-  candidate anew).
+  candidate anew), per second of the process's CPU time (one core's rate on a shared machine);
+  cold_forecasts_per_s_wall beside it, with the machine's load average.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Callable
 
@@ -169,14 +171,16 @@ def after_measurements(surrogate, rows: list[dict], cold: list[Forecast], *, mea
 
 
 def forecast_pools(surrogate, rows: list[dict], *, clear: Callable[[], None] | None = None,
-                   clear_pool: Callable[[], None] | None = None, batch_size: int = 64) -> tuple[list[Forecast], float]:
+                   clear_pool: Callable[[], None] | None = None, batch_size: int = 64) -> tuple[list[Forecast], dict]:
     """Cold forecasts of every row, pool by pool (a run forecasts its own problem's candidates), after
     `clear()` empties every cache and `clear_pool()` the candidates' before each pool (the same
-    program on another GPU is new to that run); returns them in row order with the forecasts per second."""
+    program on another GPU is new to that run); returns them in row order with the forecasts per second
+    of wall-clock time and per second of the process's CPU time (one thread: what one core gives,
+    whatever else the machine runs)."""
     if clear is not None:
         clear()
     out: list = [None] * len(rows)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for _, idx in sorted(pools(rows).items()):
         if clear_pool is not None:
             clear_pool()
@@ -184,8 +188,10 @@ def forecast_pools(surrogate, rows: list[dict], *, clear: Callable[[], None] | N
             chunk = idx[start:start + batch_size]
             for i, f in zip(chunk, surrogate.forecast_many([rows[i]["request"] for i in chunk])):
                 out[i] = f
-    elapsed = time.perf_counter() - started
-    return out, len(rows) / elapsed if elapsed > 0 else float("inf")
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    rates = {"wall": len(rows) / elapsed if elapsed > 0 else float("inf"),
+             "cpu": len(rows) / cpu if cpu > 0 else float("inf")}
+    return out, rates
 
 
 def heldout_report(surrogate, rows: list[dict], *, roofline=None, clear: Callable[[], None] | None = None,
@@ -211,7 +217,8 @@ def heldout_report(surrogate, rows: list[dict], *, roofline=None, clear: Callabl
         **{k: ranking[k] for k in ("spearman_within_task", "recovered_at_1pct", "random_at_1pct")},
         "brier": probability.get("brier"), "brier_uniform": uniform.get("brier"),
         "crps": probability.get("crps"), "crps_uniform": uniform.get("crps"),
-        "cold_forecasts_per_s": per_s,
+        "cold_forecasts_per_s": per_s["cpu"], "cold_forecasts_per_s_wall": per_s["wall"],
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "cost": {"tokens_in": sum(f.tokens_in for f in cold), "tokens_out": sum(f.tokens_out for f in cold),
                  "cached": sum(1 for f in cold if f.cached)},
         "ranking": ranking, "cold": probability, "uniform": uniform,
