@@ -105,11 +105,73 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return cov / var if var else None
 
 
-COMMAND = ("two device calls of python benchmarks/kernelbench_h200.py .kb-data OUT --levels 1 2 --jobs 14: "
-           "--deadline-s 520 (level-1 tasks 2-48), then --deadline-s 390 --bundled kernellab/problems/kb_* --skip "
-           "<the 24 tasks of the first call> (the bundled problems, then level-1 tasks 50-76); then "
-           "python benchmarks/kernelbench_h200_summarize.py FIRST/records.jsonl SECOND/records.jsonl "
-           "--kernelbench ../shared/datasets/kernelbench")
+COMMAND = ("earlier: two device calls of python benchmarks/kernelbench_h200.py (level-1 tasks 2-76, the bundled "
+           "problems), summarized into kernellab/problems/kernelbench/records/h200.jsonl.gz; then one call (464 s) of "
+           "python benchmarks/kernelbench_h200.py .kb-data/cuda-l1 OUT --levels 1 2 --skip-recorded "
+           "kernellab/problems/kernelbench/records/h200.jsonl.gz --remeasure-from (the same) --do-bench-again 1:4 1:50 "
+           "1:64 1:20 1:10 --compile-workers 3 --ncu-sample 3 --deadline-s 465 --jobs 12; then python "
+           "benchmarks/kernelbench_h200_summarize.py OUT/records.jsonl --base (the earlier records) --kernelbench "
+           "../shared/datasets/kernelbench")
+# Why an extension did not build, by the compiler's message (the verdict's reason holds it).
+BUILD_FAILURES = (
+    ("load_inline was given functions= and a PYBIND11_MODULE of its own (redefinition)", r"redefinition of .*(PyInit|pybind11)"),
+    ("its C++ declares no prototype of the CUDA function it binds (not declared)", r"was not declared in this scope"),
+    ("an API older torch had (x.type() in AT_DISPATCH, at::cuda::getCurrentCUDAStream)",
+     r"DeprecatedTypeProperties|getCurrentCUDAStream"),
+    ("a build_directory under $HOME that did not exist (the build's fresh HOME; fixed since)", r"FileNotFoundError"),
+    ("a wrong call of torch.utils.cpp_extension", r"unexpected keyword argument"),
+    ("no compiler error line kept in the log (logs kept only their tail then)", r"no compiler error line"),
+)
+
+
+def _model_dump(source: str) -> str | None:
+    """The reference's Model class without docstrings, as an AST dump (None if it does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            for item in ast.walk(node):
+                if isinstance(item, (ast.FunctionDef, ast.ClassDef)) and item.body and \
+                        isinstance(item.body[0], ast.Expr) and isinstance(item.body[0].value, ast.Constant):
+                    item.body = item.body[1:] or [ast.Pass()]
+            return ast.dump(node)
+    return None
+
+
+def reference_agreement(cuda_l1: Path, kernelbench: Path) -> dict[tuple[int, int], str]:
+    """How CUDA-L1's copy of each task's reference (the one measured) compares with the KernelBench file the
+    problem is named after: "same", "same model, other sizes or inputs", or "another model"."""
+    files = {}
+    for level_dir in kernelbench.glob("level*"):
+        for file in level_dir.glob("*.py"):
+            files[(int(level_dir.name[5:]), int(file.name.split("_", 1)[0]))] = file.read_text()
+    out = {}
+    path = cuda_l1 / "h100.jsonl"
+    if not path.is_file():
+        return out
+    for line in path.open():
+        row = json.loads(line)
+        key = (row["level_id"], row["task_id"])
+        theirs = files.get(key)
+        if theirs is None:
+            continue
+        if theirs.strip() == row["ref_code"].strip():
+            out[key] = "same"
+        elif _model_dump(theirs) == _model_dump(row["ref_code"]):
+            out[key] = "same model, other sizes or inputs"
+        else:
+            out[key] = "another model"
+    return out
+
+
+def build_failure_class(reason: str) -> str:
+    import re
+
+    return next((label for label, pattern in BUILD_FAILURES if re.search(pattern, reason)), "another compiler error")
 
 
 def write_bundled_records(rows: list[dict]) -> dict:
@@ -162,6 +224,8 @@ def main() -> int:
     parser.add_argument("records", nargs="+")
     parser.add_argument("--kernelbench", required=True)
     parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--cuda-l1", default=str(ROOT.parent / "shared" / "datasets" / "cuda-l1"),
+                        help="CUDA-L1's folder: its copy of each reference is compared with KernelBench's")
     parser.add_argument("--base", help="summarized records to start from (kernelbench/records/h200.jsonl.gz)")
     args = parser.parse_args()
     names = {}
@@ -169,6 +233,7 @@ def main() -> int:
         level = int(level_dir.name[5:])
         for file in level_dir.glob("*.py"):
             names[(level, int(file.name.split("_", 1)[0]))] = task_name(file.name, level)[0]
+    agreement = reference_agreement(Path(args.cuda_l1), Path(args.kernelbench))
     merged: dict[tuple, dict] = {}
     hardware: dict = {}
     ncu: dict[tuple, dict] = {}
@@ -205,14 +270,15 @@ def main() -> int:
     candidates, failed, builds, notes_count = Counter(), Counter(), [], Counter()
     pairs, ok_pairs, do_bench_diffs, wall = [], [], [], 0.0
     unwatched = Counter()
-    compiled, not_compiled, this_call, remeasured = 0, Counter(), 0, Counter()
+    compiled, not_compiled, this_call, remeasured, build_failures = 0, Counter(), 0, Counter(), Counter()
     for row in rows:
         hardware = row["_hardware"]
         evidence = row.get("evidence") or {}
         problem = names.get((row["level"], row["task"]), f"kb{row['level']}_{row['task']}")
         wall += row.get("wall_s") or 0.0
         record = {"problem": problem, "level": row["level"], "task": row["task"], "variant": row["variant"],
-                  "hardware": {"name": hardware.get("name")}, "torch": hardware.get("torch"), "backend": "torch"}
+                  "hardware": {"name": hardware.get("name")}, "torch": hardware.get("torch"), "backend": "torch",
+                  "reference_vs_kernelbench": agreement.get((row["level"], row["task"]))}
         if row["variant"] == "reference":
             timing = evidence.get("timing") or {}
             if timing.get("reference"):
@@ -245,6 +311,8 @@ def main() -> int:
         if verdict.status != "ok":
             reason = verdict.reason.split(":")[0] if verdict.status == "rejected-guard" else verdict.status
             failed[f"{verdict.status}: {reason[:60]}"] += 1
+        if verdict.status == "failed-compile":
+            build_failures[build_failure_class(verdict.reason)] += 1
         if row.get("build_s"):
             builds.append(row["build_s"])
         if verdict.reason.startswith("No kernel of the solution's own") and "extension_builds" not in evidence:
@@ -278,6 +346,8 @@ def main() -> int:
         "tasks_imported": len(names), "tasks_in_cuda_l1_levels_1_2": 100, "tasks_not_reached": 100 - len(tasks), "tasks_measured": len(tasks),
         "candidates": sum(candidates.values()), "dataset_entries_without_code_dropped": no_code, "candidates_correct": candidates["ok"],
         "candidates_by_status": dict(candidates), "candidates_failed": dict(failed),
+        "failed_compile_by_cause": dict(build_failures),
+        "cuda_l1_reference_vs_kernelbench": dict(Counter(agreement[t] for t in tasks if t in agreement)),
         "no_own_kernel_measured_before_builds_were_watched": dict(unwatched),
         "build_s_median": statistics.median(builds) if builds else None,
         "build_s_p90": builds[int(0.9 * (len(builds) - 1))] if builds else None,

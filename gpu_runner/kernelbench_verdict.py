@@ -208,7 +208,8 @@ def _no_kernel_of_its_own(evidence: dict[str, Any], source: str | None, notes: l
     """Which of five things happened when no kernel of the solution's own ran in ModelNew.forward; "ok"
     (with a note, and no reason yet) where its own extension called a library such as cuBLAS directly."""
     ops = work_ops(evidence.get("aten_ops") or {})
-    what = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4]) or "no op"
+    what = ", ".join(f"{name} x{n}" for name, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4]) or \
+        "no computing op at all (its output is a constant or a tensor made before the call)"
     same = " (the reference's own ops)" if ops and ops == work_ops(evidence.get("reference_aten_ops") or {}) else ""
     failed = [b for b in evidence.get("extension_builds") or [] if not b.get("ok")]
     if failed:
@@ -262,12 +263,27 @@ def _work_notes(evidence: dict[str, Any]) -> list[str]:
     return notes
 
 
+_COMPILER_ERROR = re.compile(r"(?:\berror\s*:|\): error|\b[A-Z]\w+Error\()")
+
+
 def _build_error(log: str) -> str:
-    """The line naming a failed extension build where the build marked one, else the log's last line."""
-    for line in str(log).splitlines():
+    """The extension the build marked as failed, with the compiler's first error line found in the log (the
+    mark's own text is often the build command, which names no error); else the log's last line."""
+    lines = str(log).splitlines()
+    compiler = next((line.strip() for line in lines
+                     if _COMPILER_ERROR.search(line) and not line.startswith(BUILD_FAILED_MARK)), None)
+    for line in lines:
         if line.startswith(BUILD_FAILED_MARK):
-            return f"its extension {line[len(BUILD_FAILED_MARK):].strip()}"[:300]
-    return _last_line(log)
+            marked = line[len(BUILD_FAILED_MARK):].strip()
+            name, _, text = marked.partition(" ")
+            detail = compiler or (text if _COMPILER_ERROR.search(text) else "no compiler error line was kept in the log")
+            return f"its extension {name} {_short_path(detail)}"[:300]
+    return _short_path(compiler) if compiler else _last_line(log)
+
+
+def _short_path(text: str) -> str:
+    """A compiler line without the build folder's path (/tmp/kl-kernelbench-builds/<hash>/ext/<name>/)."""
+    return re.sub(r"\S*/ext/[^/\s]+/", "", text)
 
 
 def _last_line(text: str) -> str:

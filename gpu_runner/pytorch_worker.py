@@ -42,7 +42,9 @@ def watch(original):
         try:
             module = original(*args, **kwargs)
         except BaseException as exc:
-            lines = [l.strip() for l in str(exc).splitlines() if 'error' in l.lower()] or [repr(exc)[-300:]]
+            text = str(exc).splitlines()
+            lines = ([l.strip() for l in text if 'error:' in l or '): error' in l] or
+                     [l.strip() for l in text if 'error' in l.lower()] or [repr(exc)[-300:]])
             print({BUILD_FAILED_MARK!r}, name, lines[0][-300:], file=sys.stderr)
             raise
         print({BUILT_MARK!r}, name, file=sys.stderr)
@@ -80,6 +82,9 @@ def build_solution(source: str, root: Path, timeout_s: float = 600.0) -> dict:
     if refusal:
         return {"ok": False, "seconds": 0.0, "log": refusal, "cached": False, "refused": True}
     folder.mkdir(parents=True, exist_ok=True)
+    # HOME is the build folder: give it the folder torch's default builds leave in a user's home, which some
+    # solutions name as their build_directory (load_inline does not create it; 2 CUDA-L1 builds failed so).
+    (folder / ".cache" / "torch_extensions").mkdir(parents=True, exist_ok=True)
     program = folder / "solution.py"
     program.write_text(source)
     env_args = [f"KL_PROGRAM={program}", f"TORCH_EXTENSIONS_DIR={folder / 'ext'}", f"HOME={folder}",
@@ -93,7 +98,9 @@ def build_solution(source: str, root: Path, timeout_s: float = 600.0) -> dict:
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
         full, ok = run.stdout + run.stderr, run.returncode == 0
-        log = full[-4000:]
+        # The compiler's error lines first (a build's tail is mostly its command lines), then the tail.
+        errors = [line for line in full.splitlines() if "error" in line.lower() and len(line) < 600][:8]
+        log = "\n".join(errors + ["..."] + [full[-3000:]]) if errors else full[-4000:]
     except subprocess.TimeoutExpired:
         full = log = f"the build did not finish within {timeout_s:g} s"
         ok = False

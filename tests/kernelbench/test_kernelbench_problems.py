@@ -89,7 +89,10 @@ def test_the_problem_page_compares_recorded_h200_speedups_with_the_authors(clien
               "baselines": {"cuda_graph": {"median_ms": 0.25}, "torch_compile": {"median_ms": 0.125}},
               "hardware": {"name": "NVIDIA H200"}},
              {"problem": "kb1_19_relu", "variant": "cuda-l1:1", "solution_gpus": ["h100", "a100"], "status": "ok",
-              "speedup": 0.8, "authors_speedup": {"h100": 1.9, "a100": 2.4}, "reason": "Correct."}]
+              "speedup": 0.8, "authors_speedup": {"h100": 1.9, "a100": 2.4}, "reason": "Correct."},
+             {"problem": "kb1_19_relu", "variant": "cuda-l1:2", "solution_gpus": ["l40"], "status": "rejected-guard",
+              "speedup": 1.35, "authors_speedup": {"l40": 1.2}, "reason": "A PyTorch-level rewrite: ..."}]
+    lines[0]["reference_vs_kernelbench"] = "same model, other sizes or inputs"
     with gzip.open(records / "h200.jsonl.gz", "wt") as handle:
         handle.write("\n".join(json.dumps(line) for line in lines) + "\n")
     settings.KERNELLAB_PROBLEMS_DIR = str(tmp_path)
@@ -99,3 +102,6 @@ def test_the_problem_page_compares_recorded_h200_speedups_with_the_authors(clien
     assert "0.80× <small>(slower than eager)</small>" in page
     assert "1.90×" in page and "2.40×" in page and "h100, a100" in page
     assert "Baselines: cuda_graph 0.2500 ms · torch_compile 0.1250 ms" in page
+    # a guard's rejection keeps its measured speedup beside the verdict that says why it was rejected
+    assert "rejected-guard" in page and "1.35×" in page
+    assert "CUDA-L1&#x27;s copy of this task&#x27;s reference: same model, other sizes or inputs" in page

@@ -102,3 +102,148 @@ def test_a_build_log_with_a_caught_extension_failure_names_that_extension_not_th
     assert verdict.status == "failed-compile"
     assert verdict.reason == ("The solution does not build: its extension diag_cuda error: no instance of "
                               "overloaded function")
+
+
+# The kernel rule: a kernel is the solution's own when its sources or its built extension define it.
+OWN_SOURCE = '''import torch
+from torch.utils.cpp_extension import load_inline
+cuda = """
+#include <torch/extension.h>
+namespace fast {
+template <typename T> __global__ void __launch_bounds__(256) reduce_kernel(const T* x, T* y) {}
+}
+extern "C" __global__ void hardsigmoid_kernel(float* x, int n) {}
+"""
+ext = load_inline(name="fast_ext", cpp_sources="", cuda_sources=cuda, functions=["run"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return ext.run(x)
+'''
+REWRITE = '''import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+def test_own_kernels_are_found_by_their_names_in_the_sources_and_not_in_pytorchs_namespaces():
+    from gpu_runner.kernelbench_verdict import own_kernel_names, split_kernels
+
+    assert own_kernel_names(OWN_SOURCE) == ({"reduce_kernel", "hardsigmoid_kernel"}, {"fast"})
+    seen = {"void fast::reduce_kernel<float>(float const*, float*)": 2,
+            "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float> >(int)": 1,
+            "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::hardsigmoid_kernel"
+            "(at::TensorIteratorBase&)::{lambda()#1}>(int)": 1,
+            "hardsigmoid_kernel": 3, "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32": 1,
+            "void cutlass::Kernel2<Gemm>(Gemm::Params)": 1}
+    own, other = split_kernels(seen, OWN_SOURCE, ["void cutlass::Kernel2<Gemm>(Gemm::Params)"])
+    assert own == {"void fast::reduce_kernel<float>(float const*, float*)": 2, "hardsigmoid_kernel": 3,
+                   "void cutlass::Kernel2<Gemm>(Gemm::Params)": 1}
+    assert set(other) == set(seen) - set(own)
+
+
+def test_a_solution_without_any_kernel_of_its_own_is_called_a_pytorch_level_rewrite():
+    verdict = judge_solution({**TIMED, "custom_kernels": {}, "library_kernels": {"at::relu_kernel": 1},
+                              "aten_ops": {"relu": 1}, "reference_aten_ops": {"relu": 1}}, source=REWRITE)
+    assert verdict.status == "rejected-guard" and verdict.speedup == pytest.approx(2.0)
+    assert verdict.reason.startswith("A PyTorch-level rewrite: the solution holds no kernel of its own")
+    assert "relu x1 (the reference's own ops)" in verdict.reason
+    constant = judge_solution({**TIMED, "custom_kernels": {}, "aten_ops": {"ones": 1}}, source=REWRITE)
+    assert "no computing op at all (its output is a constant or a tensor made before the call)" in constant.reason
+
+
+def test_an_extension_that_built_but_was_never_called_is_a_kernel_that_never_ran():
+    verdict = judge_solution({**TIMED, "custom_kernels": {}, "aten_ops": {"gelu": 1}, "extension_calls": {},
+                              "extension_builds": [{"name": "fast_ext", "ok": True}]}, source=OWN_SOURCE)
+    assert verdict.status == "rejected-guard"
+    assert verdict.reason.startswith("Its kernel never ran: ModelNew.forward called no function of its extension, "
+                                     "which built,")
+
+
+def test_an_extension_that_hands_the_work_to_pytorch_ops_or_to_a_library_is_told_apart():
+    called = {**TIMED, "custom_kernels": {}, "extension_calls": {"fast_ext.run": 1},
+              "extension_builds": [{"name": "fast_ext", "ok": True}],
+              "library_kernels": {"sm90_xmma_gemm_f32f32": 1}}
+    torch_ops = judge_solution({**called, "aten_ops": {"mm": 1}}, source=OWN_SOURCE)
+    assert torch_ops.status == "rejected-guard"
+    assert torch_ops.reason.startswith("Its extension launched no kernel of its own: it was called (fast_ext.run) "
+                                       "but PyTorch ops did the work (mm x1)")
+    library = judge_solution({**called, "aten_ops": {}}, source=OWN_SOURCE)
+    assert library.status == "ok" and library.speedup == pytest.approx(2.0)
+    assert any(n.startswith("No kernel of its own: its extension called library kernels directly "
+                            "(sm90_xmma_gemm_f32f32)") for n in library.notes)
+
+
+def test_evidence_split_by_the_old_name_rule_is_split_again_from_the_source():
+    """The 2026-12-01 records counted PyTorch's jiterator kernel 'reduction_prod_kernel' as the solution's own,
+    although its extension had not built and torch.prod ran."""
+    source = OWN_SOURCE.replace("reduce_kernel", "product_reduction_kernel")
+    old = {**TIMED, "custom_kernels": {"reduction_prod_kernel": 1}, "library_kernels": {}, "aten_ops": {"prod": 1},
+           "extension_builds": [{"name": "product_cuda", "ok": False,
+                                 "error": "main.cpp:11:1: error: redefinition of 'PyObject* PyInit_product_cuda()'"}]}
+    assert judge_solution(old).status == "ok"
+    verdict = judge_solution(old, source=source)
+    assert verdict.status == "failed-compile"
+    assert verdict.reason.startswith("Its extension 'product_cuda' did not build (main.cpp:11:1: error: redefinition")
+
+
+def test_a_failed_build_is_named_by_the_compilers_error_line_not_the_build_command():
+    log = ("[1/3] /usr/bin/g++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=gelu_cuda -c main.cpp\n"
+           "/tmp/kl-kernelbench-builds/a7e6/ext/gelu_cuda/main.cpp:4:55: error: 'fast_gelu' was not declared in "
+           "this scope\nninja: build stopped: subcommand failed.\n"
+           "KL-EXTENSION-BUILD-FAILED gelu_cuda Error building extension 'gelu_cuda': [1/3] /usr/bin/g++ -MMD\n")
+    assert judge_solution({"build_error": log}).reason == (
+        "The solution does not build: its extension gelu_cuda main.cpp:4:55: error: 'fast_gelu' was not declared "
+        "in this scope")
+    bare = "KL-EXTENSION-BUILD-FAILED conv_cuda Error building extension 'conv_cuda': [1/3] nvcc -c x.cu\n"
+    assert judge_solution({"build_error": bare}).reason.endswith("no compiler error line was kept in the log")
+
+
+def test_calls_of_an_extensions_functions_are_counted_however_the_program_holds_them():
+    import math
+    import types
+
+    from gpu_runner.pytorch_worker import EXTENSION_CALLS, _count_calls
+
+    module = types.ModuleType("fast_ext")
+    module.hypot, module._hidden, module.constant = math.hypot, math.sqrt, 3
+    _count_calls(module, "fast_ext")
+    EXTENSION_CALLS.clear()
+    held = module.hypot
+    assert module.hypot(3, 4) == 5.0 and held(6, 8) == 10.0 and module._hidden(4) == 2.0
+    assert dict(EXTENSION_CALLS) == {"fast_ext.hypot": 2}
+
+
+def test_the_kernels_compiled_into_an_extension_library_are_read_from_its_symbols(tmp_path):
+    import shutil
+    import subprocess
+
+    from gpu_runner.pytorch_worker import extension_symbols
+
+    if not (shutil.which("g++") and shutil.which("nm")):
+        pytest.skip("g++ and nm are needed to build and read a shared library")
+    (tmp_path / "k.cpp").write_text("namespace fast { template <typename T> void scale_kernel(T* x) { *x *= 2; }\n"
+                                    "template void scale_kernel<float>(float*); }\nextern \"C\" void plain(int) {}\n")
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.cpp")], check=True)
+    symbols = extension_symbols([str(tmp_path / "k.so"), str(tmp_path / "missing.so")])
+    assert "void fast::scale_kernel<float>(float*)" in symbols and "plain" in symbols
+
+
+def test_a_build_in_modelnews_constructor_happens_in_the_build_and_its_failure_is_marked(tmp_path):
+    pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[dev]')")
+    pytest.importorskip("ninja", reason="ninja is not installed (pip install -e '.[dev]')")
+    from gpu_runner.pytorch_worker import build_solution
+
+    source = ('import torch\nfrom torch.utils.cpp_extension import load_inline\n'
+              'class ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n'
+              '        try:\n            self.ext = load_inline(name="kl_broken", cpp_sources="int f() { return 1; }",'
+              ' build_directory="/kl-nowhere/torch_extensions")\n'
+              '        except Exception:\n            self.ext = None   # falls back to PyTorch\n'
+              '    def forward(self, x):\n        return x\n'
+              'def get_init_inputs():\n    return []\n')
+    build = build_solution(source, tmp_path, timeout_s=300)
+    assert build["ok"] is False and not build["cached"]
+    assert "KL-EXTENSION-BUILD-FAILED kl_broken" in build["log"]
+    # a build_directory that does not exist fails before any compiler runs (two CUDA-L1 solutions name one)
+    assert judge_solution({"build_error": build["log"]}).reason.startswith(
+        "The solution does not build: its extension kl_broken FileNotFoundError(")
