@@ -49,7 +49,8 @@ GOALS = {"spearman_within_task": (">=", 0.5), "recovered_at_1pct": (">=", 0.90),
 
 def load_rows(args) -> list[dict]:
     records = sorted((ROOT / "kernellab" / "problems").glob("*/records/h200.jsonl.gz"))
-    records = [p for p in records if (p.parent.parent / "reference.py").exists() or p.parent.parent.name == "kernelbench"]
+    records = [p for p in records
+               if (p.parent.parent / "reference.py").exists() or p.parent.parent.name == "kernelbench"]
     return program_rows(cuda_l1_dir=args.cuda_l1, kernelbench_dir=args.kernelbench, records=records)
 
 
@@ -214,7 +215,8 @@ def main(argv=None) -> int:
     for key in ("brier", "crps"):
         result["goals"][f"{key}_below_uniform_and_roofline"] = {
             "goal": "below uniform and roofline",
-            "met": headline[key] < headline[f"{key}_uniform"] and headline[key] < (headline.get(f"{key}_roofline") or 0)}
+            "met": headline[key] < headline[f"{key}_uniform"]
+            and headline[key] < (headline.get(f"{key}_roofline") or 0)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
     if args.save_model:

@@ -108,6 +108,7 @@ class ProgramSurrogate:
             self._scale = _line(oof, y)
             oof = self._scale[0] + self._scale[1] * oof
         self._residuals, self._betas = _residual_sets(oof, y, pools)
+        self._moments = {}
         self._shift, self._measured_n = 0.0, 0
         self.trained_rows, self.trained_tasks = len(y), len(set(tasks))
         return self
@@ -172,13 +173,24 @@ class ProgramSurrogate:
     def _residual(self) -> np.ndarray:
         return self._residuals[min(self._measured_n, _MAX_MEASURED)]
 
+    def _stage_moments(self) -> tuple[float, float]:
+        """(median, standard deviation) of the residuals of the run's stage, computed once."""
+        stage = min(self._measured_n, _MAX_MEASURED)
+        moments = self.__dict__.setdefault("_moments", {})
+        if stage not in moments:
+            residuals = self._residuals[stage]
+            moments[stage] = (float(np.median(residuals)), float(np.std(residuals)))
+        return moments[stage]
+
     def probabilities(self, mu: np.ndarray) -> np.ndarray:
         """Bin probabilities of log speedup mu + r, r drawn from the residuals of the run's stage."""
         residuals = self._residual()
         edges = np.log(np.asarray(self.bins.edges, dtype=float))
         # P(S < edge) = share of residuals below edge - mu, a quarter of a sample as a floor per bin.
-        below = np.searchsorted(residuals, edges[None, :] - mu[:, None], side="left") / residuals.size
-        cdf = np.hstack([np.zeros((len(mu), 1)), below, np.ones((len(mu), 1))])
+        cdf = np.empty((len(mu), len(edges) + 2))
+        cdf[:, 0], cdf[:, -1] = 0.0, 1.0
+        cdf[:, 1:-1] = np.searchsorted(residuals, (edges[None, :] - mu[:, None]).ravel(),
+                                       side="left").reshape(len(mu), -1) / residuals.size
         p = np.diff(cdf, axis=1) + 0.25 / residuals.size
         return p / p.sum(axis=1, keepdims=True)
 
@@ -194,9 +206,7 @@ class ProgramSurrogate:
         started = time.perf_counter()
         mu = self.log_speedups(requests)
         probabilities = self.probabilities(mu)
-        residuals = self._residual()
-        sd = float(np.std(residuals))
-        centre = float(np.median(residuals))
+        centre, sd = self._stage_moments()
         latency = (time.perf_counter() - started) / len(requests)
         stage = (f"level from {self._measured_n} of this run's measurements" if self._measured_n
                  else "no measurement of this run yet")

@@ -263,7 +263,8 @@ def _int_value(text: str, known: dict[str, int]) -> float:
 
 def _cuda_features(cuda: str) -> dict[str, float]:
     tokens = Counter(_IDENT.findall(cuda))
-    tokens.update(ch for ch in cuda if ch in "[?/%")
+    for ch in "[?/%":
+        tokens[ch] = cuda.count(ch)
     values = _count_source(cuda, tokens) if cuda else {n: 0.0 for n in SOURCE_COUNTS}
     known = {name: int(v) for name, v in _INT_DECL.findall(cuda)}
     defines = {name: int(v) for name, v in _DEFINE_INT.findall(cuda)}
@@ -511,32 +512,40 @@ def reference_facts(program: str) -> dict[str, float]:
 def request_features(request) -> np.ndarray:
     """One row of features for a ForecastRequest whose reference and candidate are PyTorch programs."""
     candidate = request.candidate.get("source", "") or ""
-    reference = request.reference.get("source", "") or ""
     own, cand_ops, digest = candidate_facts(candidate)
+    ref_part, hw_part, ref_ops, ref_lines = _reference_part(request.reference.get("source", "") or "",
+                                                            _hardware_key(request.hardware), request.reference_ms)
+    kept = replaced = 0.0
+    for i in _HEAVY:
+        kept += min(cand_ops[i], ref_ops[i])
+        replaced += max(ref_ops[i] - cand_ops[i], 0.0)
+    delta = [c - r for c, r in zip(cand_ops, ref_ops)] + [own[_CUDA_LINES] + own[_PY_LINES] - ref_lines, kept, replaced]
+    return np.array(own + tuple(compiler_values(request.compiler_facts, digest)) + cand_ops + ref_part
+                    + tuple(delta) + hw_part, dtype=float)
+
+
+def _hardware_key(hardware: dict | None) -> tuple:
+    return tuple(sorted((k, v) for k, v in (hardware or {}).items() if isinstance(v, (str, int, float))))
+
+
+@lru_cache(maxsize=512)
+def _reference_part(reference: str, hardware: tuple, reference_ms: float | None):
+    """(REFERENCE_FEATURES values, HARDWARE_FEATURES values, the reference's op classes, its lines) for a
+    reference on a GPU: computed once per run, as the run's requests share them."""
     ref = dict(reference_facts(reference))
-    ref_ops = ref["_class_vector"]
-    hw = hardware_numbers(request.hardware)
+    hw = hardware_numbers(dict(hardware))
     bandwidth, peak = hw["memory_bandwidth_gbs"], max(hw["fp32_tflops"], hw["tensor_tflops"])
     t_mem = 10 ** ref["log_est_bytes"] / (bandwidth * 1e3) if not math.isnan(ref["log_est_bytes"]) else math.nan
     t_flop = 10 ** ref["log_est_flops"] / (hw["fp32_tflops"] * 1e6) if not math.isnan(ref["log_est_flops"]) else math.nan
     ref["log_t_mem_us"] = math.log10(t_mem) if t_mem > 0 else math.nan
     ref["log_t_flop_us"] = math.log10(t_flop) if t_flop > 0 else math.nan
-    ref_ms = request.reference_ms
+    ref_ms = reference_ms
     ref["log_ref_ms"] = math.log10(ref_ms) if ref_ms and ref_ms > 0 else math.nan
     bound = max(t_mem, t_flop) if not (math.isnan(t_mem) or math.isnan(t_flop)) else math.nan
     ref["log_ref_over_roofline"] = math.log10(ref_ms * 1e3 / bound) if ref_ms and bound and bound > 0 else math.nan
     ref["log_ridge"] = math.log10(peak * 1e3 / bandwidth) if bandwidth and peak else math.nan
-    ref_classes = np.asarray(ref_ops, dtype=float)
-    cand_classes = np.asarray(cand_ops, dtype=float)
-    heavy = _HEAVY
-    kept = float(sum(min(cand_classes[i], ref_classes[i]) for i in heavy))
-    replaced = float(sum(max(ref_classes[i] - cand_classes[i], 0.0) for i in heavy))
-    own_lines = own[_CUDA_LINES] + own[_PY_LINES]
-    ref_lines = ref["_lines"]
-    delta = list(cand_classes - ref_classes) + [own_lines - ref_lines, kept, replaced]
-    row = (list(own) + compiler_values(request.compiler_facts, digest) + list(cand_ops)
-           + [ref[n] for n in REFERENCE_FEATURES] + delta + [hw[n] for n in HARDWARE_FEATURES])
-    return np.asarray(row, dtype=float)
+    return (tuple(ref[n] for n in REFERENCE_FEATURES), tuple(hw[n] for n in HARDWARE_FEATURES),
+            ref["_class_vector"], ref["_lines"])
 
 
 _CUDA_LINES = CUDA_FEATURES.index("cuda_lines")
@@ -554,6 +563,7 @@ def clear_caches() -> None:
     """Forget every program read so far (what a cold forecast starts from)."""
     candidate_facts.cache_clear()
     reference_facts.cache_clear()
+    _reference_part.cache_clear()
 
 
 def clear_candidates() -> None:

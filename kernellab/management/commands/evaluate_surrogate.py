@@ -284,8 +284,8 @@ class Command(BaseCommand):
             surrogate, description = build_surrogate(options)
         self._log(f"scoring {description['id']} on {len(test)} held-out rows of {len({r['task'] for r in test})} tasks")
         try:
-            report = heldout_report(surrogate, test, roofline=RooflineSurrogate(), clear=program_features.clear_caches, clear_pool=program_features.clear_candidates,
-                                    batch_size=options["batch_size"])
+            report = heldout_report(surrogate, test, roofline=RooflineSurrogate(), clear=program_features.clear_caches,
+                                    clear_pool=program_features.clear_candidates, batch_size=options["batch_size"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         report = {"surrogate": description, "command": "manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]),
@@ -293,7 +293,8 @@ class Command(BaseCommand):
                   "cost": report["cost"], "report": report}
         for key in HEADLINE + ("abstained",):
             value = report.get(key)
-            self.stdout.write(f"{key:<30}{'—' if value is None else format(value, '.3f') if isinstance(value, float) else value}")
+            shown = "—" if value is None else format(value, ".3f") if isinstance(value, float) else value
+            self.stdout.write(f"{key:<30}{shown}")
         if options["out"]:
             Path(options["out"]).write_text(json.dumps(report, indent=1, default=float) + "\n")
             self.stdout.write(f"wrote {options['out']}")
