@@ -31,8 +31,13 @@ _MACRO_DEPTH = 8
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
 
-_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+|\S")
-_CONST_PTR = re.compile(r"\bconst\s+\w+\s*\*")
+# The tokens the source counts read: identifiers and the punctuation counted ("[", "?", "/", "%").
+# Numbers and other punctuation are never looked up, so they are not collected (a third of the work);
+# an identifier is matched the same as by [A-Za-z_]\w*|\d+|\S, whose \d+ only kept digits apart.
+_COUNTED_TOKEN = re.compile(r"[A-Za-z_]\w*|[\[?/%]")
+# A word boundary written after the first literal (a look-behind) rather than before it: the same
+# matches, but a pattern that starts with a literal lets the regex engine skip to it (10x faster).
+_CONST_PTR = re.compile(r"const(?<!\wconst)\s+\w+\s*\*")
 _GRID_STRIDE = re.compile(r"gridDim\.x\s*\*\s*blockDim\.x|blockDim\.x\s*\*\s*gridDim\.x")
 _EXTERN_SHARED = re.compile(r"extern\s+__shared__")
 _PRAGMA_UNROLL = re.compile(r"#pragma\s+unroll")
@@ -57,8 +62,12 @@ def _count_source(code: str, counts: Counter) -> dict[str, float]:
     def total(names) -> int:
         return sum(counts.get(n, 0) for n in names)
 
-    def prefixed(prefix: str) -> int:
-        return sum(c for t, c in counts.items() if t[:len(prefix)] == prefix)
+    shuffles = atomics = 0
+    for token, count in counts.items():  # one pass for both prefixes
+        if token[:6] == "__shfl":
+            shuffles += count
+        elif token[:6] == "atomic":
+            atomics += count
 
     values = {
         "index_ops": counts.get("[", 0), "vector_types": total(_VECTOR), "vector4": total(_VECTOR4),
@@ -66,7 +75,7 @@ def _count_source(code: str, counts: Counter) -> dict[str, float]:
         "extern_shared": len(_EXTERN_SHARED.findall(code)), "syncthreads": counts.get("__syncthreads", 0),
         "syncwarp": counts.get("__syncwarp", 0), "pragma_unroll": len(_PRAGMA_UNROLL.findall(code)),
         "for_loops": counts.get("for", 0), "while_loops": counts.get("while", 0), "branches": counts.get("if", 0),
-        "ternaries": counts.get("?", 0), "shuffles": prefixed("__shfl"), "atomics": prefixed("atomic"),
+        "ternaries": counts.get("?", 0), "shuffles": shuffles, "atomics": atomics,
         "tensor_core": total(_TENSOR) + code.count("mma.sync"), "ldg": counts.get("__ldg", 0),
         "restrict": counts.get("__restrict__", 0), "const_ptr": len(_CONST_PTR.findall(code)),
         "cp_async": total(_CP_ASYNC) + code.count("cp.async"), "half_types": total(_HALF),
@@ -79,7 +88,7 @@ def _count_source(code: str, counts: Counter) -> dict[str, float]:
     return {k: float(v) for k, v in values.items()}
 
 
-_FOR_HEADER = re.compile(r"\bfor\s*\(\s*(?:int|unsigned|long|size_t|auto)?\s*\w+\s*=\s*(\d+)\s*;\s*\w+\s*(<=?)\s*(\d+)\s*;")
+_FOR_HEADER = re.compile(r"for(?<!\wfor)\s*\(\s*(?:int|unsigned|long|size_t|auto)?\s*\w+\s*=\s*(\d+)\s*;\s*\w+\s*(<=?)\s*(\d+)\s*;")
 
 SOURCE_FEATURES = SOURCE_COUNTS + ["lines", "literal_loops", "max_trip", "sum_trip", "log_product_trip",
                                            "shared_static_bytes"]
@@ -97,17 +106,16 @@ PROBLEM_FEATURES = ["log_flops", "log_bytes", "log_intensity", "log_roofline_ms"
 
 def _preprocess(source: str) -> tuple[str, dict[str, str]]:
     """Apply #define/#if/#ifdef/#elif/#else/#endif of the source to itself; returns code and defines."""
+    knob_lines, body = _split_knob_defines(source)
     defines: dict[str, str] = {}
     out: list[str] = []
     stack: list[tuple[bool, bool]] = []  # (this branch active, some branch already taken)
     active = True
-    for line in _COMMENT.sub(" ", source).splitlines():
-        match = _DIRECTIVE.match(line) if "#" in line else None
-        if not match:
+    for code, directive, rest, line in _source_lines(knob_lines) + _body_lines(body):
+        if directive is None:
             if active:
-                out.append(line)
+                out.append(code)
             continue
-        directive, rest = match.group(1), match.group(2).strip()
         if directive in ("if", "ifdef", "ifndef"):
             if directive == "ifdef":
                 cond = rest.split()[0] in defines if rest else False
@@ -145,19 +153,80 @@ def _preprocess(source: str) -> tuple[str, dict[str, str]]:
     return "\n".join(out), defines
 
 
+# A rendered variant is its family's source behind one "#define KNOB value" line per knob. Those
+# lines hold no comment, so the rest of the source is read (comments, lines, directives) once per
+# family, and each variant only walks its directives.
+_KNOB_DEFINE = re.compile(r"[ \t]*#[ \t]*define[ \t]+[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+[A-Za-z0-9_.+\-]+)?[ \t]*\n")
+
+
+def _split_knob_defines(source: str) -> tuple[list[str], str]:
+    """The leading plain #define lines of a source (no comment can start in them), and the rest."""
+    lines, position = [], 0
+    while match := _KNOB_DEFINE.match(source, position):
+        lines.append(source[position:match.end() - 1])
+        position = match.end()
+    return lines, source[position:]
+
+
+def _source_lines(lines: list[str]) -> tuple[tuple, ...]:
+    """(code, None, None, None) for each run of code lines, (None, directive, rest, line) for each
+    directive line."""
+    items, code = [], []
+    for line in lines:
+        match = _DIRECTIVE.match(line) if "#" in line else None
+        if not match:
+            code.append(line)
+            continue
+        if code:
+            items.append(("\n".join(code), None, None, None))
+            code = []
+        items.append((None, match.group(1), match.group(2).strip(), line))
+    if code:
+        items.append(("\n".join(code), None, None, None))
+    return tuple(items)
+
+
+@lru_cache(maxsize=64)
+def _body_lines(body: str) -> tuple[tuple, ...]:
+    return _source_lines(_COMMENT.sub(" ", body).splitlines())
+
+
+_DEFINED = re.compile(r"defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)")
+
+
 def _condition(text: str, defines: dict[str, str]) -> bool:
-    expr = re.sub(r"defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)",
-                  lambda m: "1" if (m.group(1) or m.group(2)) in defines else "0", text)
+    # The variants of a family repeat the same conditions over a few macro values: the rewritten
+    # expression and its value are cached by what they depend on, not by source.
+    tested = _defined_names(text)
+    expr, names = _condition_expression(text, tuple(name in defines for name in tested))
+    resolved: dict[str, object] = {}
+    values = tuple((name, _define_value(name, defines, resolved=resolved)) for name in names)
+    return _condition_value(expr, values)
+
+
+@lru_cache(maxsize=1024)
+def _defined_names(text: str) -> tuple[str, ...]:
+    """The macros a #if condition tests with defined(), in order."""
+    return tuple(m.group(1) or m.group(2) for m in _DEFINED.finditer(text))
+
+
+@lru_cache(maxsize=4096)
+def _condition_expression(text: str, defined: tuple[bool, ...]) -> tuple[str, tuple[str, ...]]:
+    """A #if condition as an expression (defined() answered by `defined`, C operators rewritten),
+    and the macro names it reads."""
+    answers = iter(defined)
+    expr = _DEFINED.sub(lambda m: "1" if next(answers) else "0", text)
     expr = expr.replace("&&", " and ").replace("||", " or ")
     expr = re.sub(r"!(?!=)", " not ", expr)
     expr = re.sub(r"(?<!/)/(?!/)", "//", expr)
     expr = re.sub(r"(\d+)[uUlL]+\b", r"\1", expr)
-    resolved: dict[str, object] = {}
-    names = {}
-    for name in set(re.findall(r"[A-Za-z_]\w*", expr)) - {"and", "or", "not"}:
-        names[name] = _define_value(name, defines, resolved=resolved)
+    return expr, tuple(sorted(set(re.findall(r"[A-Za-z_]\w*", expr)) - {"and", "or", "not"}))
+
+
+@lru_cache(maxsize=4096)
+def _condition_value(expr: str, values: tuple) -> bool:
     try:
-        return bool(evaluate(expr, names))
+        return bool(evaluate(expr, dict(values)))
     except ExpressionError:
         return False
 
@@ -193,18 +262,35 @@ def _substitute_defines(code: str, defines: dict[str, str]) -> str:
             numeric[name] = value
     if not numeric:
         return code
-    pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in sorted(numeric, key=len, reverse=True)) + r")\b")
-    return pattern.sub(lambda m: str(numeric[m.group(1)]), code)
+
+    def substitute(match: re.Match) -> str:
+        start = match.start()
+        if start and (code[start - 1].isalnum() or code[start - 1] == "_"):  # inside a longer name
+            return match.group(1)
+        return str(numeric[match.group(1)])
+
+    return _macro_pattern(tuple(sorted(numeric, key=len, reverse=True))).sub(substitute, code)
+
+
+@lru_cache(maxsize=256)
+def _macro_pattern(names: tuple[str, ...]) -> re.Pattern:
+    """The names as whole words. The leading word boundary is checked by the caller: a pattern that
+    starts with the names' first letters lets the regex engine skip to them, one that starts with
+    a boundary tries every position (the same matches, as a name cannot start inside another word)."""
+    return re.compile("(" + "|".join(re.escape(n) for n in names) + r")\b")
+
+
+_PRODUCT = re.compile(r"(\d)(?<!\w\d)(\d*)\s*\*\s*(\d+)\b")  # \b(\d+)\s*\*\s*(\d+)\b, starting with a digit
+_PARENTHESISED_NUMBER = re.compile(r"\((\d+)\)")
 
 
 def _fold_products(code: str) -> str:
     """Fold literal products such as 4*8 so that loop bounds read as numbers."""
-    previous = None
-    while previous != code:
-        previous = code
-        code = re.sub(r"\b(\d+)\s*\*\s*(\d+)\b", lambda m: str(int(m.group(1)) * int(m.group(2))), code)
-        code = re.sub(r"\((\d+)\)", r"\1", code)
-    return code
+    while True:
+        code, products = _PRODUCT.subn(lambda m: str(int(m.group(1) + m.group(2)) * int(m.group(3))), code)
+        code, parentheses = _PARENTHESISED_NUMBER.subn(r"\1", code)
+        if not products and not parentheses:
+            return code
 
 
 def _prepared(source: str) -> str:
@@ -223,7 +309,7 @@ SOURCE_CACHE_SIZE = 4096
 def _source_facts(source: str) -> tuple[tuple[float, ...], float]:
     """(the SOURCE_FEATURES values, the widest load type in bytes) of a source."""
     code = _prepared(source)
-    tokens = Counter(_TOKEN.findall(code))
+    tokens = Counter(_COUNTED_TOKEN.findall(code))
     values = _count_source(code, tokens)
     values["lines"] = float(code.count("\n") + 1)
     trips = []
@@ -406,18 +492,24 @@ def feature_names() -> list[str]:
             + PARALLELISM_FEATURES)
 
 
-def request_features(request) -> np.ndarray:
-    """One row of features for a ForecastRequest (NaN where something is unknown)."""
-    sizes = (request.problem or {}).get("sizes") or {}
-    hw = _hardware(request.hardware)
-    problem = problem_features(request.problem or {}, request.hardware, request.reference_ms)
-    flops = math.exp(problem["log_flops"]) if not math.isnan(problem["log_flops"]) else None
+def request_features(request, memo: dict | None = None) -> np.ndarray:
+    """One row of features for a ForecastRequest (NaN where something is unknown). `memo` is a dict
+    that features_matrix hands to every request of one batch: what the batch's requests share (the
+    reference, problem and hardware objects, a launch plan) is worked out once."""
+    memo = {} if memo is None else memo
+    # By object: a batch's requests share the run's reference, problem and hardware dicts, and the
+    # memo lives only as long as the batch, so an id cannot be reused for another object meanwhile.
+    context_key = (id(request.reference), id(request.problem), id(request.hardware), request.reference_ms)
+    context = memo.get(context_key)
+    if context is None:
+        context = memo[context_key] = _context_features(request)
+    sizes, hw, problem, flops, ref_src, ref_l = context
     cand_src = source_features(request.candidate.get("source", ""))
-    ref_src = source_features(request.reference.get("source", ""))
-    cand_launch = launch_features(request.candidate, sizes, request.hardware, flops)
-    ref_launch = launch_features(request.reference, sizes, request.hardware, flops)
+    launch_key = (context_key, _launch_key(request.candidate.get("launch")))
+    cand_launch = memo.get(launch_key)
+    if cand_launch is None:
+        cand_launch = memo[launch_key] = launch_features(request.candidate, sizes, request.hardware, flops)
     cand_l = np.array([cand_launch[n] for n in LAUNCH_FEATURES])
-    ref_l = np.array([ref_launch[n] for n in LAUNCH_FEATURES])
     comp = compiler_features(request.compiler_facts, request.candidate, cand_launch["threads_per_block"],
                              cand_launch["dyn_shared_bytes"], request.hardware)
     ref_regs = (request.reference_compiler_facts or {}).get("registers")
@@ -433,10 +525,28 @@ def request_features(request) -> np.ndarray:
     return row.astype(float)
 
 
+def _context_features(request) -> tuple:
+    """What the features of a request take from its reference, problem and hardware."""
+    sizes = (request.problem or {}).get("sizes") or {}
+    hw = _hardware(request.hardware)
+    problem = problem_features(request.problem or {}, request.hardware, request.reference_ms)
+    flops = math.exp(problem["log_flops"]) if not math.isnan(problem["log_flops"]) else None
+    ref_src = source_features(request.reference.get("source", ""))
+    ref_launch = launch_features(request.reference, sizes, request.hardware, flops)
+    return sizes, hw, problem, flops, ref_src, np.array([ref_launch[n] for n in LAUNCH_FEATURES])
+
+
+def _launch_key(launch) -> tuple:
+    """A launch plan as a hashable value: the fields launch_features reads from each step."""
+    return tuple(("kernel" in step, repr(step.get("block")), repr(step.get("grid")), repr(step.get("shared", "0")))
+                 for step in launch or [])
+
+
 def features_matrix(requests) -> np.ndarray:
     if not requests:
         return np.zeros((0, len(feature_names())))
-    return np.vstack([request_features(r) for r in requests])
+    memo: dict = {}
+    return np.vstack([request_features(r, memo) for r in requests])
 
 
 def source_digest(source: str) -> str:
