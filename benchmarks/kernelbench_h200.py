@@ -13,6 +13,7 @@ those tasks' references again beside triton's do_bench (every sample, compared b
 into a shared inductor cache (TORCHINDUCTOR_CACHE_DIR), so that the worker's torch.compile baseline is a
 cache hit; a task whose compile has not finished when the worker reaches it gets no torch.compile
 baseline, and its reference record says so ("baseline_errors").
+--compile-again RECORDS_GZ: that file's references without a torch.compile baseline are timed again with one.
 --ncu-sample: after the tasks, Nsight Compute metrics of one forward of that many correct candidates
 (spread over the list), if time is left before the deadline.
 
@@ -167,12 +168,35 @@ def recorded(path: Path) -> list[dict]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def to_remeasure(rows: list[dict]) -> set[tuple[int, int, str]]:
-    """(level, task, source hash) of recorded candidates that use an extension but were measured before
-    extension builds were watched: their "no kernel of its own" could be a caught build failure."""
-    return {(r["level"], r["task"], r["source_hash"]) for r in rows
-            if r.get("variant") != "reference" and r.get("source") and "extension_builds" not in (r.get("evidence") or {})
-            and _EXTENSION_CALL.search(r["source"]) and r.get("status") in ("rejected-guard", "ok")}
+# Recorded failed builds worth building again: the log kept no compiler error line (logs kept only their tail
+# before 2026-12-01's fix), or the build failed for the build's own fresh HOME (fixed since).
+AGAIN_BUILDS = ("no compiler error line was kept", "FileNotFoundError(")
+
+
+def to_remeasure(rows: list[dict], tasks: dict[tuple[int, int], dict] | None = None) -> set[tuple[int, int, str]]:
+    """(level, task, source hash) of recorded candidates to measure again: those that use an extension but were
+    measured before extension builds were watched (their "no kernel of its own" could be a caught build
+    failure), failed builds of AGAIN_BUILDS, and, given the dataset's `tasks`, the solutions of a recorded task
+    that have no record (deferred or cut by a deadline)."""
+    out = {(r["level"], r["task"], r["source_hash"]) for r in rows
+           if r.get("variant") != "reference" and r.get("source") and
+           ("extension_builds" not in (r.get("evidence") or {}) and _EXTENSION_CALL.search(r["source"])
+            and r.get("status") in ("rejected-guard", "ok")
+            or r.get("status") == "failed-compile" and any(a in r.get("reason", "") for a in AGAIN_BUILDS))}
+    if tasks:
+        have = {(r["level"], r["task"], r.get("source_hash")) for r in rows}
+        for level, task in {(r["level"], r["task"]) for r in rows if r.get("variant") == "reference"}:
+            for digest in (tasks.get((level, task)) or {}).get("solutions", {}):
+                if (level, task, digest) not in have:
+                    out.add((level, task, digest))
+    return out
+
+
+def without_compile_baseline(rows: list[dict]) -> list[tuple[int, int]]:
+    """Recorded tasks whose reference has no torch.compile baseline."""
+    return sorted((r["level"], r["task"]) for r in rows
+                  if r.get("variant") == "reference" and r.get("reference") and
+                  "torch_compile" not in (r.get("baselines") or {}))
 
 
 def main() -> int:
@@ -188,6 +212,8 @@ def main() -> int:
     parser.add_argument("--do-bench-again", nargs="*", default=[], help="recorded tasks (LEVEL:TASK) to time again "
                                                                         "beside do_bench")
     parser.add_argument("--bundled", nargs="*", default=[], help="folders of the project's own problems")
+    parser.add_argument("--compile-again", help="a records file whose references without a torch.compile baseline "
+                                                "are timed again with one")
     parser.add_argument("--compile-workers", type=int, default=2)
     parser.add_argument("--do-bench-tasks", type=int, default=10, help="level-1 tasks timed beside do_bench, "
                                                                        "--do-bench-again ones included")
@@ -197,12 +223,12 @@ def main() -> int:
     started = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    everything = read_tasks(Path(args.cuda_l1), set(args.levels) | {1})
+    everything = read_tasks(Path(args.cuda_l1), set(args.levels) | {1, 2})
     by_key = {(t["level"], t["task"]): t for t in everything}
     skip = set(args.skip) | {f"{r['level']}:{r['task']}" for r in recorded(Path(args.skip_recorded or "-"))
                              if r.get("variant") == "reference"}
     again = [tuple(map(int, k.split(":"))) for k in args.do_bench_again]
-    remeasure = sorted(to_remeasure(recorded(Path(args.remeasure_from or "-"))))
+    remeasure = sorted(to_remeasure(recorded(Path(args.remeasure_from or "-")), by_key))
     # The work list, in the order measured: re-measures, do_bench again, then the new tasks.
     work: list[dict] = []
     for level, task, digest in remeasure:
@@ -215,6 +241,11 @@ def main() -> int:
             work.append({**by_key[key], "solutions": {}, "do_bench": True, "again": True})
     new = [t for t in everything if t["level"] in set(args.levels) and f"{t['level']}:{t['task']}" not in skip]
     new = [bundled_task(Path(folder)) for folder in args.bundled] + new[: args.limit]
+    if args.compile_again:
+        # references of recorded tasks timed again with their torch.compile baseline (last: the compile workers
+        # start from the far end of the list, so these are compiled first)
+        new += [{**by_key[key], "solutions": {}} for key in without_compile_baseline(recorded(Path(args.compile_again)))
+                if key in by_key]
     level1_left = max(0, args.do_bench_tasks - len(again))
     for task in new:
         if task["level"] == 1 and level1_left:
