@@ -91,7 +91,7 @@ class TorchBackend(Backend):
                                       / "ext"}, timeout_s)
         if evidence.get("unavailable"):
             return MeasurementResult(status="unavailable", reason=evidence["unavailable"], **base)
-        verdict = judge_solution(evidence, settings)
+        verdict = judge_solution(evidence, settings, source=candidate.source)
         timing = evidence.get("timing") or {}
         result = MeasurementResult(status=verdict.status, reason=" ".join([verdict.reason, *verdict.notes]),
                                    speedup=verdict.speedup if verdict.status == "ok" else None,
