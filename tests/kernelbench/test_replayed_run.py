@@ -50,6 +50,20 @@ def test_a_replayed_run_over_a_kernelbench_problem_measures_every_recorded_candi
     assert "a recorded solution, not written in this run" in panel
 
 
+def test_a_replayed_run_with_the_learned_surrogate_forecasts_each_candidate_with_the_program_surrogate(
+        layernorm, members):
+    pytest.importorskip("lightgbm")
+    from kernellab.models import Forecast
+
+    run = run_create(problem=layernorm, user=members["engineer"], generator="replayed", surrogate="learned",
+                     backend="replay", gpu_budget=6, children_per_step=2)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    forecasts = Forecast.objects.filter(node__run=run)
+    assert forecasts.exists() and {f.surrogate.split("@")[0] for f in forecasts} == {"learned-program"}
+    assert all(abs(sum(f.probabilities) - 1) < 1e-6 for f in forecasts)
+
+
 def test_the_replayed_generator_reads_an_imported_tasks_cuda_l1_solutions_in_place(workspace, members):
     if not (cuda_l1_dir() / "h100.jsonl").is_file() or not (KERNELBENCH / "level1").is_dir():
         pytest.skip(f"the CUDA-L1 and KernelBench datasets are not at {cuda_l1_dir()} and {KERNELBENCH}")
