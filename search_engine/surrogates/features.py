@@ -106,6 +106,13 @@ PROBLEM_FEATURES = ["log_flops", "log_bytes", "log_intensity", "log_roofline_ms"
 
 def _preprocess(source: str) -> tuple[str, dict[str, str]]:
     """Apply #define/#if/#ifdef/#elif/#else/#endif of the source to itself; returns code and defines."""
+    pieces, defines = _preprocess_pieces(source)
+    return "\n".join(pieces), defines
+
+
+def _preprocess_pieces(source: str) -> tuple[list[str], dict[str, str]]:
+    """_preprocess's code as the pieces it joins with newlines: runs of code lines (the same string
+    objects for every variant of a family) and the directive lines kept."""
     knob_lines, body = _split_knob_defines(source)
     defines: dict[str, str] = {}
     out: list[str] = []
@@ -150,7 +157,7 @@ def _preprocess(source: str) -> tuple[str, dict[str, str]]:
             defines.pop(rest.split()[0] if rest else "", None)
         elif active:
             out.append(line)  # pragmas and includes stay
-    return "\n".join(out), defines
+    return out, defines
 
 
 # A rendered variant is its family's source behind one "#define KNOB value" line per knob. Those
@@ -253,13 +260,18 @@ def _define_value(name: str, defines: dict[str, str], depth: int = 0, resolved: 
     return result
 
 
-def _substitute_defines(code: str, defines: dict[str, str]) -> str:
+def _numeric_defines(defines: dict[str, str]) -> dict[str, int]:
     numeric = {}
     resolved: dict[str, object] = {}
     for name in defines:
         value = _define_value(name, defines, resolved=resolved)
         if isinstance(value, int) and not isinstance(value, bool):
             numeric[name] = value
+    return numeric
+
+
+def _substitute_defines(code: str, defines: dict[str, str], numeric: dict[str, int] | None = None) -> str:
+    numeric = _numeric_defines(defines) if numeric is None else numeric
     if not numeric:
         return code
 
@@ -293,16 +305,76 @@ def _fold_products(code: str) -> str:
             return code
 
 
-def _prepared(source: str) -> str:
-    """The code the compiler sees: directives applied, numeric macros substituted, literal products folded."""
-    code, defines = _preprocess(source)
-    return _fold_products(_substitute_defines(code, defines))
-
-
 # Everything read from one source, prepared once and cached per source. The cache holds more sources
 # than the largest recorded family has variants (852, sgemm) and than a run forecasts, so a family's
 # warm pass never evicts what it is about to read again, and it stays bounded.
 SOURCE_CACHE_SIZE = 4096
+
+
+def _prepared(source: str) -> str:
+    """The code the compiler sees: directives applied, numeric macros substituted, literal products folded.
+
+    Piece by piece: a macro name never spans the newline between two pieces, so substituting each
+    piece gives the whole code's substitution, and a piece with the same macro values is substituted
+    and folded once. A literal product could span a newline ("4 *" then "8"): then the whole code is
+    folded as one."""
+    pieces, defines = _preprocess_pieces(source)
+    numeric = _numeric_defines(defines)
+    if not all(_PLAIN_NAME.fullmatch(name) for name in numeric):
+        return _fold_products(_substitute_defines("\n".join(pieces), defines, numeric))
+    substituted = [_substituted_piece(piece, numeric) for piece in pieces]
+    folded = [_folded_piece(piece) for piece in substituted]
+    if _products_may_cross(folded):
+        return _fold_products("\n".join(substituted))
+    return "\n".join(folded)
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PIECE_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _substituted_piece(piece: str, numeric: dict[str, int]) -> str:
+    used = tuple(sorted((name, numeric[name]) for name in _piece_names(piece).intersection(numeric)))
+    return _substitute_piece(piece, used) if used else piece
+
+
+@lru_cache(maxsize=SOURCE_CACHE_SIZE)
+def _piece_names(piece: str) -> frozenset[str]:
+    """Every word of a piece that could be a macro name (a superset of those a substitution replaces)."""
+    return frozenset(_PIECE_NAME.findall(piece))
+
+
+@lru_cache(maxsize=SOURCE_CACHE_SIZE)
+def _substitute_piece(piece: str, used: tuple[tuple[str, int], ...]) -> str:
+    return _substitute_defines(piece, {}, dict(used))
+
+
+@lru_cache(maxsize=SOURCE_CACHE_SIZE)
+def _folded_piece(piece: str) -> str:
+    return _fold_products(piece)
+
+
+@lru_cache(maxsize=SOURCE_CACHE_SIZE)
+def _piece_ends(piece: str) -> tuple[str, str] | None:
+    text = piece.strip()
+    return (text[0], text[-1]) if text else None
+
+
+def _products_may_cross(pieces: list[str]) -> bool:
+    """Whether a literal product could span the newline between two folded pieces: a digit then a
+    "*" there, or a "*" then a digit (blank pieces between them do not count). Folding only turns
+    ")" into digits and keeps digits and "*" at a piece's ends, so what holds after folding each
+    piece held at every step of folding the whole."""
+    last = None
+    for piece in pieces:
+        ends = _piece_ends(piece)
+        if ends is None:
+            continue
+        first = ends[0]
+        if last is not None and ((last == "*" and first.isalnum()) or (last.isalnum() and first == "*")):
+            return True
+        last = ends[1]
+    return False
 
 
 @lru_cache(maxsize=SOURCE_CACHE_SIZE)

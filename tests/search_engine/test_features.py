@@ -104,3 +104,24 @@ def test_a_batch_gives_each_request_the_row_it_gets_alone():
     alone = np.vstack([request_features(q) for q in requests])
     np.testing.assert_array_equal(features_matrix(requests), alone)
     assert len({tuple(np.nan_to_num(row)) for row in alone}) == len(requests)
+
+
+@pytest.mark.parametrize("source", [
+    # a product split by a directive: "3 *" in one piece, "5" in the next
+    "#define A 4\nint x = 3 *\n#if A == 4\n5;\n#else\n6;\n#endif\n",
+    "#define A 4\nint y = (2)\n#if A\n* 7;\n#endif\n",
+    # a macro next to a directive, and one that is not a plain name
+    "#define N 8\n#pragma unroll\nfor (int i = 0; i < N*2; i++) {}\n#define M (N * 4)\nint z = M;\n",
+    "#define A-B 3\nint w = A-B * 2;\n",
+])
+def test_code_prepared_piece_by_piece_is_the_code_prepared_whole(source):
+    from search_engine.surrogates import features
+
+    code, defines = features._preprocess(source)
+    assert features._prepared(source) == _plain_fold(features._substitute_defines(code, defines))
+
+
+def test_a_product_split_by_a_directive_is_still_folded():
+    from search_engine.surrogates.features import _prepared
+
+    assert "int x = 15;" in _prepared("#define A 4\nint x = 3 *\n#if A == 4\n5;\n#else\n6;\n#endif\n").replace("\n", "")

@@ -512,8 +512,8 @@ def test_a_second_pass_over_a_family_of_a_thousand_variants_prepares_no_source_a
     features._source_facts.cache_clear()
     first = features.features_matrix(requests)
     prepared = []
-    real_preprocess = features._preprocess
-    monkeypatch.setattr(features, "_preprocess", lambda source: prepared.append(source) or real_preprocess(source))
+    real_preprocess = features._preprocess_pieces
+    monkeypatch.setattr(features, "_preprocess_pieces", lambda source: prepared.append(source) or real_preprocess(source))
     second = features.features_matrix(requests)
     assert prepared == []  # the 512-entry cache it replaces prepared every source again
     np.testing.assert_array_equal(first, second)
