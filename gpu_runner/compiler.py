@@ -243,9 +243,8 @@ def cache_dir() -> Path:
     return path
 
 
-def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
-                  sass: bool = True, use_cache: bool = True, timeout_s: float = 180.0) -> CompileOutput:
-    """Compile `source` to a cubin for `arch` with nvcc; never raises for a bad source."""
+def _flags_and_entry(source: str, options: Sequence[str], arch: str, sass: bool) -> tuple[list[str], Path]:
+    """nvcc's flags for a compile and its folder in the cache (keyed by everything that shapes the cubin)."""
     from .candidate import arch_option, nvcc_options
 
     arch = arch_option(list(options)) or arch
@@ -253,7 +252,41 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
     flags += [flag for flag in cutlass_flags(source) if flag not in flags]
     key = hashlib.sha256(json.dumps([source, flags, include_flags(), nvcc_version(), cutlass_version(),
                                      sass]).encode()).hexdigest()
-    cached = cache_dir() / key[:2] / key
+    return flags, cache_dir() / key[:2] / key
+
+
+def cached_compile(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
+                   sass: bool = True) -> tuple[dict, bytes] | None:
+    """The cache's (report as JSON, cubin) of a successful compile, or None where it holds none."""
+    _, cached = _flags_and_entry(source, options, arch, sass)
+    try:
+        report = json.loads((cached / "report.json").read_text())
+        return (report, (cached / "k.cubin").read_bytes()) if report.get("ok") else None
+    except (OSError, ValueError):
+        return None
+
+
+def seed_cache(source: str, options: Sequence[str], arch: str, *, sass: bool, report: dict, cubin: bytes) -> bool:
+    """Store a compile made on another machine under this machine's key, so compile_cubin finds it.
+
+    Only a successful compile by the same nvcc release with the same CUTLASS headers is taken (the key
+    differs between machines only by where the headers lie); anything else returns False and is
+    compiled here when asked for."""
+    facts = report.get("facts") or {}
+    if not report.get("ok") or report.get("compiler") != f"nvcc {nvcc_version()}" \
+            or facts.get("cutlass") != cutlass_version():
+        return False
+    _, cached = _flags_and_entry(source, options, arch, sass)
+    cached.mkdir(parents=True, exist_ok=True)
+    _atomic_write(cached / "k.cubin", cubin)
+    _atomic_write(cached / "report.json", json.dumps(report).encode())
+    return True
+
+
+def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
+                  sass: bool = True, use_cache: bool = True, timeout_s: float = 180.0) -> CompileOutput:
+    """Compile `source` to a cubin for `arch` with nvcc; never raises for a bad source."""
+    flags, cached = _flags_and_entry(source, options, arch, sass)
     if use_cache and (cached / "report.json").is_file():
         try:
             report = _report_from_json(json.loads((cached / "report.json").read_text()))

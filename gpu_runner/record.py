@@ -1,4 +1,4 @@
-"""`python -m gpu_runner.record <problem_dir> [--out PATH] [--limit N] [--profile-sample N] [--no-vendor]`"""
+"""`python -m gpu_runner.record <problem_dir> [--out PATH] [--limit N] [--profile-sample N] [--no-vendor] [--deadline-s S]`"""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="cupy", choices=["cupy", "pycuda"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per variant")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="start no variant after this many seconds (a later call resumes)")
     args = parser.parse_args(argv)
     try:
         problem = load_problem(args.problem_dir)
@@ -36,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             out = f"{args.problem_dir}/records/{hardware.slug}.jsonl.gz"
         summary = record_family(problem, out, limit=args.limit, profile_sample=args.profile_sample,
-                                vendor=not args.no_vendor, runner=runner, seed=args.seed, timeout_s=args.timeout)
+                                vendor=not args.no_vendor, runner=runner, seed=args.seed, timeout_s=args.timeout,
+                                deadline_s=args.deadline_s)
     print(json.dumps(summary))
     return 0
 

@@ -56,8 +56,13 @@ def record_line(variant: str, knobs: dict | None, result: MeasurementResult) -> 
 
 def record_family(problem: Problem, out_path: str | Path, *, limit: int | None = None, profile_sample: int = 0,
                   vendor: bool = True, runner: Runner | None = None, seed: int = 0, timeout_s: float = 120.0,
-                  chunk: int = 256, log: Callable[[str], None] | None = print) -> dict:
-    """Measure the reference, the vendor baseline and every (or `limit`) family variant not yet recorded."""
+                  chunk: int = 256, deadline_s: float | None = None,
+                  log: Callable[[str], None] | None = print) -> dict:
+    """Measure the reference, the vendor baseline and every (or `limit`) family variant not yet recorded.
+
+    With `deadline_s`, variants are measured a few at a time and none is started once that many seconds
+    have passed since the call began; what is left is counted in the summary's `left` (a later call
+    resumes it)."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     own_runner = runner is None
@@ -66,6 +71,7 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
     started = time.perf_counter()
     counts: dict[str, int] = {}
     written = 0
+    left = 0
 
     def write(variant: str, knobs: dict | None, result: MeasurementResult) -> None:
         nonlocal written
@@ -96,11 +102,18 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
                     break
         total = len(pending)
         step = max(1, total // profile_sample) if profile_sample else 0
+        if deadline_s is not None:
+            chunk = min(chunk, 8)
 
         def wants_profile(global_index: int) -> bool:
             return bool(step) and global_index % step == 0 and global_index // step < profile_sample
 
         for first in range(0, total, chunk):
+            if deadline_s is not None and time.perf_counter() - started > deadline_s:
+                left = total - first
+                if log:
+                    log(f"{problem.name}: deadline of {deadline_s:.0f} s reached, {left} variants left")
+                break
             batch = pending[first:first + chunk]
             # The profiled sample also gets an NVML energy reading (a window of ~0.1 s or more each).
             sampled = lambda i, first=first: wants_profile(first + i)  # noqa: E731
@@ -117,7 +130,7 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
         if own_runner:
             runner.close()
     return {"written": written, "statuses": counts, "seconds": time.perf_counter() - started,
-            "path": str(out_path)}
+            "path": str(out_path), "left": left}
 
 
 def profile_batch(runner: Runner, problem: Problem, pairs: list, *, seed: int) -> None:

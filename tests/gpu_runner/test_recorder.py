@@ -68,3 +68,21 @@ def test_it_records_the_vendor_baseline_named_by_the_problem(tmp_path):
 def test_the_cli_reports_a_bad_problem_folder(tmp_path, capsys):
     assert record_main([str(tmp_path), "--out", str(tmp_path / "x.jsonl.gz")]) == 2
     assert "problem.toml" in capsys.readouterr().err
+
+
+class SlowBackend(CountingBackend):
+    def _ok(self, problem, candidate):
+        import time
+        time.sleep(0.02)
+        return super()._ok(problem, candidate)
+
+
+def test_past_its_deadline_it_starts_no_more_variants_and_a_later_call_resumes(tmp_path):
+    problem = saxpy_problem()
+    out = tmp_path / "r.jsonl.gz"
+    first = record_family(problem, out, runner=Runner(SlowBackend()), deadline_s=0.05, log=None)
+    # The reference and the first chunk of at most 8 variants fit; the 21-variant family does not.
+    assert 1 <= first["written"] <= 1 + 16 and first["left"] == 21 - (first["written"] - 1)
+    second = record_family(problem, out, runner=Runner(CountingBackend()), log=None)
+    assert second["written"] == first["left"] and second["left"] == 0
+    assert len({r["source_hash"] for r in lines(out)}) == 22

@@ -77,3 +77,29 @@ def test_it_replays_a_whole_family_recorded_on_an_h200():
     assert best.candidate_name.endswith("VEC=4") and best.speedup > 1.1
     assert any(r.profiler.get("gpu__time_duration.sum", 0) > 0 for r in results)   # the ncu sample
     assert runner.measure(problem, reference_candidate(problem)).status == "ok"
+
+
+def test_the_bundled_cute_hgemm_family_replays_from_its_h200_records_beside_cublas():
+    """kernellab/problems/hgemm/records/h200.jsonl.gz: the CuTe family recorded on an H200 (issue 23)."""
+    from pathlib import Path
+
+    from gpu_runner import enumerate_variants
+    from gpu_runner.backends.replay import read_records
+    from gpu_runner.vendor import vendor_candidate
+
+    folder = Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "hgemm"
+    problem = load_problem(folder)
+    recorded = {r["source_hash"]: r for r in read_records(folder / "records" / "h200.jsonl.gz")}
+    runner = Runner("replay")
+    results = [runner.measure(problem, render_variant(problem, k)) for k in enumerate_variants(problem)]
+    # Every variant of today's family.cu was recorded, and replays as it was measured.
+    assert all(r.backend == "replay" and r.status == recorded[r.source_hash]["status"] for r in results)
+    ok = [r for r in results if r.status == "ok"]
+    assert ok and all(r.hardware.name == "NVIDIA H200" and r.compiler.cutlass for r in ok)
+    assert all(r.compiler.spill_stores == 0 and any(op.startswith("HGMMA") for op in r.compiler.sass) for r in ok)
+    vendor = runner.measure(problem, vendor_candidate(problem))
+    assert vendor.status == "ok" and vendor.candidate_name == "vendor:cublas_hgemm"
+    best = min(ok, key=lambda r: r.candidate.median_ms)
+    flops = 2 * 4096 ** 3
+    # Tensor cores, both: far past the H200's 67 TFLOP/s of fp32 arithmetic.
+    assert flops / (best.candidate.median_ms * 1e-3) > 200e12 and flops / (vendor.candidate.median_ms * 1e-3) > 200e12
