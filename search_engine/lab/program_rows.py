@@ -4,9 +4,12 @@
   authors' speedups against eager PyTorch: the RL-written solution (`score_default`), and the two
   baselines they shipped as programs, the CUDA-graph one (`score_default / score_cuda_graph`) and the
   cuDNN-flags one (`score_default / score_cudnn`). Entries without code ('None') are not candidates.
+  Their requests say `problem["rule"] = "authors"`: measured without KernelLab's guards (a program
+  with no kernel of its own counts there).
 - H200 records written by the torch backend (`kernellab/problems/kernelbench/records/h200.jsonl.gz`
   and bundled KernelBench-format problems `kernellab/problems/kb_*/records`): a candidate that was
-  not `ok` (failed to build, wrong, or rejected by a guard) is a row without a speedup, a miss.
+  not `ok` (failed to build, wrong, or rejected by a guard) is a row without a speedup, a miss
+  (`problem["rule"] = "kernellab"`: the torch backend's guards, as every run of the app applies them).
 
 Each row: {"request": ForecastRequest, "speedup": float | None, "status", "problem_name", "task",
 "gpu", "origin"}. A pool is the candidates of one task on one GPU (what one search run sees).
@@ -68,11 +71,11 @@ def _has_code(code) -> bool:
 
 
 def _row(reference: str, candidate: str, gpu: str, problem: str, level: int, speedup, *, status: str = "ok",
-         origin: str, reference_ms: float | None = None) -> dict:
+         origin: str, reference_ms: float | None = None, rule: str = "kernellab") -> dict:
     request = ForecastRequest(
         reference={"name": "reference", "source": reference}, candidate={"name": origin, "source": candidate},
-        hardware={"name": GPU_NAMES.get(gpu, gpu)}, problem={"name": problem, "level": level, "kind": "pytorch"},
-        reference_ms=reference_ms)
+        hardware={"name": GPU_NAMES.get(gpu, gpu)},
+        problem={"name": problem, "level": level, "kind": "pytorch", "rule": rule}, reference_ms=reference_ms)
     return {"request": request, "speedup": speedup, "status": status, "problem_name": problem,
             "task": problem, "gpu": gpu, "origin": origin}
 
@@ -94,12 +97,13 @@ def cuda_l1_rows(directory: Path, kernelbench_dir: Path | None = None, gpus=CUDA
             score = _score(entry.get("score_default"))
             if not _has_code(entry.get("custom_code")) or score is None or not reference:
                 continue
-            rows.append(_row(reference, entry["custom_code"], gpu, problem, level, score, origin="cuda-l1"))
+            rows.append(_row(reference, entry["custom_code"], gpu, problem, level, score, origin="cuda-l1",
+                             rule="authors"))
             for field, code_field in (("score_cuda_graph", "cuda_graph_code"), ("score_cudnn", "cudnn_code")):
                 ratio = _score(entry.get(field))
                 if ratio is not None and _has_code(entry.get(code_field)):
                     rows.append(_row(reference, entry[code_field], gpu, problem, level, score / ratio,
-                                     origin=code_field.replace("_code", "")))
+                                     origin=code_field.replace("_code", ""), rule="authors"))
     return rows
 
 

@@ -8,6 +8,9 @@ a forecast that is calibrated before and after the run's first measurements.
 - The forecast over the bins is conformal: the model's log speedup plus the out-of-fold residuals
   (task-grouped folds, so every residual is the error on a task the fold never saw). Cold, before
   any measurement of the run, the residuals hold the unknown level of a new task.
+- A classifier of whether a candidate gets a speedup at all (builds, is correct, passes the guards):
+  the bins forecast the speedup if it works, and the expected log speedup that ranks candidates
+  (`log_mean`) adds log P(works), so that a program likely to be rejected ranks low.
 - From the run (learn): the level moves by beta_n times the mean gap between the run's n measured
   log speedups and the model's forecasts of them; beta_n and the residuals that follow are those of
   the same procedure replayed out of fold (the n candidates forecast fastest in a pool measured
@@ -35,6 +38,7 @@ from search_engine.surrogates.program_features import feature_names, features_ma
 SHIPPED_MODEL = Path(__file__).with_name("models") / "program_lgbm.json.gz"
 _RESIDUAL_KEEP = 401  # quantiles kept of each residual distribution (the saved file stays small)
 _MAX_MEASURED = 3  # residuals after 1, 2 and 3 measured rows; more rows use the last
+_MIN_OK = 0.01  # the smallest chance of working that the ranking weighs in
 
 
 def _request(row: dict) -> ForecastRequest:
@@ -47,6 +51,11 @@ def _request(row: dict) -> ForecastRequest:
 def _is_measured(row: dict) -> bool:
     speedup = row.get("speedup")
     return isinstance(speedup, (int, float)) and math.isfinite(speedup) and speedup > 0
+
+
+def _is_miss(row: dict) -> bool:
+    """A row measured without a speedup: failed to build, wrong, or rejected by a guard."""
+    return row.get("speedup") is None and str(row.get("status") or "ok") != "ok"
 
 
 def _measured(rows: list[dict]) -> list[dict]:
@@ -76,6 +85,7 @@ class ProgramSurrogate:
         self.folds = folds
         self.version = version
         self._booster = None
+        self._ok_booster = None  # P(the candidate gets a speedup at all)
         self._scale = (0.0, 1.0)  # lambdarank: log speedup = a + b * score
         self._residuals: list[np.ndarray] = []  # [cold, after 1, after 2, after 3 measured rows]
         self._betas: list[float] = []  # the share of the measured rows' mean gap that moves the level
@@ -98,6 +108,7 @@ class ProgramSurrogate:
         kept = [i for i, r in enumerate(rows) if _is_measured(r)]
         if len(kept) < 10:
             raise ValueError("The program surrogate needs at least 10 measured rows to train.")
+        self._ok_booster = self._train_ok(rows)
         X = features_matrix([_request(rows[i]) for i in kept])
         y = np.log([rows[i]["speedup"] for i in kept])
         pools = [pool_of[i] for i in kept]
@@ -128,6 +139,20 @@ class ProgramSurrogate:
         model = lgb.LGBMRanker(objective="lambdarank", **common)
         model.fit(X[order], labels, group=sizes)
         return model.booster_, (0.0, 1.0)
+
+    def _train_ok(self, rows: list[dict]):
+        """A classifier of whether a candidate gets a speedup at all (built, correct, not rejected by a
+        guard), on every row whose outcome is known; None while the rows hold fewer than 5 of either."""
+        import lightgbm as lgb
+
+        known = [r for r in rows if _is_measured(r) or _is_miss(r)]
+        labels = np.array([1 if _is_measured(r) else 0 for r in known])
+        if labels.sum() < 5 or (1 - labels).sum() < 5:
+            return None
+        model = lgb.LGBMClassifier(n_estimators=150, learning_rate=0.05, num_leaves=15, min_child_samples=10,
+                                   random_state=self.seed, n_jobs=1, verbose=-1)
+        model.fit(features_matrix([_request(r) for r in known]), labels)
+        return model.booster_
 
     def _out_of_fold(self, X, y, pools, tasks) -> np.ndarray:
         """Predictions of each row by a model that never saw its task (grouped folds)."""
@@ -170,6 +195,12 @@ class ProgramSurrogate:
         """The point forecast of log speedup of each request, the run's level included."""
         return self._mean(features_matrix(requests)) + self._shift
 
+    def ok_probability(self, X: np.ndarray) -> np.ndarray:
+        """The chance each candidate gets a speedup at all (1 without a classifier)."""
+        if self._ok_booster is None:
+            return np.ones(X.shape[0])
+        return np.clip(self._ok_booster.predict(X, num_threads=1), 0.0, 1.0)
+
     def _residual(self) -> np.ndarray:
         return self._residuals[min(self._measured_n, _MAX_MEASURED)]
 
@@ -204,7 +235,9 @@ class ProgramSurrogate:
             return [Forecast.abstention("The program surrogate is not trained yet.", surrogate=self.id)
                     for _ in requests]
         started = time.perf_counter()
-        mu = self.log_speedups(requests)
+        X = features_matrix(requests)
+        mu = self._mean(X) + self._shift
+        ok = self.ok_probability(X)
         probabilities = self.probabilities(mu)
         centre, sd = self._stage_moments()
         latency = (time.perf_counter() - started) / len(requests)
@@ -214,8 +247,12 @@ class ProgramSurrogate:
                      f"{self.trained_tasks} tasks; {stage}")
         out = []
         for i, p in enumerate(probabilities):
-            forecast = Forecast.from_probabilities(p, surrogate=self.id, latency_s=latency, reasoning=reasoning)
-            forecast.log_mean, forecast.log_sd = float(mu[i] + centre), sd
+            # The bins forecast the speedup if the candidate works; log_mean, by which candidates are
+            # ranked, also weighs in the chance that it fails (a failure is worth nothing to a run).
+            text = reasoning if ok[i] > 0.995 else f"{reasoning}; {1 - ok[i]:.0%} chance it fails or is rejected"
+            forecast = Forecast.from_probabilities(p, surrogate=self.id, latency_s=latency, reasoning=text)
+            forecast.log_mean = float(mu[i] + centre + math.log(max(ok[i], _MIN_OK)))
+            forecast.log_sd = sd
             out.append(forecast)
         return out
 
@@ -230,6 +267,7 @@ class ProgramSurrogate:
             "residuals": [[round(float(v), 5) for v in r] for r in self._residuals],
             "trained_rows": self.trained_rows, "trained_tasks": self.trained_tasks,
             "booster": self._booster.model_to_string(num_iteration=-1),
+            "ok_booster": self._ok_booster.model_to_string(num_iteration=-1) if self._ok_booster else None,
         }
 
     def save(self, path) -> None:
@@ -256,6 +294,7 @@ class ProgramSurrogate:
         model = cls(objective=data["objective"], bins=BinTable(tuple(data["bins"])), seed=data.get("seed", 0),
                     version=data["version"], **data["params"])
         model._booster = lgb.Booster(model_str=data["booster"])
+        model._ok_booster = lgb.Booster(model_str=data["ok_booster"]) if data.get("ok_booster") else None
         model._scale = tuple(data["scale"])
         model._residuals = [np.asarray(r, dtype=float) for r in data["residuals"]]
         model._betas = [float(b) for b in data["betas"]]

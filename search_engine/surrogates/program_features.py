@@ -150,9 +150,15 @@ DELTA_FEATURES = ["delta_" + n for n in OP_CLASS_NAMES] + ["delta_ops", "delta_l
                                                             "replaced_heavy_ops"]
 
 
+# The measurement's rules: 1 where KernelLab's guards apply (a run in the app, the torch backend's
+# records: a program with no kernel of its own is rejected), 0 for speedups measured without them
+# (CUDA-L1's authors', problem["rule"] = "authors").
+RULE_FEATURES = ["kernellab_guards"]
+
+
 def feature_names() -> list[str]:
     return (["cuda_" + n for n in CUDA_FEATURES] + PYTHON_FEATURES + COMPILER_FEATURES + CANDIDATE_OP_FEATURES
-            + REFERENCE_FEATURES + DELTA_FEATURES + HARDWARE_FEATURES)
+            + REFERENCE_FEATURES + DELTA_FEATURES + HARDWARE_FEATURES + RULE_FEATURES)
 
 
 # ---- splitting a program into its Python and its CUDA ------------------------------------------
@@ -520,8 +526,9 @@ def request_features(request) -> np.ndarray:
         kept += min(cand_ops[i], ref_ops[i])
         replaced += max(ref_ops[i] - cand_ops[i], 0.0)
     delta = [c - r for c, r in zip(cand_ops, ref_ops)] + [own[_CUDA_LINES] + own[_PY_LINES] - ref_lines, kept, replaced]
+    guards = 0.0 if (request.problem or {}).get("rule") == "authors" else 1.0
     return np.array(own + tuple(compiler_values(request.compiler_facts, digest)) + cand_ops + ref_part
-                    + tuple(delta) + hw_part, dtype=float)
+                    + tuple(delta) + hw_part + (guards,), dtype=float)
 
 
 def _hardware_key(hardware: dict | None) -> tuple:

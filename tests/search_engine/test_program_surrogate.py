@@ -257,6 +257,30 @@ def test_one_measurement_of_the_run_moves_the_level_and_narrows_the_forecast(tra
     assert [f.probabilities for f in again] == [f.probabilities for f in cold]
 
 
+def test_a_program_that_guards_rejected_in_training_ranks_low_where_the_guards_apply():
+    rows = []
+    for t in [t for t in range(1, 60) if t % 5]:
+        name = f"kb1_{t}_made_up"
+        for candidate, speedup, status in ((own_kernel(256), 2.0 + t % 3 / 10, "ok"),
+                                           (own_kernel(128, vector=False), 1.3, "ok"),
+                                           (TORCH_ONLY, None, "rejected-guard")):
+            rows.append({"request": request(candidate, problem=name, gpu="NVIDIA H200"), "speedup": speedup,
+                         "status": status, "task": name, "gpu": "h200"})
+    model = ProgramSurrogate(n_estimators=40).fit(rows)
+    kernel, rewrite = model.forecast_many([request(own_kernel(256), gpu="NVIDIA H200", problem="kb1_61_new"),
+                                          request(TORCH_ONLY, gpu="NVIDIA H200", problem="kb1_61_new")])
+    assert rewrite.expected_log_speedup() < kernel.expected_log_speedup() - 1.0
+    assert "chance it fails or is rejected" in rewrite.reasoning
+    assert "chance it fails" not in kernel.reasoning
+
+
+def test_the_measurement_rule_is_a_feature_guards_apply_unless_the_request_says_authors():
+    assert features(request(TORCH_ONLY))["kernellab_guards"] == 1
+    authors = request(TORCH_ONLY)
+    authors.problem = {"name": "kb1_23_softmax", "rule": "authors"}
+    assert features(authors)["kernellab_guards"] == 0
+
+
 def test_a_saved_model_forecasts_as_the_trained_one_and_a_wrong_file_is_refused(trained, tmp_path):
     path = tmp_path / "model.json.gz"
     trained.save(path)
