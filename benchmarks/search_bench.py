@@ -81,6 +81,7 @@ class Dataset:
     constraints: list = field(default_factory=list)  # knob constraints with the sizes filled in
     vendor: dict | None = None  # the vendor library's recorded speedup: {"name", "speedup", "source"}
     compile_s: float | None = None  # median seconds of one compile check of a variant, measured here
+    reference_facts: dict | None = None  # the reference's compiler facts, as the app hands them to a run
 
     def key(self, knobs: dict) -> tuple:
         return tuple(knobs[n] for n in self.knobs)
@@ -113,6 +114,7 @@ def _rows(dataset: Dataset) -> list[dict]:
         rows.append({"reference": dataset.reference, "candidate": dataset.render(record["knobs"]),
                      "hardware": dataset.hardware, "problem": dataset.problem,
                      "compiler_facts": record.get("compiler"), "reference_ms": dataset.reference_ms,
+                     "reference_compiler_facts": dataset.reference_facts,
                      "speedup": record["speedup"], "problem_name": dataset.name})
     return rows
 
@@ -187,11 +189,8 @@ def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
                               "tolerance": problem.spec.get("tolerance") or {}},
                      reference_ms=reference_ms, synthetic=False,
                      constraints=[_with_sizes(c, case) for c in problem.family.get("constraints", [])],
-                     vendor=vendor or recorded_vendor(problem.name, gpu))
+                     vendor=vendor or recorded_vendor(problem.name, gpu), reference_facts=reference_facts)
         ds.rows = _rows(ds)
-        if reference_facts:
-            for row in ds.rows:
-                row["reference_compiler_facts"] = reference_facts
         out.append(ds)
     return out
 
@@ -292,7 +291,9 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                               retrain_every=args.retrain_every)
     driver = SearchDriver(port=port, generator=TemplateGenerator(knob_space(dataset), dataset.render),
                           surrogate=surrogate, reference=dataset.reference, hardware=dataset.hardware,
-                          problem=dataset.problem, settings=settings, reference_ms=dataset.reference_ms)
+                          problem=dataset.problem, settings=settings, reference_ms=dataset.reference_ms,
+                          # as the app does (kernellab/services/search.py): the model was trained with them
+                          reference_compiler_facts=dataset.reference_facts)
     steps = 0
     started = time.process_time()
     while port.reached_at is None and steps < args.max_steps:

@@ -158,3 +158,31 @@ def test_a_kernel_tuner_strategy_gives_the_same_run_for_the_same_seed_and_stops_
     assert runs[0]["order"] == runs[1]["order"] and len(runs[0]["order"]) > 1
     assert runs[0] == runs[1] | {"cpu_s": runs[0]["cpu_s"]}
     assert runs[0]["lookups"] <= 20 * configurations + 64  # the cap, give or take the last batch asked
+
+
+class _RecordingSurrogate:
+    """Forecasts nothing (every child abstains) and keeps the requests it was asked about."""
+
+    name, version = "recording", "1"
+    id = "recording@1"
+
+    def __init__(self):
+        self.requests = []
+
+    def forecast_many(self, requests):
+        from search_engine.surrogates.base import Forecast
+
+        self.requests.extend(requests)
+        return [Forecast.abstention("recording only", surrogate=self.id) for _ in requests]
+
+
+def test_the_search_forecasts_with_the_references_compiler_facts_as_the_model_was_trained(bench):
+    facts = {"registers": 31, "shared_bytes": 1024, "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0}
+    dataset = small_family(bench)
+    dataset.reference_facts = facts
+    dataset.rows = bench._rows(dataset)
+    assert dataset.rows and all(row["reference_compiler_facts"] == facts for row in dataset.rows)
+    surrogate = _RecordingSurrogate()
+    bench.run_puct(dataset, 0, surrogate, False, search_args(), root_children=16)
+    assert surrogate.requests
+    assert all(request.reference_compiler_facts == facts for request in surrogate.requests)
