@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections import Counter
 from typing import Callable
 
 import numpy as np
@@ -214,6 +215,7 @@ def heldout_report(surrogate, rows: list[dict], *, roofline=None, clear: Callabl
         "rows_with_speedup": sum(1 for r in rows if _speedup(r) is not None),
         "misses": sum(1 for r in rows if _speedup(r) is None),
         "abstained": sum(1 for f in cold if f.abstained),
+        "abstain_reasons": dict(Counter(f.abstain_reason[:160] for f in cold if f.abstained).most_common(5)),
         **{k: ranking[k] for k in ("spearman_within_task", "recovered_at_1pct", "random_at_1pct")},
         "brier": probability.get("brier"), "brier_uniform": uniform.get("brier"),
         "crps": probability.get("crps"), "crps_uniform": uniform.get("crps"),

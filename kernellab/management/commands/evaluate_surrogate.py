@@ -290,6 +290,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         report = {"surrogate": description, "command": "manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]),
                   **{key: report.get(key) for key in HEADLINE}, "abstained": report["abstained"],
+                  "abstain_reasons": report["abstain_reasons"],
                   "cost": report["cost"], "report": report}
         for key in HEADLINE + ("abstained",):
             value = report.get(key)
