@@ -8,6 +8,10 @@ source features cached. Uniform: the cost of handing out a Forecast of 1/8 per b
 surrogate. The model is trained once on every recorded family (throughput only; no accuracy is
 reported here). Forecasts go in batches of --batch, as a search's root screening does.
 
+Each rate is given twice: per second of wall time, and per second of this process's CPU time. On a
+shared machine the first also counts the time other processes held the core; the second is what one
+core does for the forecasts alone.
+
 Prints a table and writes benchmarks/results/surrogate_throughput_cpu_<date>.json.
 """
 
@@ -51,11 +55,13 @@ def uniform_forecasts(requests) -> list[Forecast]:
     return [Forecast.from_probabilities(uniform, surrogate="uniform") for _ in requests]
 
 
-def rate(forecast, requests, batch: int) -> float:
-    started = time.perf_counter()
+def rate(forecast, requests, batch: int) -> tuple[float, float]:
+    """Forecasts per second of wall time and per second of CPU time."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     for i in range(0, len(requests), batch):
         forecast(requests[i:i + batch])
-    return len(requests) / (time.perf_counter() - started)
+    cpu = max(time.process_time() - cpu_started, 1e-9)
+    return len(requests) / (time.perf_counter() - started), len(requests) / cpu
 
 
 def main(argv=None) -> dict:
@@ -78,22 +84,32 @@ def main(argv=None) -> dict:
     fit_s = time.perf_counter() - started
 
     results = {}
-    print(f"{'family':14s}{'variants':>9s}{'cold/s':>9s}{'warm/s':>9s}{'uniform/s':>11s}")
+    print(f"{'':23s}{'per second of wall time':^29s}  {'per second of CPU time':^29s}")
+    print(f"{'family':14s}{'variants':>9s}" + f"{'cold/s':>9s}{'warm/s':>9s}{'uniform/s':>11s}  " * 2)
     for dataset in [d for d in datasets if d.name in wanted]:
         requests = _requests(dataset.rows)
-        cold, warm, uniform = [], [], []
+        runs = {"cold": [], "warm": [], "uniform": []}
         for _ in range(args.repeats):
             empty_feature_caches()
-            cold.append(rate(model.forecast_many, requests, args.batch))
-            warm.append(rate(model.forecast_many, requests, args.batch))
-            uniform.append(rate(uniform_forecasts, requests, args.batch))
-        results[dataset.name] = {"variants": len(requests), "cold_forecasts_per_s": max(cold),
-                                 "warm_forecasts_per_s": max(warm), "uniform_forecasts_per_s": max(uniform),
-                                 "cold_runs": cold, "warm_runs": warm, "uniform_runs": uniform}
-        print(f"{dataset.name:14s}{len(requests):9d}{max(cold):9.0f}{max(warm):9.0f}{max(uniform):11.0f}", flush=True)
+            runs["cold"].append(rate(model.forecast_many, requests, args.batch))
+            runs["warm"].append(rate(model.forecast_many, requests, args.batch))
+            runs["uniform"].append(rate(uniform_forecasts, requests, args.batch))
+        results[dataset.name] = {"variants": len(requests)}
+        for kind, measured in runs.items():
+            results[dataset.name] |= {f"{kind}_forecasts_per_s": max(w for w, _ in measured),
+                                      f"{kind}_forecasts_per_cpu_s": max(c for _, c in measured)}
+        for kind, measured in runs.items():
+            results[dataset.name] |= {f"{kind}_runs": [w for w, _ in measured],
+                                      f"{kind}_runs_per_cpu_s": [c for _, c in measured]}
+        r = results[dataset.name]
+        print(f"{dataset.name:14s}{len(requests):9d}" + "".join(
+            f"{r[f'cold_forecasts_{u}']:9.0f}{r[f'warm_forecasts_{u}']:9.0f}{r[f'uniform_forecasts_{u}']:11.0f}  "
+            for u in ("per_s", "per_cpu_s")), flush=True)
 
     cold_all = [r["cold_forecasts_per_s"] for r in results.values()]
     warm_all = [r["warm_forecasts_per_s"] for r in results.values()]
+    cold_cpu = [r["cold_forecasts_per_cpu_s"] for r in results.values()]
+    warm_cpu = [r["warm_forecasts_per_cpu_s"] for r in results.values()]
     output = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_name(), "cores_used": 1, "python": platform.python_version(),
@@ -105,10 +121,14 @@ def main(argv=None) -> dict:
         "load_average_1_5_15": list(os.getloadavg()), "machine_cores": os.cpu_count(),
         "cold_forecasts_per_s": min(cold_all), "cold_forecasts_per_s_median": statistics.median(cold_all),
         "warm_forecasts_per_s": min(warm_all), "warm_forecasts_per_s_median": statistics.median(warm_all),
+        "cold_forecasts_per_cpu_s": min(cold_cpu), "cold_forecasts_per_cpu_s_median": statistics.median(cold_cpu),
+        "warm_forecasts_per_cpu_s": min(warm_cpu), "warm_forecasts_per_cpu_s_median": statistics.median(warm_cpu),
         "families": results,
     }
     print(f"slowest family: cold {min(cold_all):.0f}/s, warm {min(warm_all):.0f}/s "
-          f"(medians {statistics.median(cold_all):.0f}/s and {statistics.median(warm_all):.0f}/s)")
+          f"(medians {statistics.median(cold_all):.0f}/s and {statistics.median(warm_all):.0f}/s) of wall time; "
+          f"cold {min(cold_cpu):.0f}/s, warm {min(warm_cpu):.0f}/s (medians {statistics.median(cold_cpu):.0f}/s and "
+          f"{statistics.median(warm_cpu):.0f}/s) of CPU time")
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
         f"surrogate_throughput_cpu_{dt.date.today().isoformat()}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
