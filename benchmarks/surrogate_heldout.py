@@ -242,7 +242,8 @@ def print_table(columns: dict) -> None:
         cells = []
         for report in columns.values():
             value = report.get(key)
-            cells.append(("—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)).rjust(24))
+            shown = "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+            cells.append(shown.rjust(24))
         print(label.ljust(width) + "".join(cells))
     for name, report in columns.items():
         cold, after = report["cold"], report["after_1_measured"]

@@ -543,7 +543,8 @@ def _reference_part(reference: str, hardware: tuple, reference_ms: float | None)
     hw = hardware_numbers(dict(hardware))
     bandwidth, peak = hw["memory_bandwidth_gbs"], max(hw["fp32_tflops"], hw["tensor_tflops"])
     t_mem = 10 ** ref["log_est_bytes"] / (bandwidth * 1e3) if not math.isnan(ref["log_est_bytes"]) else math.nan
-    t_flop = 10 ** ref["log_est_flops"] / (hw["fp32_tflops"] * 1e6) if not math.isnan(ref["log_est_flops"]) else math.nan
+    t_flop = (10 ** ref["log_est_flops"] / (hw["fp32_tflops"] * 1e6)
+              if not math.isnan(ref["log_est_flops"]) else math.nan)
     ref["log_t_mem_us"] = math.log10(t_mem) if t_mem > 0 else math.nan
     ref["log_t_flop_us"] = math.log10(t_flop) if t_flop > 0 else math.nan
     ref_ms = reference_ms

@@ -240,7 +240,8 @@ def test_it_ranks_the_vectorised_kernel_first_on_a_task_it_never_saw(trained):
 
 
 def test_one_measurement_of_the_run_moves_the_level_and_narrows_the_forecast(trained):
-    candidates = [request(own_kernel(128, vector=False), problem="kb1_41_new"), request(TORCH_ONLY, problem="kb1_41_new")]
+    candidates = [request(own_kernel(128, vector=False), problem="kb1_41_new"),
+                  request(TORCH_ONLY, problem="kb1_41_new")]
     cold = trained.forecast_many(candidates)
     fast = trained.forecast_many([request(own_kernel(256), problem="kb1_41_new")])[0]
     # The run measures the vectorised kernel 3x faster than forecast: the task sits higher than thought.
@@ -342,8 +343,9 @@ def test_the_driver_revises_a_pytorch_runs_forecasts_with_the_level_of_its_first
     driver = SearchDriver(port=port, generator=TemplateGenerator(space, render), surrogate=surrogate,
                           reference=make_candidate(REFERENCE, [], name="reference"), hardware={"name": "NVIDIA H200"},
                           problem={"name": "kb1_41_new"},
-                          settings=SearchSettings(policy=PolicySettings(gpu_budget=6, threshold=0.99, max_gpu_per_step=1),
-                                                  children_per_expansion=4, retrain_every=5))
+                          settings=SearchSettings(
+                              policy=PolicySettings(gpu_budget=6, threshold=0.99, max_gpu_per_step=1),
+                              children_per_expansion=4, retrain_every=5))
     driver.run(max_steps=4)
     assert port.requests, "the run measured at least one candidate"
     revised = [e for e in port.events if e["type"] == "forecast" and e.get("revised")]
