@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search_engine.surrogates.features import SOURCE_COUNTS, _count_source
+from search_engine.surrogates.features import _count_source
 
 # Published figures (dense, without sparsity). CUDA-L1's five GPUs and the H200 the project measures on.
 GPU_SPECS: dict[str, dict] = {
@@ -129,7 +129,14 @@ _LIBRARY_EXACT = {"thrust_cub": ("thrust", "cub"), "at_ops": ("at",)}  # namespa
 _LIBRARY_HEADS = {w[:2] for words in _LIBRARY.values() for w in words}
 _HALF_WORDS = ("half", "float16", "bfloat16", "autocast", "__half", "__nv_bfloat16", "fp16")
 
-CUDA_FEATURES = SOURCE_COUNTS + ["cuda_lines", "launches", "threads_per_block", "grid_literal", "dyn_shared",
+# The CUDA kernels' counts, named here so that the shipped model keeps its features when the family
+# features (features.SOURCE_COUNTS) gain one; features._count_source counts them.
+CUDA_COUNTS = ["index_ops", "vector_types", "vector4", "reinterpret", "shared_decl", "extern_shared", "syncthreads",
+               "syncwarp", "pragma_unroll", "for_loops", "while_loops", "branches", "ternaries", "shuffles",
+               "atomics", "tensor_core", "ldg", "restrict", "const_ptr", "cp_async", "half_types",
+               "fast_intrinsics", "fma", "kernels", "device_functions", "grid_stride", "launch_bounds",
+               "thread_idx", "double_math", "divisions_mod"]
+CUDA_FEATURES = CUDA_COUNTS + ["cuda_lines", "launches", "threads_per_block", "grid_literal", "dyn_shared",
                                  "bounded_threads", "max_define", "lib_cublas", "lib_cudnn_api", "lib_cutlass",
                                  "lib_wmma", "lib_thrust_cub", "lib_at_ops"]
 PYTHON_FEATURES = ["has_cuda", "load_inline", "cuda_sources", "triton", "cupy", "cuda_graph", "cudnn_flags",
@@ -271,7 +278,7 @@ def _cuda_features(cuda: str) -> dict[str, float]:
     tokens = Counter(_IDENT.findall(cuda))
     for ch in "[?/%":
         tokens[ch] = cuda.count(ch)
-    values = _count_source(cuda, tokens) if cuda else {n: 0.0 for n in SOURCE_COUNTS}
+    values = _count_source(cuda, tokens) if cuda else {n: 0.0 for n in CUDA_COUNTS}
     known = {name: int(v) for name, v in _INT_DECL.findall(cuda)}
     defines = {name: int(v) for name, v in _DEFINE_INT.findall(cuda)}
     known.update(defines)
