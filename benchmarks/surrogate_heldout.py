@@ -135,6 +135,23 @@ def cross_validated(name: str, train: list[dict], folds: int, seed: int) -> dict
     return ranking_block(forecasts, train, seed=seed)
 
 
+def top_features(model: ProgramSurrogate, n: int = 12) -> dict:
+    """The features that carry most of each booster's gain (a check that no stand-in dominates)."""
+    from search_engine.surrogates.program import _ok_columns
+
+    names = program_features.feature_names()
+    out = {}
+    for label, booster, columns in (("speedup", model._booster, list(range(len(names)))),
+                                    ("works", model._ok_booster, _ok_columns())):
+        if booster is None:
+            continue
+        gain = booster.feature_importance("gain")
+        total = float(gain.sum()) or 1.0
+        ranked = sorted(zip(gain, (names[i] for i in columns)), reverse=True)[:n]
+        out[label] = {name: round(float(g) / total, 3) for g, name in ranked}
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cuda-l1", type=Path, default=ROOT.parent / "shared" / "datasets" / "cuda-l1")
@@ -217,6 +234,7 @@ def main(argv=None) -> int:
             "goal": "below uniform and roofline",
             "met": headline[key] < headline[f"{key}_uniform"]
             and headline[key] < (headline.get(f"{key}_roofline") or 0)}
+    result["top_features"] = top_features(models[chosen])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
     if args.save_model:

@@ -26,6 +26,7 @@ import gzip
 import json
 import math
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.heldout import refuse_held_out
 from search_engine.surrogates.base import Forecast, ForecastRequest
-from search_engine.surrogates.program_features import feature_names, features_matrix
+from search_engine.surrogates.program_features import HARDWARE_FEATURES, feature_names, features_matrix
 
 SHIPPED_MODEL = Path(__file__).with_name("models") / "program_lgbm.json.gz"
 _RESIDUAL_KEEP = 401  # quantiles kept of each residual distribution (the saved file stays small)
@@ -51,6 +52,18 @@ def _request(row: dict) -> ForecastRequest:
 def _is_measured(row: dict) -> bool:
     speedup = row.get("speedup")
     return isinstance(speedup, (int, float)) and math.isfinite(speedup) and speedup > 0
+
+
+# Whether a candidate works does not hang on the GPU: the classifier sees neither the hardware nor the
+# reference's times on it (in the records only the H200 rows carry guards and a measured reference,
+# so these would stand in for the measurement's rules, which kernellab_guards states).
+_OK_LEFT_OUT = set(HARDWARE_FEATURES) | {"log_ref_ms", "log_ref_over_roofline", "log_t_mem_us", "log_t_flop_us",
+                                         "log_ridge"}
+
+
+@lru_cache(maxsize=1)
+def _ok_columns() -> list[int]:
+    return [i for i, name in enumerate(feature_names()) if name not in _OK_LEFT_OUT]
 
 
 def _is_miss(row: dict) -> bool:
@@ -151,7 +164,7 @@ class ProgramSurrogate:
             return None
         model = lgb.LGBMClassifier(n_estimators=150, learning_rate=0.05, num_leaves=15, min_child_samples=10,
                                    random_state=self.seed, n_jobs=1, verbose=-1)
-        model.fit(features_matrix([_request(r) for r in known]), labels)
+        model.fit(features_matrix([_request(r) for r in known])[:, _ok_columns()], labels)
         return model.booster_
 
     def _out_of_fold(self, X, y, pools, tasks) -> np.ndarray:
@@ -199,7 +212,7 @@ class ProgramSurrogate:
         """The chance each candidate gets a speedup at all (1 without a classifier)."""
         if self._ok_booster is None:
             return np.ones(X.shape[0])
-        return np.clip(self._ok_booster.predict(X, num_threads=1), 0.0, 1.0)
+        return np.clip(self._ok_booster.predict(X[:, _ok_columns()], num_threads=1), 0.0, 1.0)
 
     def _residual(self) -> np.ndarray:
         return self._residuals[min(self._measured_n, _MAX_MEASURED)]
