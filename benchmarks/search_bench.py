@@ -612,7 +612,10 @@ def cpu_name() -> str:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--families", default="")
+    parser.add_argument("--families", default="", help="comma-separated families to search (all are trained on)")
+    parser.add_argument("--exclude", default="",
+                        help="comma-separated families left out entirely: neither searched nor trained on "
+                             "(hgemm, recorded after the 8-family run of 2026-12-01, to repeat that run)")
     parser.add_argument("--synthetic", action="store_true", help="use the synthetic records even if real ones exist")
     parser.add_argument("--kt", default=",".join(KT_STRATEGIES))
     parser.add_argument("--threshold", type=float, default=0.5)
@@ -644,6 +647,11 @@ def main(argv=None) -> dict:
         print("NOTE: no recorded H200 datasets (kernellab/problems/*/records/h200.jsonl.gz) were found;"
               " these figures come from SYNTHETIC records (benchmarks/search_synthetic.py), not from a GPU.\n")
         datasets = synthetic_datasets()
+    excluded = {name for name in args.exclude.split(",") if name}
+    unknown = excluded - {d.name for d in datasets}
+    if unknown:
+        raise SystemExit(f"--exclude names no recorded family: {', '.join(sorted(unknown))}.")
+    datasets = [d for d in datasets if d.name not in excluded]
     if args.families:
         wanted = set(args.families.split(","))
     else:

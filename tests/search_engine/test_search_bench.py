@@ -186,3 +186,8 @@ def test_the_search_forecasts_with_the_references_compiler_facts_as_the_model_wa
     bench.run_puct(dataset, 0, surrogate, False, search_args(), root_children=16)
     assert surrogate.requests
     assert all(request.reference_compiler_facts == facts for request in surrogate.requests)
+
+
+def test_excluding_a_family_that_is_not_recorded_is_refused_with_its_name(bench):
+    with pytest.raises(SystemExit, match="no recorded family: nosuch"):
+        bench.main(["--exclude", "nosuch", "--seeds", "1", "--out", "/dev/null"])
