@@ -226,16 +226,19 @@ class ConnectionSampler(threading.Thread):
                 pass
 
 
-def warm_up(server: KernelLabServer, cookie: str, run: int, keys: list[str]) -> None:
+def warm_up(server: KernelLabServer, cookie: str, run: int, keys: list[str], connections: int = 8) -> None:
+    """The pages once over several connections, so that every web process (the kernel spreads
+    connections over them) has opened its database pool before the starting RSS is read."""
     host, port = server.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    for path in [f"/runs/{run}/", f"/runs/{run}/tree.json"] + [f"/runs/{run}/nodes/{key}/" for key in keys[:5]]:
-        connection.request("GET", path, headers={"Cookie": f"sessionid={cookie}", "HX-Request": "true"})
-        response = connection.getresponse()
-        response.read()
-        if response.status != 200:
-            raise RuntimeError(f"warm-up: {path} answered {response.status}")
-    connection.close()
+    for _ in range(connections):
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        for path in [f"/runs/{run}/", f"/runs/{run}/tree.json"] + [f"/runs/{run}/nodes/{key}/" for key in keys[:5]]:
+            connection.request("GET", path, headers={"Cookie": f"sessionid={cookie}", "HX-Request": "true"})
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"warm-up: {path} answered {response.status}")
+        connection.close()
 
 
 def measure(args) -> dict:

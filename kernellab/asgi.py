@@ -61,6 +61,12 @@ def return_freed_memory(interval_s: float) -> threading.Thread | None:
 
 return_freed_memory(float(os.environ.get("KERNELLAB_MALLOC_TRIM_S", "5") or 0))
 
+if os.environ.get("KERNELLAB_WARM_START", "1") != "0":
+    # Before the first request, not during it (kernellab/warmup.py says why).
+    from kernellab.warmup import warm_process  # noqa: E402
+
+    warm_process()
+
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,

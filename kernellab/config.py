@@ -139,6 +139,27 @@ def redis_url() -> str | None:
     return raw
 
 
+def cache_settings(redis: str | None) -> dict:
+    """Django's cache: where Redis is configured, one cache for every web process (login failures
+    count together, and a highlighted kernel is rendered once for all of them), in a Redis database of
+    its own so that clearing it leaves the broker and channel layer alone (KERNELLAB_CACHE_URL names
+    another; by default the next database number on REDIS_URL's server). Without Redis, a bounded
+    memory cache in the one web process."""
+    if not redis:
+        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "OPTIONS": {"MAX_ENTRIES": 256}}}
+    location = os.environ.get("KERNELLAB_CACHE_URL", "").strip()
+    if not location:
+        parsed = urlparse(redis)
+        number = parsed.path.strip("/")
+        if number and not number.isdigit():
+            raise StartupError(f"REDIS_URL's database must be a number, not {number!r}.")
+        location = parsed._replace(path=f"/{int(number or 0) + 1}").geturl()
+    elif urlparse(location).scheme not in {"redis", "rediss"}:
+        raise StartupError("KERNELLAB_CACHE_URL must start with redis:// or rediss://.")
+    return {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": location,
+                        "KEY_PREFIX": "kernellab", "TIMEOUT": 24 * 3600}}
+
+
 def allowed_hosts() -> list[str]:
     raw = os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver")
     hosts = [h.strip() for h in raw.split(",") if h.strip()]

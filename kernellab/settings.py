@@ -19,6 +19,7 @@ try:
         # A file, not memory, so that worker processes started by tests see the test database.
         DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-kernellab-{__import__('os').getpid()}.sqlite3")}
     KERNELLAB_REDIS_URL = config.redis_url()
+    CACHES = config.cache_settings(KERNELLAB_REDIS_URL)
     KERNELLAB_LLM = config.llm_endpoint()
     KERNELLAB_GPU_BUDGET_DEFAULT = config.env_int("KERNELLAB_GPU_BUDGET_DEFAULT", 40, minimum=1)
     KERNELLAB_VERIFY_TIME_LIMIT_S = config.env_int("KERNELLAB_VERIFY_TIME_LIMIT_S", 600, minimum=10)

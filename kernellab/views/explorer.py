@@ -4,10 +4,12 @@ Every action re-renders the panel; a refused action comes back as the service's 
 the panel, never as an error page."""
 from __future__ import annotations
 
-import functools
+import hashlib
 import json
+import logging
 
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.gzip import gzip_page
@@ -26,6 +28,8 @@ from kernellab.services.discoveries import discovery_mark, discovery_unmark
 from kernellab.services.verifications import verification_approve, verification_reject, verification_request
 from kernellab.views.code import diff_unified, highlight_cuda, reasoning_html
 from kernellab.views.common import run_for
+
+log = logging.getLogger(__name__)
 
 PANEL_PARTS = {"live": "kernellab/explorer/panel_live.html", "comments": "kernellab/explorer/panel_comments.html"}
 
@@ -67,15 +71,31 @@ def _node_for(request, run_id: int, key: str):
     return run, node
 
 
-# Highlighting is most of a panel's cost and a kernel's source never changes: keep the latest few.
-@functools.lru_cache(maxsize=128)
+# Highlighting is most of a panel's cost and a kernel's source never changes: rendered once, kept in
+# Django's cache (shared by the web processes where Redis is configured, not in each one's memory).
+def _cached_html(kind: str, render, *parts: str):
+    key = f"html:{kind}:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    try:
+        kept = cache.get(key)
+    except Exception as exc:  # an unreachable cache costs the highlighting, not the page
+        log.warning("cache unreachable, rendering %s without it: %s", kind, exc)
+        return render(*parts)
+    if kept is None:
+        kept = render(*parts)
+        try:
+            cache.set(key, kept)
+        except Exception as exc:
+            log.warning("cache unreachable, %s not kept: %s", kind, exc)
+    return kept
+
+
 def _source_html(source: str, anchor: str):
-    return highlight_cuda(source, anchor=anchor)
+    return _cached_html("source", lambda text, mark: highlight_cuda(text, anchor=mark), source, anchor)
 
 
-@functools.lru_cache(maxsize=128)
 def _diff_html(before: str, after: str, before_name: str, after_name: str):
-    return diff_unified(before, after, before_name=before_name, after_name=after_name)
+    return _cached_html("diff", lambda a, b, an, bn: diff_unified(a, b, before_name=an, after_name=bn),
+                        before, after, before_name, after_name)
 
 
 def _panel_context(request, run, node, *, error: str | None = None, notice: str | None = None, forms: dict | None = None) -> dict:
