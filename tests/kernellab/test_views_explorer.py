@@ -273,3 +273,28 @@ def test_an_unchanged_nodes_panel_is_read_once_and_a_comment_shows_at_once(clien
                            HTTP_HX_REQUEST="true")
     assert "tried a wider tile" in response.content.decode()
     assert "tried a wider tile" in client.get(url, HTTP_HX_REQUEST="true").content.decode()
+
+
+def test_a_panel_renders_its_highlighted_source_when_the_cache_is_unreachable(client, members, node, monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6380. Connection refused.")
+
+    monkeypatch.setattr("kernellab.views.explorer.cache.get", unreachable)
+    monkeypatch.setattr("kernellab.views.explorer.cache.set", unreachable)
+    client.force_login(members["viewer"])
+    response = panel(client, node)
+    assert response.status_code == 200
+    assert "0.0f</span>" in response.content.decode()  # the child's source, highlighted without the cache
+
+
+def test_a_kernel_is_highlighted_once_for_every_panel_that_shows_it(client, members, node, monkeypatch):
+    from django.core.cache import cache
+
+    cache.clear()
+    calls = []
+    real = __import__("kernellab.views.explorer", fromlist=["highlight_cuda"]).highlight_cuda
+    monkeypatch.setattr("kernellab.views.explorer.highlight_cuda", lambda text, anchor: calls.append(anchor) or real(text, anchor=anchor))
+    client.force_login(members["viewer"])
+    for _ in range(3):
+        assert panel(client, node).status_code == 200
+    assert calls == [f"n{node.pk}-"]
