@@ -191,3 +191,16 @@ def test_the_search_forecasts_with_the_references_compiler_facts_as_the_model_wa
 def test_excluding_a_family_that_is_not_recorded_is_refused_with_its_name(bench):
     with pytest.raises(SystemExit, match="no recorded family: nosuch"):
         bench.main(["--exclude", "nosuch", "--seeds", "1", "--out", "/dev/null"])
+
+
+def test_where_no_variant_reaches_the_target_every_method_counts_the_whole_family(bench):
+    dataset = small_family(bench, vendor={"name": "vendor:lib", "speedup": 5.0, "source": "test"})
+    assert not dataset.reachable and small_family(bench).reachable
+    results = bench.unreachable_results(dataset, ["puct_surrogate", "random"], seeds=4)
+    measured = [r for r in dataset.records.values() if r["status"] == "ok"]
+    for summary in results.values():
+        assert summary["values"] == [dataset.budget] * 4 and summary["reached"] == 0 and summary["unreachable"]
+        assert summary["compile_checks_median"] == len(dataset.records)
+        assert summary["gpu_wall_s_median"] == pytest.approx(0.5 * len(measured))
+    # the same as running a method to the end
+    assert bench.run_random(dataset, 0)["measurements"] is None
