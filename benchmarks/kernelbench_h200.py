@@ -14,8 +14,12 @@ into a shared inductor cache (TORCHINDUCTOR_CACHE_DIR), so that the worker's tor
 cache hit; a task whose compile has not finished when the worker reaches it gets no torch.compile
 baseline, and its reference record says so ("baseline_errors").
 --compile-again RECORDS_GZ: that file's references without a torch.compile baseline are timed again with one.
---ncu-sample: after the tasks, Nsight Compute metrics of one forward of that many correct candidates
-(spread over the list), if time is left before the deadline.
+--ncu-sample: Nsight Compute metrics of one forward of that many candidates that ran correct and were timed
+(verdict "ok" first, then PyTorch-level rewrites: before 2026-12-01 only "ok" ones were taken, and calls with
+none profiled nothing), spread over the run, if time is left before the deadline.
+--ncu-from RECORDS_GZ: only that: Nsight Compute on --ncu-sample recorded programs (ncu_sample: per level the
+fastest correct candidate that needs no extension build, with its task's reference), in sequence, into
+OUT_DIR/records.jsonl for the summarizer to merge; no measurement.
 
 --bundled measures the project's own KernelBench-format problems first (each folder's reference.py and
 candidates/*.py), recorded under the folder's name.
@@ -110,14 +114,17 @@ def precompile(jobs: list[tuple[str, str]], marks: str) -> None:
         torch._dynamo.reset()
 
 
+# argv: the reference file and the solution file, or "-" to profile the reference's Model itself
 NCU_CHILD = """
 import os, sys, torch
 from gpu_runner.pytorch_worker import _load_program
-reference, solution = open(sys.argv[1]).read(), open(sys.argv[2]).read()
-ref, _ = _load_program(reference, "kernelbench_reference", None)
-sol, _ = _load_program(solution, "kernelbench_solution", os.environ["KL_EXTENSIONS"])
+ref, _ = _load_program(open(sys.argv[1]).read(), "kernelbench_reference", None)
+if sys.argv[2] == "-":
+    program = ref.Model
+else:
+    program = _load_program(open(sys.argv[2]).read(), "kernelbench_solution", os.environ["KL_EXTENSIONS"])[0].ModelNew
 torch.manual_seed(0)
-model = sol.ModelNew(*ref.get_init_inputs()).cuda().eval()
+model = program(*ref.get_init_inputs()).cuda().eval()
 inputs = [v.cuda() if isinstance(v, torch.Tensor) else v for v in ref.get_inputs()]
 with torch.no_grad():
     model(*inputs)
@@ -134,8 +141,10 @@ NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_wr
                "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum")
 
 
-def ncu_metrics(reference: str, solution: str, extensions: Path, timeout_s: float) -> dict:
-    """Nsight Compute (clocks left as they are) on one forward of ModelNew: {kernel: {metric: value}}."""
+def ncu_metrics(reference: str, solution: str | None, extensions: Path | None, timeout_s: float,
+                folder: Path) -> dict:
+    """Nsight Compute (clocks left as they are) on one forward of ModelNew (of the reference's Model when
+    `solution` is None): {"kernels": [{name, metric: value}]}, or {"error": why}."""
     from gpu_runner.compiler import ToolMissing, find_tool
     from gpu_runner.observers.ncu import parse_raw_csv
 
@@ -143,14 +152,16 @@ def ncu_metrics(reference: str, solution: str, extensions: Path, timeout_s: floa
         ncu = find_tool("ncu")
     except ToolMissing as exc:
         return {"error": str(exc)}
-    folder = extensions.parent
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "ncu_reference.py").write_text(reference)
-    (folder / "ncu_solution.py").write_text(solution)
-    env = dict(os.environ, KL_EXTENSIONS=str(extensions), TORCH_CUDA_ARCH_LIST="9.0",
+    if solution is not None:
+        (folder / "ncu_solution.py").write_text(solution)
+    env = dict(os.environ, KL_EXTENSIONS=str(extensions or folder / "ext"), TORCH_CUDA_ARCH_LIST="9.0",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
     command = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
                "--print-units", "base", "--metrics", ",".join(NCU_METRICS), "--launch-count", "20",
-               sys.executable, "-c", NCU_CHILD, str(folder / "ncu_reference.py"), str(folder / "ncu_solution.py")]
+               sys.executable, "-c", NCU_CHILD, str(folder / "ncu_reference.py"),
+               str(folder / "ncu_solution.py") if solution is not None else "-"]
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
@@ -159,6 +170,49 @@ def ncu_metrics(reference: str, solution: str, extensions: Path, timeout_s: floa
     if not kernels:
         return {"error": f"ncu exited with {run.returncode} and no rows: {(run.stderr or run.stdout)[-300:]}"}
     return {"kernels": [{"name": name[:200], **metrics} for name, metrics in kernels]}
+
+
+def ncu_sample(rows: list[dict], count: int, reference_ms_below: float = 5.0) -> list[dict]:
+    """Recorded programs for an Nsight Compute pass: level by level (round robin), the fastest candidate that ran
+    correct and was timed and needs no extension build (no load_inline and the like: nothing to build on a
+    fresh machine), its reference beside it, tasks whose reference takes under `reference_ms_below` only."""
+    references = {(r["level"], r["task"]): r for r in rows if r.get("variant") == "reference" and r.get("reference")}
+    by_level: dict[int, list[dict]] = {}
+    for row in rows:
+        reference = references.get((row.get("level"), row.get("task")))
+        if row.get("variant") == "reference" or not row.get("speedup") or not row.get("source") or reference is None \
+                or _EXTENSION_CALL.search(row["source"]) or reference["reference"]["median_ms"] >= reference_ms_below:
+            continue
+        by_level.setdefault(row["level"], []).append(row)
+    for candidates in by_level.values():
+        candidates.sort(key=lambda r: (r["status"] != "ok", -r["speedup"], r["variant"]))
+    out: list[dict] = []
+    while len(out) < count and any(by_level.values()):
+        for level in sorted(by_level):
+            if by_level[level] and len(out) < count:
+                row = by_level[level].pop(0)
+                out.append(row)
+                if len(out) < count:
+                    out.append(references[(row["level"], row["task"])])
+    return out
+
+
+def ncu_pass(rows: list[dict], out: Path, deadline_s: float, started: float, command: str) -> None:
+    """Nsight Compute on the ncu_sample programs, one after another, each line written as it comes."""
+    root = Path(os.environ.get("KL_BUILD_ROOT", "/tmp/kl-kernelbench-builds")) / "ncu"
+    with (out / "records.jsonl").open("a") as records:
+        for index, row in enumerate(rows):
+            left = deadline_s - (time.monotonic() - started)
+            if left < 20:
+                records.write(json.dumps({"ncu_not_reached": f"{row['level']}:{row['task']}:{row['variant']}"}) + "\n")
+                continue
+            candidate = row["variant"] != "reference"
+            metrics = ncu_metrics(row["reference_source"], row["source"] if candidate else None, None,
+                                  min(60.0, left - 10), root / str(index))
+            records.write(json.dumps({"ncu": metrics, "level": row["level"], "task": row["task"],
+                                      "variant": row["variant"]}, separators=(",", ":")) + "\n")
+            records.flush()
+        records.write(json.dumps({"ncu_pass": command}) + "\n")
 
 
 def recorded(path: Path) -> list[dict]:
@@ -218,6 +272,7 @@ def main() -> int:
     parser.add_argument("--do-bench-tasks", type=int, default=10, help="level-1 tasks timed beside do_bench, "
                                                                        "--do-bench-again ones included")
     parser.add_argument("--ncu-sample", type=int, default=4)
+    parser.add_argument("--ncu-from", help="a records file: only profile --ncu-sample of its programs with ncu")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 3))
     args = parser.parse_args()
     started = time.monotonic()
@@ -225,6 +280,14 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     everything = read_tasks(Path(args.cuda_l1), set(args.levels) | {1, 2})
     by_key = {(t["level"], t["task"]): t for t in everything}
+    if args.ncu_from:
+        sample = [{**row, "reference_source": by_key[(row["level"], row["task"])]["reference"]}
+                  for row in ncu_sample(recorded(Path(args.ncu_from)), args.ncu_sample)
+                  if (row["level"], row["task"]) in by_key]
+        print("ncu sample:", ", ".join(f"{r['level']}:{r['task']}:{r['variant']}" for r in sample), flush=True)
+        ncu_pass(sample, out, args.deadline_s, started, "python3 " + " ".join(sys.argv))
+        print(f"done in {time.monotonic() - started:.0f} s; {len(sample)} programs profiled")
+        return 0
     skip = set(args.skip) | {f"{r['level']}:{r['task']}" for r in recorded(Path(args.skip_recorded or "-"))
                              if r.get("variant") == "reference"}
     again = [tuple(map(int, k.split(":"))) for k in args.do_bench_again]
@@ -270,7 +333,7 @@ def main() -> int:
     builds = {digest: pool.submit(build_solution, s["source"], root) for t in work for digest, s in t["solutions"].items()}
     records = (out / "records.jsonl").open("a")
     worker = Sandbox("gpu_runner.pytorch_worker:serve", host_memory_bytes=64 << 30)
-    correct: list[dict] = []
+    correct: list[dict] = []   # candidates that ran correct and were timed: what the ncu sample profiles
 
     def request(job: dict, timeout_s: float) -> dict:
         try:
@@ -303,8 +366,8 @@ def main() -> int:
                                max(20.0, min(180.0, left())))
             base["wall_s"] = time.monotonic() - t0
         verdict = judge_solution(evidence, SETTINGS, source=solution["source"])
-        if verdict.status == "ok":
-            correct.append({"task": task, "digest": digest, "solution": solution})
+        if verdict.speedup is not None:
+            correct.append({"task": task, "digest": digest, "solution": solution, "ok": verdict.status == "ok"})
         write({**base, "status": verdict.status, "reason": verdict.reason, "notes": verdict.notes,
                "speedup": verdict.speedup, "evidence": evidence})
 
@@ -335,13 +398,16 @@ def main() -> int:
     profiled: list[dict] = []
 
     def profile_one() -> None:
-        """Nsight Compute on the latest correct candidate not profiled yet (the GPU worker is idle meanwhile)."""
-        item = next((c for c in reversed(correct) if c not in profiled), None)
+        """Nsight Compute on the latest correct candidate not profiled yet, "ok" ones first (the GPU worker is
+        idle meanwhile)."""
+        waiting = [c for c in correct if c not in profiled]
+        item = next((c for c in reversed(waiting) if c["ok"]), waiting[-1] if waiting else None)
         if item is None or left() < 40:
             return
         profiled.append(item)
-        metrics = ncu_metrics(item["task"]["reference"], item["solution"]["source"],
-                              build_dir(root, item["solution"]["source"]) / "ext", min(90.0, left() - 20))
+        extensions = build_dir(root, item["solution"]["source"]) / "ext"
+        metrics = ncu_metrics(item["task"]["reference"], item["solution"]["source"], extensions,
+                              min(90.0, left() - 20), extensions.parent)
         write({"ncu": metrics, "level": item["task"]["level"], "task": item["task"]["task"],
                "variant": f"cuda-l1:{item['digest'][:10]}"})
 

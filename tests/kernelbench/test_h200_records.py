@@ -1,0 +1,136 @@
+"""benchmarks/kernelbench_h200.py's Nsight Compute sample and benchmarks/kernelbench_h200_summarize.py's merge
+of device calls into the KernelBench H200 records, on CPU (a stand-in ncu where the real one would run)."""
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _module(name):
+    sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REFERENCE_TIMING = {"median_ms": 1.0, "cv": 0.01}
+DO_BENCH = {"median_ms": 1.02, "mean_ms": 1.05, "n": 200}
+NCU = {"kernels": [{"name": "gemm", "gpu__time_duration.sum": 900.0}]}
+
+
+def _summarized(tmp_path):
+    """Records as the summarizer writes them: a reference checked against do_bench, a candidate with ncu."""
+    lines = [
+        {"problem": "kb1_4_x", "level": 1, "task": 4, "variant": "reference", "hardware": {"name": "NVIDIA H200"},
+         "torch": "2.11", "status": "ok", "reference": REFERENCE_TIMING, "baselines": {"cuda_graph": {"median_ms": 0.9}},
+         "reason": "", "energy": {"j_per_call": 0.01}, "baseline_errors": {"torch_compile": "not compiled"},
+         "torch_compile_ahead_s": None, "do_bench": DO_BENCH, "ncu": NCU},
+        {"problem": "kb1_4_x", "level": 1, "task": 4, "variant": "cuda-l1:abc", "hardware": {"name": "NVIDIA H200"},
+         "torch": "2.11", "source": "class ModelNew: pass", "source_hash": "abc", "solution_gpus": ["h100"],
+         "authors_speedup": {"h100": 1.5}, "build_s": 3.0, "status": "failed-compile",
+         "reason": "The solution does not build: x", "pytorch_notes": [], "speedup": None,
+         "reference": REFERENCE_TIMING, "candidate": None, "evidence": {}, "ncu": NCU},
+    ]
+    path = tmp_path / "h200.jsonl.gz"
+    with gzip.open(path, "wt") as handle:
+        for line in lines:
+            handle.write(json.dumps(line) + "\n")
+    return path
+
+
+def test_summarized_references_keep_their_do_bench_energy_and_ncu_when_used_as_the_base(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    reference, candidate = summarize.base_rows(_summarized(tmp_path))
+    assert reference["evidence"]["do_bench"] == DO_BENCH
+    assert reference["evidence"]["energy"] == {"reference": {"j_per_call": 0.01}}
+    assert reference["evidence"]["baseline_errors"] == {"torch_compile": "not compiled"}
+    assert reference["_ncu"] == NCU and candidate["_ncu"] == NCU
+
+
+def test_a_reference_timed_again_without_do_bench_keeps_the_earlier_comparison_and_its_own_median(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    earlier = summarize.base_rows(_summarized(tmp_path))[0]
+    again = {"level": 1, "task": 4, "variant": "reference",
+             "evidence": {"timing": {"reference": {"median_ms": 1.05}, "baseline:torch_compile": {"median_ms": 0.5}}}}
+    kept = summarize.carry_do_bench(earlier, again)
+    assert kept["evidence"]["do_bench"] == DO_BENCH
+    assert kept["evidence"]["do_bench_reference"] == REFERENCE_TIMING   # the median timed beside do_bench
+    assert summarize.carry_do_bench(earlier, {**again, "evidence": {**again["evidence"], "do_bench": {"median_ms": 2}}}) \
+        ["evidence"]["do_bench"] == {"median_ms": 2}
+
+
+def test_a_reference_timed_again_replaces_the_earlier_only_when_the_two_agree(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    earlier = summarize.base_rows(_summarized(tmp_path))[0]
+    close = {"level": 1, "task": 4, "variant": "reference", "evidence": {"timing": {"reference": {"median_ms": 1.05}}}}
+    far = {"level": 1, "task": 4, "variant": "reference", "evidence": {"timing": {"reference": {"median_ms": 3.0}}}}
+    assert summarize.timed_again(earlier, close)["evidence"]["timing"]["reference"]["median_ms"] == 1.05
+    kept = summarize.timed_again(earlier, far)
+    assert kept["evidence"]["timing"]["reference"] == REFERENCE_TIMING
+    assert kept["evidence"]["timed_again"]["ratio"] == pytest.approx(3.0)
+    assert kept["evidence"]["timed_again"]["kept"] == "the earlier timing"
+    assert summarize.timed_again(None, far) is far
+
+
+def test_figures_per_level_count_tasks_not_reached_against_cuda_l1_not_against_a_fixed_number():
+    summarize = _module("kernelbench_h200_summarize")
+    lines = [{"level": 3, "task": 1, "variant": "reference", "reference": REFERENCE_TIMING},
+             {"level": 3, "task": 1, "variant": "cuda-l1:a", "source_hash": "a", "status": "ok", "reason": "Correct",
+              "speedup": 2.0, "build_s": 4.0, "authors_speedup": {"h100": 1.0}},
+             {"level": 3, "task": 1, "variant": "cuda-l1:b", "source_hash": "b", "status": "failed-compile",
+              "reason": "The solution does not build", "speedup": None, "build_s": 8.0, "authors_speedup": {}}]
+    in_cuda_l1 = {(3, 1): {"a", "b", "c"}, (3, 2): {"d"}}
+    out = summarize.figures(lines, 50, in_cuda_l1, [])
+    assert (out["tasks_imported"], out["tasks_in_cuda_l1"], out["tasks_measured"], out["tasks_not_reached"]) == \
+        (50, 2, 1, 1)
+    assert (out["candidates"], out["candidates_correct"], out["candidates_not_measured"]) == (2, 1, 2)
+    assert out["candidates_failed"] == {"failed-compile: failed-compile": 1}
+    assert out["build_s_median"] == 6.0 and out["reference_vs_do_bench_max_rel_diff"] is None
+
+
+def test_the_ncu_sample_takes_correct_programs_that_need_no_build_with_their_references_level_by_level():
+    bench = _module("kernelbench_h200")
+    rows = [{"level": 1, "task": 1, "variant": "reference", "reference": {"median_ms": 0.1}},
+            {"level": 1, "task": 1, "variant": "cuda-l1:fast", "status": "rejected-guard", "speedup": 3.0,
+             "source": "import torch\nclass ModelNew: pass"},
+            {"level": 1, "task": 1, "variant": "cuda-l1:ext", "status": "ok", "speedup": 9.0,
+             "source": "from torch.utils.cpp_extension import load_inline\nm = load_inline(name='x')"},
+            {"level": 1, "task": 1, "variant": "cuda-l1:wrong", "status": "failed-correctness", "speedup": None,
+             "source": "class ModelNew: pass"},
+            {"level": 2, "task": 7, "variant": "reference", "reference": {"median_ms": 0.2}},
+            {"level": 2, "task": 7, "variant": "cuda-l1:ok", "status": "ok", "speedup": 1.1, "source": "class ModelNew: pass"},
+            {"level": 2, "task": 8, "variant": "reference", "reference": {"median_ms": 50.0}},
+            {"level": 2, "task": 8, "variant": "cuda-l1:slowref", "status": "ok", "speedup": 5.0, "source": "x = 1"}]
+    picked = [(r["level"], r["task"], r["variant"]) for r in bench.ncu_sample(rows, 4)]
+    assert picked == [(1, 1, "cuda-l1:fast"), (1, 1, "reference"), (2, 7, "cuda-l1:ok"), (2, 7, "reference")]
+
+
+def test_ncu_runs_with_clocks_left_alone_and_profiles_a_reference_or_a_solution(tmp_path, monkeypatch):
+    bench = _module("kernelbench_h200")
+    seen = tmp_path / "argv"
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\n"
+                    f'printf "%s\\n" "$@" > {seen}\n'
+                    "echo '==PROF== Disconnected'\n"
+                    "echo '\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\",\"dram__bytes_read.sum\"'\n"
+                    "echo '\"\",\"\",\"ns\",\"byte\"'\n"
+                    "echo '\"0\",\"void gemm<128>()\",\"1,500\",\"4096\"'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("KERNELLAB_NCU", str(fake))
+    out = bench.ncu_metrics("class Model: pass", None, None, 30.0, tmp_path / "ref")
+    assert out == {"kernels": [{"name": "void gemm<128>()", "gpu__time_duration.sum": 1500.0,
+                                "dram__bytes_read.sum": 4096.0}]}
+    argv = seen.read_text().splitlines()
+    assert argv[argv.index("--clock-control") + 1] == "none"
+    assert argv[-1] == "-" and (tmp_path / "ref" / "ncu_reference.py").read_text() == "class Model: pass"
+    bench.ncu_metrics("class Model: pass", "class ModelNew: pass", tmp_path / "b" / "ext", 30.0, tmp_path / "b")
+    assert seen.read_text().splitlines()[-1] == str(tmp_path / "b" / "ncu_solution.py")
+    fake.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM' >&2\nexit 1\n")
+    failed = bench.ncu_metrics("class Model: pass", None, None, 30.0, tmp_path / "c")
+    assert "ERR_NVGPUCTRPERM" in failed["error"] and "exited with 1" in failed["error"]
