@@ -370,6 +370,10 @@ def main() -> int:
             correct.append({"task": task, "digest": digest, "solution": solution, "ok": verdict.status == "ok"})
         write({**base, "status": verdict.status, "reason": verdict.reason, "notes": verdict.notes,
                "speedup": verdict.speedup, "evidence": evidence})
+        # every measurement is a point where a due profile runs: the 464 s call of 2026-12-01 drained its slow
+        # builds in one batch and measured its two correct candidates there and in the deferred pass, where no
+        # profile was due-checked, and its deadline left no time for the final sample loop: no ncu line at all
+        profile_due()
 
     deferred: list[tuple] = []   # built, but its extension builds in forward (in the worker): measured last
     pending: list[tuple] = []    # its build has not finished yet: measured once it has, the GPU goes on meanwhile
@@ -468,6 +472,7 @@ def main() -> int:
     for task in uncompiled:
         if left() < 30:
             break
+        profile_due()
         if (marks / f"{task['level']}_{task['task']}.ok").exists():
             time_reference(task, late=True)
     write({"deadline": left() < 15, "work_items_done": done, "work_items": len(work), "elapsed_s": time.monotonic() - started})

@@ -42,6 +42,13 @@ KEEP = ("custom_kernels", "library_kernels", "aten_ops", "timing", "baseline_err
 REJUDGE = ("No kernel of the solution's own", "Correct on ")
 
 
+def _gzip_text(path: Path):
+    """A gzip file for text with no time stamp in its header: the same records give the same bytes."""
+    import io
+
+    return io.TextIOWrapper(gzip.GzipFile(path, "wb", mtime=0), encoding="utf-8")
+
+
 def base_rows(path: Path) -> list[dict]:
     """Summarized records turned back into rows of the raw form (see the module's docstring)."""
     rows = []
@@ -327,7 +334,7 @@ def write_bundled_records(rows: list[dict]) -> dict:
                            for line in lines[1:]}}
         target = folder / "records" / "h200.jsonl.gz"
         target.parent.mkdir(parents=True, exist_ok=True)
-        with gzip.open(target, "wt") as handle:
+        with _gzip_text(target) as handle:
             for line in lines:
                 handle.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
     return summary
@@ -449,7 +456,7 @@ def main() -> int:
         out_lines.append(record)
     target = ROOT / "kernellab" / "problems" / "kernelbench" / "records" / "h200.jsonl.gz"
     target.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(target, "wt") as handle:
+    with _gzip_text(target) as handle:
         for record in out_lines:
             handle.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
     measured = [r for r in out_lines if r["variant"] != "reference" and r.get("speedup")]
