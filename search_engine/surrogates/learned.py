@@ -28,7 +28,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import ndtr
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestRegressor
 from sklearn.model_selection import GroupKFold, KFold
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.heldout import refuse_held_out
@@ -114,7 +114,7 @@ class LearnedSurrogate:
         self._level = self._prior_level
         self._base_X, self._base_y, self._base_groups = X, y, g
         self.feature_names = feature_names()
-        with threadpool_limits(limits=self.threads, user_api="openmp"):
+        with _openmp_threads(self.threads):
             self._fitted = self._train(X, y, g, np.ones(len(y)))
         self.trained_rows = len(y)
         return self
@@ -137,7 +137,7 @@ class LearnedSurrogate:
         all_y = np.concatenate([self._base_y, y])
         groups = list(self._base_groups) + ["__run__"] * len(y)
         weights = np.concatenate([np.ones(len(self._base_y)), np.full(len(y), self.online_weight)])
-        with threadpool_limits(limits=self.threads, user_api="openmp"):
+        with _openmp_threads(self.threads):
             self._learn(all_X, all_y, groups, weights)
         self.trained_rows = len(all_y)
 
@@ -152,7 +152,7 @@ class LearnedSurrogate:
             self._level = self._prior_level
             return
         X = _matrix([_row_request(r) for r in kept])
-        with threadpool_limits(limits=self.threads, user_api="openmp"):
+        with _openmp_threads(self.threads):
             relative = self._relative_probs(X)
         gaps = np.log([r["speedup"] for r in kept]) - relative @ np.log(np.asarray(self.bins.representatives()))
         k = self.level_prior_rows
@@ -218,7 +218,7 @@ class LearnedSurrogate:
         if not seen.any():
             return 1.0 / (1.0 + math.exp(-prior))
         X = _matrix([q for q, s in zip(requests, seen) if s])
-        with threadpool_limits(limits=self.threads, user_api="openmp"):
+        with _openmp_threads(self.threads):
             base = self._base_probs(X)
         bins = np.array([self.bins.bin_of(math.exp(v)) for v in y[seen]])
         rows = np.arange(len(bins))
@@ -334,7 +334,7 @@ class LearnedSurrogate:
         if self._fitted is None and self._local is None:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
-        with threadpool_limits(limits=self.threads, user_api="openmp"):
+        with _openmp_threads(self.threads):
             base = self._base_probs(X) if self._fitted else None
             if self._local is None:
                 return base, None, None
@@ -407,6 +407,18 @@ class _Local:
     n: int
     weight: float  # its share of the blended forecast (LearnedSurrogate._local_weight)
     error_var: float  # its out-of-bag squared error in log speedup, shrunk towards the run's spread
+
+
+_THREADPOOLS: list[ThreadpoolController] = []
+
+
+def _openmp_threads(threads: int | None):
+    """threadpool_limits(limits=threads, user_api="openmp") through one controller for the process:
+    finding the loaded thread pools anew on every call cost about 10 ms, a millisecond a forecast in
+    a search's batches of 16. Made on first use, after scikit-learn loaded its OpenMP runtime."""
+    if not _THREADPOOLS:
+        _THREADPOOLS.append(ThreadpoolController())
+    return _THREADPOOLS[0].limit(limits=threads, user_api="openmp")
 
 
 def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarray:
