@@ -307,16 +307,17 @@ class LearnedSurrogate:
     def _raw_probs(self, fitted: _Fitted, X: np.ndarray) -> np.ndarray:
         k = self.bins.n_bins
         n = X.shape[0]
+        classifier_probs, *cumulative_probs = _classifier_probabilities(fitted, X)
         multi = np.full((n, k), _EPS)
         if fitted.classifier is not None:
-            multi[:, fitted.classifier.classes_ - 1] += fitted.classifier.predict_proba(X)
+            multi[:, fitted.classifier.classes_ - 1] += classifier_probs
         else:
             multi[:, fitted.classes[0] - 1] += 1.0
         multi /= multi.sum(axis=1, keepdims=True)
         # Cumulative P(bin > k) made monotone, then differenced into bin probabilities.
         exceed = np.empty((n, k - 1))
-        for j, model in enumerate(fitted.cumulative):
-            exceed[:, j] = model if isinstance(model, float) else model.predict_proba(X)[:, 1]
+        for j, (model, probs) in enumerate(zip(fitted.cumulative, cumulative_probs)):
+            exceed[:, j] = model if isinstance(model, float) else probs[:, 1]
         exceed = np.minimum.accumulate(np.clip(exceed, 0, 1), axis=1)
         upper = np.hstack([np.ones((n, 1)), exceed])
         lower = np.hstack([exceed, np.zeros((n, 1))])
@@ -407,6 +408,81 @@ class _Local:
     n: int
     weight: float  # its share of the blended forecast (LearnedSurrogate._local_weight)
     error_var: float  # its out-of-bag squared error in log speedup, shrunk towards the run's spread
+
+
+# Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,
+# scikit-learn's own per-tree calls are quicker. Either gives the same probabilities, bit for bit.
+_STACKED_ROWS = 128
+
+
+def _classifier_probabilities(fitted: _Fitted, X: np.ndarray) -> list:
+    """predict_proba of the multi-class classifier, then of each cumulative one (None for a missing
+    classifier, the constant for a constant one)."""
+    models = [fitted.classifier, *fitted.cumulative]
+    trees = [m for m in models if m is not None and not isinstance(m, float)]
+    if trees and X.shape[0] <= _STACKED_ROWS:
+        stacked = fitted.__dict__.get("_stacked")
+        if stacked is None:
+            stacked = fitted.__dict__["_stacked"] = _StackedTrees(trees)
+        computed = iter(stacked.predict_proba(X))
+    else:
+        computed = (m.predict_proba(X) for m in trees)
+    return [m if m is None or isinstance(m, float) else next(computed) for m in models]
+
+
+class _StackedTrees:
+    """Fitted HistGradientBoostingClassifiers' trees in flat arrays, walked for every tree and row at
+    once. scikit-learn calls each tree on its own: about 900 calls, 8-9 ms whatever the batch, which
+    made a search's forecasts of 16 children cost half a millisecond each (1.8 ms here). The same
+    leaves are summed in the same order from the same baseline, so predict_proba is reproduced bit
+    for bit (tested). Numeric splits only; the surrogate's features have no categorical ones."""
+
+    def __init__(self, classifiers: list[HistGradientBoostingClassifier]) -> None:
+        self.parts, trees = [], []
+        for classifier in classifiers:
+            iterations = classifier._predictors
+            per_iteration = len(iterations[0])
+            self.parts.append((classifier, len(trees), len(iterations), per_iteration))
+            trees += [predictor.nodes for iteration in iterations for predictor in iteration]
+        sizes = np.array([len(nodes) for nodes in trees])
+        self.roots = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.intp)
+        nodes = np.concatenate(trees)
+        if nodes["is_categorical"].any():
+            raise ValueError("Stacked trees take numeric splits only.")
+        shift = np.repeat(self.roots, sizes)
+        self.feature = nodes["feature_idx"].astype(np.intp)
+        self.threshold = nodes["num_threshold"].astype(np.float64)
+        self.left = nodes["left"].astype(np.intp) + shift
+        self.right = nodes["right"].astype(np.intp) + shift
+        self.leaf = nodes["is_leaf"].astype(bool)
+        self.missing_left = nodes["missing_go_to_left"].astype(bool)
+        self.value = nodes["value"]
+
+    def predict_proba(self, X: np.ndarray) -> list[np.ndarray]:
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        n, width = X.shape
+        node = np.repeat(self.roots, n)  # tree-major: every row of the first tree, then the second's
+        row_start = np.tile(np.arange(n, dtype=np.intp) * width, len(self.roots))
+        flat = X.ravel()
+        walking = np.flatnonzero(~self.leaf[node])
+        while walking.size:
+            at = node[walking]
+            value = flat[row_start[walking] + self.feature[at]]
+            go_left = np.where(np.isnan(value), self.missing_left[at], value <= self.threshold[at])
+            at = np.where(go_left, self.left[at], self.right[at])
+            node[walking] = at
+            walking = walking[~self.leaf[at]]
+        leaves = self.value[node].reshape(len(self.roots), n)
+        out = []
+        for classifier, start, iterations, per_iteration in self.parts:
+            values = leaves[start:start + iterations * per_iteration].reshape(iterations, per_iteration, n)
+            # As HistGradientBoostingClassifier._raw_predict: the baseline, then each iteration's trees.
+            raw = np.zeros((n, per_iteration), dtype=classifier._baseline_prediction.dtype, order="F")
+            raw += classifier._baseline_prediction
+            for i in range(iterations):
+                raw += values[i].T
+            out.append(classifier._loss.predict_proba(raw))
+        return out
 
 
 _THREADPOOLS: list[ThreadpoolController] = []
