@@ -320,9 +320,10 @@ def _prepared(source: str) -> str:
     folded as one."""
     pieces, defines = _preprocess_pieces(source)
     numeric = _numeric_defines(defines)
-    if not all(_PLAIN_NAME.fullmatch(name) for name in numeric):
+    names = frozenset(numeric)
+    if not _plain_names(names):
         return _fold_products(_substitute_defines("\n".join(pieces), defines, numeric))
-    substituted = [_substituted_piece(piece, numeric) for piece in pieces]
+    substituted = [_substituted_piece(piece, numeric, names) for piece in pieces]
     folded = [_folded_piece(piece) for piece in substituted]
     if _products_may_cross(folded):
         return _fold_products("\n".join(substituted))
@@ -333,9 +334,21 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PIECE_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
-def _substituted_piece(piece: str, numeric: dict[str, int]) -> str:
-    used = tuple(sorted((name, numeric[name]) for name in _piece_names(piece).intersection(numeric)))
-    return _substitute_piece(piece, used) if used else piece
+def _substituted_piece(piece: str, numeric: dict[str, int], names: frozenset[str]) -> str:
+    used = _piece_macros(piece, names)
+    return _substitute_piece(piece, tuple((name, numeric[name]) for name in used)) if used else piece
+
+
+@lru_cache(maxsize=256)
+def _plain_names(names: frozenset[str]) -> bool:
+    return all(_PLAIN_NAME.fullmatch(name) for name in names)
+
+
+@lru_cache(maxsize=SOURCE_CACHE_SIZE)
+def _piece_macros(piece: str, names: frozenset[str]) -> tuple[str, ...]:
+    """The macro names (of `names`) that a piece may hold, sorted: a family's variants define the same
+    names with other values, so this is worked out once per piece."""
+    return tuple(sorted(_piece_names(piece) & names))
 
 
 @lru_cache(maxsize=SOURCE_CACHE_SIZE)
