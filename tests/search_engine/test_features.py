@@ -125,3 +125,27 @@ def test_a_product_split_by_a_directive_is_still_folded():
     from search_engine.surrogates.features import _prepared
 
     assert "int x = 15;" in _prepared("#define A 4\nint x = 3 *\n#if A == 4\n5;\n#else\n6;\n#endif\n").replace("\n", "")
+
+
+def test_source_counts_summed_over_pieces_are_those_of_every_token_of_the_code():
+    """_source_facts counts only the tokens _count_source reads, piece by piece; a token that
+    _count_source comes to read without being added to _LOOKED_UP would make this fail."""
+    from collections import Counter
+    from pathlib import Path
+
+    from search_engine.surrogates import features
+
+    folder = Path(__file__).resolve().parents[2] / "kernellab" / "problems"
+    sources = [p.read_text() for p in sorted(folder.glob("*/*.cu"))]
+    sources.append("#define W 4\n__global__ void k(float4 *x, double *d) {\n#if W == 4\n"
+                   "  float v = __shfl_xor_sync(0xffffffff, x[0].x, 1) ? __expf(1.0f) : 2 / 3 % 4;\n#endif\n"
+                   "  atomicAdd(d, 1.0); __syncthreads(); wmma::mma_sync(a, b, c, d);\n}\n")
+    assert len(sources) > 10
+    for source in sources:
+        code = features._prepared(source)
+        every = Counter(features._COUNTED_TOKEN.findall(code))
+        plain = features._count_source(code, every)
+        facts, load = features._source_facts.__wrapped__(source)
+        assert [facts[features.SOURCE_FEATURES.index(name)] for name in features.SOURCE_COUNTS] == \
+            [plain[name] for name in features.SOURCE_COUNTS]
+        assert load == features._widest_load(every)
