@@ -50,5 +50,7 @@ def test_a_real_model_is_scored_on_the_held_out_tasks_like_the_program_surrogate
     # a program pair can outgrow the tiny model's 4,096-token context, which the endpoint refuses.
     answered = report["rows"] - report["abstained"]
     assert report["abstained"] == sum(report["abstain_reasons"].values())
+    # The server must have answered: a dead or unreachable endpoint is not an abstention to pass on.
+    assert not [r for r in report["abstain_reasons"] if "did not answer" in r or "onnection" in r], report["abstain_reasons"]
     assert answered == 0 or report["cost"]["tokens_in"] > 500
     assert report["report"]["cold"].get("rows", 0) <= answered
