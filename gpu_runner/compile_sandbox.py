@@ -117,10 +117,12 @@ def sandbox_status() -> SandboxStatus:
     return SandboxStatus("none", f"compiles are not sandboxed: {problem}")
 
 
-def sandboxed(argv: Sequence[str], scratch: str, tools: Sequence[str] = ()) -> list[str]:
-    """`argv` wrapped so that it sees only the toolkit, the allowed headers and `scratch` (writable)."""
+def sandboxed(argv: Sequence[str], scratch: str, tools: Sequence[str] = (), read_only_dirs: Sequence[str] = ()) -> list[str]:
+    """`argv` wrapped so that it sees only the toolkit, the allowed headers, `read_only_dirs` and
+    `scratch` (writable)."""
     if sandbox_status().mode != "bwrap":
         return list(argv)
     read_only = toolkit_roots([argv[0], *tools])
+    read_only += [str(extra) for extra in read_only_dirs if str(extra) not in read_only]
     read_only += [str(extra) for extra in allowed_include_dirs() if str(extra) not in read_only]
     return _bwrap_command(argv, scratch, read_only)

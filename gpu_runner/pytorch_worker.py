@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import site
 import statistics
 import subprocess
 import sys
@@ -92,8 +93,11 @@ def build_solution(source: str, root: Path, timeout_s: float = 600.0) -> dict:
                 f"MAX_JOBS=2", f"TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST', '9.0')}",
                 f"CUDA_HOME={os.environ.get('CUDA_HOME', '')}"]
     nvcc = next((str(Path(p) / "nvcc") for p in os.environ.get("PATH", "").split(":") if (Path(p) / "nvcc").exists()), "")
+    # The interpreter's environment (a virtual environment's folder and its packages: torch, ninja) is
+    # read-only inside; the interpreter itself comes with its toolkit root.
+    python_dirs = [sys.prefix, *site.getsitepackages()]
     argv = sandboxed(["/usr/bin/env", *env_args, sys.executable, "-c", BUILD_SCRIPT], str(folder),
-                     tools=[t for t in (nvcc, sys.executable) if t])
+                     tools=[t for t in (nvcc, sys.executable) if t], read_only_dirs=python_dirs)
     started = time.perf_counter()
     try:
         run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
