@@ -133,22 +133,10 @@ def narrow_accesses_noted(note: dict) -> bool:
 
 
 def vectorise_family(parent: Candidate) -> RecipeFamily:
-    source = parent["source"]
-    steps = [s for s in parent["launch"] if "kernel" in s]
-    if len(steps) != 1:
-        raise CannotApply("it rewrites a single kernel launch, and this plan has "
-                          f"{len(steps)} kernel launches.")
-    step = steps[0]
-    root = Parser(_CUDA).parse(source.encode()).root_node
-    kernel = _kernel(root, step["kernel"])
-    if kernel is None:
-        raise CannotApply(f"the kernel {step['kernel']} is not defined in the source.")
+    step, kernel, source = _single_kernel(parent)
     pointers = _pointer_parameters(kernel)
     body = kernel.child_by_field_name("body")
-    statements = [c for c in body.named_children if c.type != "comment"]
-    if not statements or statements[0].type != "declaration":
-        raise CannotApply("the kernel does not begin by computing its element index from blockIdx, blockDim and threadIdx.")
-    index, index_type = _element_index(statements[0])
+    statements, index, index_type = _indexed_statements(kernel, "its element index")
     guard_bound, element_statements = _guarded_elements(statements[1:], index)
     element_text = _element_code(source, element_statements)
     accesses = _pointer_accesses(element_statements, pointers, index)
@@ -371,20 +359,8 @@ def one_thread_per_row_noted(note: dict) -> bool:
 
 
 def warp_per_row_family(parent: Candidate) -> RecipeFamily:
-    source = parent["source"]
-    steps = [s for s in parent["launch"] if "kernel" in s]
-    if len(steps) != 1:
-        raise CannotApply(f"it rewrites a single kernel launch, and this plan has {len(steps)} kernel launches.")
-    step = steps[0]
-    root = Parser(_CUDA).parse(source.encode()).root_node
-    kernel = _kernel(root, step["kernel"])
-    if kernel is None:
-        raise CannotApply(f"the kernel {step['kernel']} is not defined in the source.")
-    body = kernel.child_by_field_name("body")
-    statements = [c for c in body.named_children if c.type != "comment"]
-    if not statements or statements[0].type != "declaration":
-        raise CannotApply("the kernel does not begin by computing its row from blockIdx, blockDim and threadIdx.")
-    row, row_type = _element_index(statements[0])
+    step, kernel, source = _single_kernel(parent)
+    statements, row, row_type = _indexed_statements(kernel, "its row")
     _, row_statements = _guarded_elements(statements[1:], row)
     for node in row_statements:
         for inner in _walk(node):
@@ -553,10 +529,7 @@ def grid_too_small_or_too_many_blocks_noted(note: dict) -> bool:
 def grid_stride_family(parent: Candidate) -> RecipeFamily:
     step, kernel, source = _single_kernel(parent)
     body = kernel.child_by_field_name("body")
-    statements = [c for c in body.named_children if c.type != "comment"]
-    if not statements or statements[0].type != "declaration":
-        raise CannotApply("the kernel does not begin by computing its element index from blockIdx, blockDim and threadIdx.")
-    index, index_type = _element_index(statements[0])
+    statements, index, index_type = _indexed_statements(kernel, "its element index")
     guard_bound, element_statements = _guarded_elements(statements[1:], index)
     element_text = _element_code(source, element_statements)
     block_size, grid = _literal_block(step, "elements")
@@ -625,10 +598,7 @@ def column_tile_family(parent: Candidate) -> RecipeFamily:
     them. The bounds check moves below the combine, so every thread of the block reaches it."""
     step, kernel, source = _single_kernel(parent)
     body = kernel.child_by_field_name("body")
-    statements = [c for c in body.named_children if c.type != "comment"]
-    if not statements or statements[0].type != "declaration":
-        raise CannotApply("the kernel does not begin by computing its column from blockIdx, blockDim and threadIdx.")
-    column, _ = _element_index(statements[0])
+    statements, column, _ = _indexed_statements(kernel, "its column")
     bound, column_statements = _guarded_elements(statements[1:], column)
     guard = statements[1]
     for node in column_statements:
@@ -1083,6 +1053,16 @@ def _single_kernel(parent: Candidate) -> tuple[dict, Node, str]:
     if kernel is None:
         raise CannotApply(f"the kernel {step['kernel']} is not defined in the source.")
     return step, kernel, source
+
+
+def _indexed_statements(kernel: Node, what: str) -> tuple[list[Node], str, str]:
+    """The body's statements (comments left out), the first of which declares the thread's index
+    (`what`, for the refusal) from blockIdx, blockDim and threadIdx: (statements, index, its type)."""
+    statements = [c for c in kernel.child_by_field_name("body").named_children if c.type != "comment"]
+    if not statements or statements[0].type != "declaration":
+        raise CannotApply(f"the kernel does not begin by computing {what} from blockIdx, blockDim and threadIdx.")
+    index, index_type = _element_index(statements[0])
+    return statements, index, index_type
 
 
 def _literal_block(step: dict, what: str) -> tuple[int, list[str]]:
