@@ -14,6 +14,9 @@ into a shared inductor cache (TORCHINDUCTOR_CACHE_DIR), so that the worker's tor
 cache hit; a task whose compile has not finished when the worker reaches it gets no torch.compile
 baseline, and its reference record says so ("baseline_errors").
 --compile-again RECORDS_GZ: that file's references without a torch.compile baseline are timed again with one.
+--compile-first SECONDS: every torch.compile of the list runs before any timing (up to SECONDS), then the compile
+workers stop, so that no timing shares the GPU or the CPU with a compile.
+--remeasure-timed RECORDS_GZ: that file's candidates that were timed are measured again, first.
 --ncu-sample: Nsight Compute metrics of one forward of that many candidates that ran correct and were timed
 (verdict "ok" first, then PyTorch-level rewrites: before 2026-12-01 only "ok" ones were taken, and calls with
 none profiled nothing), spread over the run, if time is left before the deadline.
@@ -112,6 +115,28 @@ def precompile(jobs: list[tuple[str, str]], marks: str) -> None:
         except Exception as exc:  # noqa: BLE001 - reported to the worker through the mark
             Path(marks, f"{key}.err").write_text(f"{type(exc).__name__}: {str(exc)[:300]}\n")
         torch._dynamo.reset()
+
+
+def compile_ahead(jobs: list[tuple[str, str]], marks: Path, compilers: list, limit_s: float) -> dict:
+    """Wait until every job has its mark or `limit_s` has passed, then stop the compile workers, so that no
+    timing runs while torch.compile runs models on the same GPU (the 2026-12-01 level-3 call timed references
+    beside 6 compile workers: 29 of 64 re-timed references came out 0.28x-9.8x their earlier medians)."""
+    started = time.monotonic()
+    keys = [key for key, _ in jobs]
+    while time.monotonic() - started < limit_s and any(p.is_alive() for p in compilers):
+        if all((marks / f"{k}.ok").exists() or (marks / f"{k}.err").exists() for k in keys):
+            break
+        time.sleep(1.0)
+    for process in compilers:
+        process.terminate()
+    for process in compilers:
+        process.join(10)
+    done = sum(1 for k in keys if (marks / f"{k}.ok").exists())
+    failed = sum(1 for k in keys if (marks / f"{k}.err").exists())
+    summary = {"jobs": len(keys), "compiled": done, "failed": failed, "not_finished": len(keys) - done - failed,
+               "seconds": round(time.monotonic() - started, 1), "workers": len(compilers)}
+    print(f"compile phase: {summary}", flush=True)
+    return summary
 
 
 # argv: the reference file and the solution file, or "-" to profile the reference's Model itself
@@ -246,6 +271,14 @@ def to_remeasure(rows: list[dict], tasks: dict[tuple[int, int], dict] | None = N
     return out
 
 
+def timed_candidates(rows: list[dict]) -> set[tuple[int, int, str]]:
+    """(level, task, source hash) of recorded candidates that were timed: measured again by --remeasure-timed,
+    with the worker that restores PyTorch's default settings between programs (before 2026-12-01 a solution's
+    "allow_tf32 = True" stayed on for every later program of the worker) and no compile running beside it."""
+    return {(r["level"], r["task"], r["source_hash"]) for r in rows
+            if r.get("variant") != "reference" and r.get("source") and r.get("candidate")}
+
+
 def without_compile_baseline(rows: list[dict]) -> list[tuple[int, int]]:
     """Recorded tasks whose reference has no torch.compile baseline."""
     return sorted((r["level"], r["task"]) for r in rows
@@ -263,12 +296,16 @@ def main() -> int:
     parser.add_argument("--skip", nargs="*", default=[], help="tasks already measured, as LEVEL:TASK")
     parser.add_argument("--skip-recorded", help="a records file whose tasks are skipped")
     parser.add_argument("--remeasure-from", help="a records file whose unwatched extension candidates go first")
+    parser.add_argument("--remeasure-timed", help="a records file whose timed candidates are measured again first")
     parser.add_argument("--do-bench-again", nargs="*", default=[], help="recorded tasks (LEVEL:TASK) to time again "
                                                                         "beside do_bench")
     parser.add_argument("--bundled", nargs="*", default=[], help="folders of the project's own problems")
     parser.add_argument("--compile-again", help="a records file whose references without a torch.compile baseline "
                                                 "are timed again with one")
     parser.add_argument("--compile-workers", type=int, default=2)
+    parser.add_argument("--compile-first", type=float, default=0.0, metavar="SECONDS",
+                        help="compile every reference with torch.compile before any timing, for up to SECONDS, then "
+                             "stop the compile workers: no timing overlaps a compile (0: compile alongside, as before)")
     parser.add_argument("--do-bench-tasks", type=int, default=10, help="level-1 tasks timed beside do_bench, "
                                                                        "--do-bench-again ones included")
     parser.add_argument("--ncu-sample", type=int, default=4)
@@ -291,7 +328,8 @@ def main() -> int:
     skip = set(args.skip) | {f"{r['level']}:{r['task']}" for r in recorded(Path(args.skip_recorded or "-"))
                              if r.get("variant") == "reference"}
     again = [tuple(map(int, k.split(":"))) for k in args.do_bench_again]
-    remeasure = sorted(to_remeasure(recorded(Path(args.remeasure_from or "-")), by_key))
+    remeasure = sorted(to_remeasure(recorded(Path(args.remeasure_from or "-")), by_key)
+                       | timed_candidates(recorded(Path(args.remeasure_timed or "-"))))
     # The work list, in the order measured: re-measures, do_bench again, then the new tasks.
     work: list[dict] = []
     for level, task, digest in remeasure:
@@ -329,9 +367,12 @@ def main() -> int:
                  for i in range(args.compile_workers)]
     for process in compilers:
         process.start()
+    compile_phase = compile_ahead(compile_jobs, marks, compilers, args.compile_first) if args.compile_first else None
     pool = ThreadPoolExecutor(args.jobs)
     builds = {digest: pool.submit(build_solution, s["source"], root) for t in work for digest, s in t["solutions"].items()}
     records = (out / "records.jsonl").open("a")
+    if compile_phase:
+        records.write(json.dumps({"compile_phase": compile_phase}) + "\n")
     worker = Sandbox("gpu_runner.pytorch_worker:serve", host_memory_bytes=64 << 30)
     correct: list[dict] = []   # candidates that ran correct and were timed: what the ncu sample profiles
 
@@ -440,7 +481,9 @@ def main() -> int:
             evidence.setdefault("phase_s", {})["torch_compile_ahead"] = float((marks / f"{key}.ok").read_text())
         write({"level": task["level"], "task": task["task"], "problem": task.get("problem"), "variant": "reference",
                "evidence": evidence, "wall_s": time.monotonic() - t0, "do_bench_again": bool(task.get("again")),
-               "late_torch_compile": late})
+               "late_torch_compile": late,
+               # no torch.compile ran beside this timing (they all ran before it, or none were started)
+               "clean_timing": bool(compile_phase) or not any(p.is_alive() for p in compilers)})
         return "torch_compile" in baselines or (marks / f"{key}.err").exists()
 
     uncompiled: list[dict] = []
@@ -478,7 +521,8 @@ def main() -> int:
     write({"deadline": left() < 15, "work_items_done": done, "work_items": len(work), "elapsed_s": time.monotonic() - started})
     worker.close()
     for process in compilers:
-        process.terminate()
+        if process.is_alive():
+            process.terminate()
     while len(profiled) < args.ncu_sample and left() > 40 and any(c not in profiled for c in correct):
         profile_one()
     records.close()

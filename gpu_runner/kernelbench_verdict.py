@@ -260,6 +260,12 @@ def _work_notes(evidence: dict[str, Any]) -> list[str]:
         notes.append(f"PyTorch ops beside its kernels: {', '.join(sorted(ops)[:6])}.")
     if evidence.get("fallback_message"):
         notes.append(f"printed: {evidence['fallback_message'][:120]}")
+    changed = evidence.get("global_settings_changed") or {}
+    if changed:
+        what = ", ".join(f"{name} {old} -> {new}" for name, (old, new) in sorted(changed.items()))
+        notes.append(f"It switches PyTorch's process-wide settings ({what}): its calls ran with them and the "
+                     "reference's with PyTorch's defaults, so part of its speedup can come from lower-precision "
+                     "math (TF32) or cuDNN's autotuning rather than from its own kernels.")
     return notes
 
 

@@ -78,6 +78,44 @@ def test_a_reference_timed_again_replaces_the_earlier_only_when_the_two_agree(tm
     assert summarize.timed_again(None, far) is far
 
 
+def test_a_do_bench_call_timed_again_keeps_its_own_pair_and_rounds_even_when_the_earlier_timing_stays(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    earlier = summarize.base_rows(_summarized(tmp_path))[0]
+    rounds = [{"ours_median_ms": 3.0, "do_bench_median_ms": 3.1}]
+    far = {"level": 1, "task": 4, "variant": "reference",
+           "evidence": {"timing": {"reference": {"median_ms": 3.0}}, "do_bench": {"median_ms": 3.1, "mean_ms": 3.2,
+                                                                                  "n": 9},
+                        "do_bench_rounds": rounds}}
+    kept = summarize.timed_again(earlier, far)
+    assert kept["evidence"]["timing"]["reference"] == REFERENCE_TIMING      # the earlier timing stays
+    assert kept["evidence"]["do_bench"]["median_ms"] == 3.1                 # the comparison is the new call's
+    assert kept["evidence"]["do_bench_reference"] == {"median_ms": 3.0}
+    assert kept["evidence"]["do_bench_rounds"] == rounds
+
+
+def test_a_clean_timing_replaces_the_earlier_one_however_far_apart_and_keeps_it_beside(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    earlier = summarize.base_rows(_summarized(tmp_path))[0]
+    clean = {"level": 1, "task": 4, "variant": "reference", "clean_timing": True,
+             "evidence": {"timing": {"reference": {"median_ms": 7.8}, "baseline:torch_compile": {"median_ms": 7.0}}}}
+    kept = summarize.timed_again(earlier, clean)
+    assert kept["evidence"]["timing"]["reference"]["median_ms"] == 7.8
+    assert kept["evidence"]["timed_again"]["ratio"] == pytest.approx(7.8)
+    assert kept["evidence"]["timed_again"]["earlier_timing"]["reference"] == REFERENCE_TIMING
+
+
+def test_rounds_compare_the_median_of_each_timers_rounds_and_report_each_timers_own_spread():
+    summarize = _module("kernelbench_h200_summarize")
+    rounds = [{"ours_median_ms": o, "do_bench_median_ms": d}
+              for o, d in ((5.09, 5.02), (5.12, 5.65), (5.15, 5.02), (5.10, 5.04), (5.11, 5.03))]
+    out = summarize.rounds_comparison(rounds)
+    assert out["rounds"] == 5
+    assert out["rounds_ours_median_ms"] == pytest.approx(5.11) and out["rounds_do_bench_median_ms"] == pytest.approx(5.03)
+    assert out["rounds_rel_diff"] == pytest.approx(0.08 / 5.03)
+    assert out["do_bench_round_spread"] == pytest.approx(5.65 / 5.02 - 1)
+    assert out["ours_round_spread"] == pytest.approx(5.15 / 5.09 - 1)
+
+
 def test_figures_per_level_count_tasks_not_reached_against_cuda_l1_not_against_a_fixed_number():
     summarize = _module("kernelbench_h200_summarize")
     lines = [{"level": 3, "task": 1, "variant": "reference", "reference": REFERENCE_TIMING},

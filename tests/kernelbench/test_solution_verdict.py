@@ -247,3 +247,65 @@ def test_a_build_in_modelnews_constructor_happens_in_the_build_and_its_failure_i
     # a build_directory that does not exist fails before any compiler runs (two CUDA-L1 solutions name one)
     assert judge_solution({"build_error": build["log"]}).reason.startswith(
         "The solution does not build: its extension kl_broken FileNotFoundError(")
+
+
+def test_a_solution_that_switches_process_wide_settings_is_told_in_the_verdict():
+    verdict = judge_solution({**TIMED, "custom_kernels": {"k": 1},
+                              "global_settings_changed": {"cuda.matmul.allow_tf32": [False, True]}})
+    assert verdict.status == "ok"
+    assert any("cuda.matmul.allow_tf32 False -> True" in note and "reference's with PyTorch's defaults" in note
+               for note in verdict.notes)
+
+
+def test_settings_a_solution_switches_apply_to_its_calls_only_and_never_outlive_the_request():
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[gpu-torch]')")
+    from gpu_runner.pytorch_worker import _SettingsGuard, _apply_settings, _default_settings, _global_settings
+
+    defaults = _default_settings(torch)
+    assert defaults["cuda.matmul.allow_tf32"] is False and defaults["cudnn.benchmark"] is False
+    guard = _SettingsGuard(torch, defaults)
+    torch.backends.cuda.matmul.allow_tf32 = True          # what a solution's module does at import
+    guard.take()
+    assert _global_settings(torch) == defaults           # back to the defaults for the reference
+
+    seen = []
+
+    def forward():
+        seen.append(_global_settings(torch)["cuda.matmul.allow_tf32"])
+        torch.backends.cudnn.benchmark = True             # switched inside a call, too
+        return 1
+
+    run = guard.solution(forward)
+    assert run() == 1 and run() == 1
+    assert seen == [True, True]                           # the solution's calls run with what it switched
+    assert _global_settings(torch) == defaults           # and the reference's never do
+    # allow_tf32 moves the float32 matmul precision with it ("highest" -> "high"), and that is reported too
+    assert guard.changed["cuda.matmul.allow_tf32"] == [False, True] and guard.changed["cudnn.benchmark"] == [False, True]
+    assert set(guard.changed) <= {"cuda.matmul.allow_tf32", "cudnn.benchmark", "float32_matmul_precision"}
+    _apply_settings(torch, defaults)
+
+
+def test_the_worker_times_the_reference_with_pytorchs_defaults_after_a_solution_that_switches_tf32_on(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[gpu-torch]')")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU for torch")
+    from gpu_runner.pytorch_worker import _global_settings, measure_solution
+    from gpu_runner.settings import MeasureSettings
+
+    reference = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, a, b):\n"
+                 "        return a @ b\n"
+                 "def get_inputs():\n    return [torch.randn(2048, 2048), torch.randn(2048, 2048)]\n"
+                 "def get_init_inputs():\n    return []\n")
+    solution = ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n"
+                + reference.replace("class Model(", "class ModelNew("))
+    settings = MeasureSettings(validation_sets=1, warmup=1, min_reps=5, max_reps=10, target_timing_ms=5.0)
+    evidence = measure_solution(reference, solution, extensions=tmp_path, settings=settings)
+    assert evidence["global_settings_changed"]["cuda.matmul.allow_tf32"] == [False, True]
+    assert _global_settings(torch)["cuda.matmul.allow_tf32"] is False   # nothing outlives the request
+    # The reference, timed with FP32 matmuls, is slower than the TF32 solution; before the guard both ran TF32.
+    alone = measure_solution(reference, None, extensions=tmp_path, settings=settings)
+    ref_ms = sorted(evidence["reference_ms"])[len(evidence["reference_ms"]) // 2]
+    alone_ms = sorted(alone["reference_ms"])[len(alone["reference_ms"]) // 2]
+    assert abs(ref_ms / alone_ms - 1) < 0.25
+    cand_ms = sorted(evidence["candidate_ms"])[len(evidence["candidate_ms"]) // 2]
+    assert cand_ms < 0.7 * ref_ms
