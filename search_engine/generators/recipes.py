@@ -17,6 +17,12 @@ Recipes (each refuses with its reason where its cure does not fit):
   over threadIdx.y, the reductions combined in shared memory; knobs TILE_C, TILE_R.
 - halo-tile: a 2-D stencil without reuse: the block's tile of the image and its halo loaded once
   into shared memory, each read taking the tile's copy where it lies in it; knobs BX, BY.
+- row-window: a neighbourhood sum (every (dy, dx) in [-r, r]^2 once, rows and columns clamped or
+  zero outside the image), read by running the taps' code for concrete pixels: a rolling window of
+  2r+1 rows of horizontal sums in registers, VEC pixels (one float2/float4 load where the width and
+  the buffers allow, else scalars) by ROWS rows per thread; knobs VEC, ROWS, BX, BY.
+- row-block: any per-pixel 2-D kernel: ROWS consecutive rows per thread, the code after y repeated
+  per row with its bounds check, the grid's y divided by ROWS; knobs ROWS, BX, BY.
 - grid-stride: ITEMS elements per thread, a grid apart; knobs ITEMS, BLOCK.
 - unroll: `#pragma unroll` with the knob's factor on each loop that has none; knob UNROLL.
 - read-only-path: __restrict__, const and __ldg on the buffers the kernel never writes, and
@@ -916,6 +922,594 @@ def _written_pointers(kernel: Node, pointers: dict[str, str]) -> set[str]:
     return written
 
 
+# ---- row-block: ROWS consecutive rows per thread (thread coarsening along y) ----------------------
+ROW_BLOCK_ROWS = (2, 4, 8)
+ROW_BLOCK_X = (16, 32, 64, 128, 256)
+ROW_BLOCK_Y = (1, 2, 4, 8, 16)
+_Y_FIELDS = ("blockIdx.y", "threadIdx.y", "blockDim.y", "gridDim.y")
+_WARP_WIDE = ("__syncthreads", "__syncwarp", "__shfl", "__ballot", "__any_sync", "__all_sync", "__activemask",
+              "__match", "__reduce_", "this_thread_block", "tiled_partition")
+
+
+def one_pixel_per_thread_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "reuse" in text or "loads per thread" in text or "independent work" in text or "coarsen" in text \
+        or "per output" in text
+
+
+def row_block_family(parent: Candidate) -> RecipeFamily:
+    """A per-pixel 2-D kernel (x and y from blockIdx/blockDim/threadIdx as its first two statements,
+    a bounds check on y that returns or wraps the work): each thread takes ROWS consecutive rows,
+    `y = (blockIdx.y * blockDim.y + threadIdx.y) * ROWS + r`, the code after y's declaration
+    repeated per row in an unrolled loop where a `return` becomes `continue`, so each row keeps
+    the original's bounds check. The rows' overlapping loads (a stencil's) are then one thread's,
+    which the compiler loads once, and every thread has ROWS rows of loads in flight."""
+    step, kernel, source = _single_kernel(parent)
+    body = kernel.child_by_field_name("body")
+    statements = [c for c in body.named_children if c.type != "comment"]
+    if len(statements) < 3 or statements[0].type != "declaration" or statements[1].type != "declaration":
+        raise CannotApply("the kernel does not begin by computing x and y from blockIdx, blockDim and threadIdx.")
+    axes, where = {}, {}
+    for position, declaration in enumerate(statements[:2]):
+        name, axis = _axis_index(declaration)
+        axes[axis], where[axis] = name, position
+    if set(axes) != {"x", "y"}:
+        raise CannotApply("the kernel's first two indices are not one along x and one along y.")
+    y_name, y_declaration = axes["y"], statements[where["y"]]
+    root = kernel
+    while root.parent is not None:
+        root = root.parent
+    for node in _walk(root):  # the whole source: a device function the kernel calls may hold the barrier
+        if node.type == "identifier" and _text(node).startswith(_WARP_WIDE) or node.type == "__shared__" \
+                or (node.type in ("storage_class_specifier", "type_qualifier", "attribute_specifier")
+                    and "__shared__" in _text(node)):
+            raise CannotApply(f"the kernel uses {_text(node)} (line {node.start_point[0] + 1}): threads that share "
+                              "memory or meet at barriers cannot each take several rows.")
+    for node in _walk(body):
+        if node.type == "field_expression" and _text(node).replace(" ", "") in _Y_FIELDS \
+                and not _inside(node, y_declaration):
+            raise CannotApply(f"the kernel reads {_text(node)} outside y's declaration (line {node.start_point[0] + 1}), "
+                              "whose meaning ROWS rows per thread changes.")
+        if node.type == "goto_statement":
+            raise CannotApply(f"the kernel has a goto (line {node.start_point[0] + 1}).")
+    rest = statements[statements.index(y_declaration) + 1:]
+    if not any(_compares(n, y_name) for top in rest for n in _walk(top) if n.type == "if_statement"):
+        raise CannotApply(f"no if compares {y_name} with the image's height, so the rows a thread adds past the last "
+                          "row would run unchecked.")
+    edits = []
+    for top in rest:
+        for node in _walk(top):
+            if node.type != "return_statement":
+                continue
+            enclosing = node.parent
+            while enclosing is not None and enclosing.id != body.id:
+                if enclosing.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
+                    raise CannotApply(f"the return at line {node.start_point[0] + 1} is inside a loop or switch, so it "
+                                      "cannot become a continue to the thread's next row.")
+                enclosing = enclosing.parent
+            if node.named_children:
+                raise CannotApply(f"the return at line {node.start_point[0] + 1} returns a value.")
+            edits.append((node.start_byte, node.end_byte, "continue;"))
+    data = source.encode()
+    first, last = y_declaration.end_byte, rest[-1].end_byte   # what follows y, its comments included
+    rows_text = data[first:last]
+    for start, end, text in sorted(edits, key=lambda e: e[0], reverse=True):
+        rows_text = rows_text[:start - first] + text.encode() + rows_text[end - first:]
+    rows_text = rows_text.decode().strip().replace("\n", "\n    ")
+    y_type = _text(y_declaration.child_by_field_name("type"))
+    y_value = _text(next(c for c in y_declaration.children if c.type == "init_declarator").child_by_field_name("value"))
+    replacement = (f"const {y_type} kl_y0 = ({y_value}) * ROWS;\n"
+                   "#pragma unroll\n"
+                   "    for (int kl_r = 0; kl_r < ROWS; ++kl_r) {\n"
+                   f"        {y_type} {y_name} = kl_y0 + kl_r;\n"
+                   f"        {rows_text}\n"
+                   "    }")
+    data = data[:y_declaration.start_byte] + replacement.encode() + data[last:]
+    bx, by, grid = _literal_block_2d(step)
+    launch = _relaunched(parent, step, [_replace_number(grid[0], bx, "BX"), _replace_number(grid[1], by, "BY*ROWS")],
+                         ["BX", "BY"])
+    template = "// Written by KernelLab's row-block recipe: ROWS consecutive rows per thread.\n" + data.decode()
+    return RecipeFamily(recipe="row-block", template=template, launch=launch,
+                        knobs={"ROWS": list(ROW_BLOCK_ROWS), "BX": sorted(set(ROW_BLOCK_X) | {bx}),
+                               "BY": sorted(set(ROW_BLOCK_Y) | {by})},
+                        start={"ROWS": 4, "BX": 64, "BY": 4}, constraints=["BX * BY <= 1024", "BX * BY >= 32"],
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+def _inside(node: Node, ancestor: Node) -> bool:
+    return ancestor.start_byte <= node.start_byte and node.end_byte <= ancestor.end_byte
+
+
+def _compares(statement: Node, name: str) -> bool:
+    """Does this if's condition compare `name` (y < h, y >= h, h > y, ...)?"""
+    condition = statement.child_by_field_name("condition")
+    return condition is not None and any(
+        n.type == "binary_expression" and _text(n.child_by_field_name("operator")) in ("<", "<=", ">", ">=")
+        and name in (_text(n.child_by_field_name("left")), _text(n.child_by_field_name("right")))
+        for n in _walk(condition))
+
+
+def _literal_block_2d(step: dict) -> tuple[int, int, list[str]]:
+    block = step["block"]
+    if len(block) != 2 or not all(str(b).strip().isdigit() for b in block):
+        raise CannotApply("the block is not two literal sizes (x, y), so the recipe cannot rescale the grid.")
+    grid = [str(e) for e in step["grid"]]
+    bx, by = int(block[0]), int(block[1])
+    if len(grid) != 2 or not _has_number(grid[0], bx) or not _has_number(grid[1], by):
+        raise CannotApply(f"the grid {grid} does not divide the image by the block {bx} x {by}.")
+    return bx, by, grid
+
+
+# ---- row-window: a stencil's neighbourhood sum as a rolling window of row sums in registers -------
+WINDOW_VECTOR_WIDTHS = (1, 2, 4)
+WINDOW_ROWS = (1, 2, 4, 8)
+WINDOW_BLOCK_X = (32, 64, 128, 256)
+WINDOW_BLOCK_Y = (1, 2, 4, 8)
+MAX_WINDOW_RADIUS = 8
+_PROBE_W, _PROBE_H = 2 * MAX_WINDOW_RADIUS + 21, 2 * MAX_WINDOW_RADIUS + 15   # odd sizes, so no row looks like another
+_WINDOW_PATTERN = ("the recipe needs `float acc = 0; ... acc += img[ROW * W + COL]; ... out[y * W + x] = f(acc);` "
+                   "with the taps over every (dy, dx) in [-r, r] x [-r, r] once, unweighted")
+
+
+def many_loads_per_output_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return no_data_reuse_noted(note) or "loads per output" in text or "many loads" in text
+
+
+def row_window_family(parent: Candidate) -> RecipeFamily:
+    """A neighbourhood sum (x and y from blockIdx/blockDim/threadIdx, `if (x >= W || y >= H) return;`,
+    a float accumulator summing img[ROW * W + COL] over every (dy, dx) in [-r, r]^2 once, with rows
+    and columns clamped into the image or the taps outside it left out, then `out[y * W + x] =
+    f(acc)`): each thread keeps the horizontal (2r+1)-sums of VEC consecutive pixels of 2r+1 rows
+    in registers and slides them down ROWS rows, loading each row once (its VEC centre pixels as
+    one float2/float4 where the row pitch and the buffers allow it, else scalars, and r pixels each
+    side), so a pixel is loaded about (1 + 2r/VEC)(1 + 2r/ROWS) times instead of (2r+1)^2.
+
+    The taps are read by running the code between the bounds check and the store for concrete
+    pixels of a small image (loops, int locals, min/max, conditions), each float local standing for
+    the pixels summed into it: the interior pixel gives the offsets, the pixels near the edges the
+    edge rule, so the loops may be nested, one, or written out."""
+    step, kernel, source = _single_kernel(parent)
+    body = kernel.child_by_field_name("body")
+    statements = [c for c in body.named_children if c.type != "comment"]
+    if len(statements) < 4 or statements[0].type != "declaration" or statements[1].type != "declaration":
+        raise CannotApply("the kernel does not begin by computing x and y from blockIdx, blockDim and threadIdx.")
+    axes, types = {}, {}
+    for declaration in statements[:2]:
+        name, axis = _axis_index(declaration)
+        axes[axis], types[axis] = name, _text(declaration.child_by_field_name("type"))
+    if set(axes) != {"x", "y"}:
+        raise CannotApply("the kernel's first two indices are not one along x and one along y.")
+    bounds = _return_guard_bounds(statements[2], axes)
+    parameters = _parameter_names(kernel)
+    for axis, bound in bounds.items():
+        if bound not in parameters:
+            raise CannotApply(f"the bound of {axes[axis]} is {bound}, not a parameter of the kernel.")
+    width, height = bounds["x"], bounds["y"]
+    pointers = _pointer_parameters(kernel)
+    target, value = _window_store(statements[-1], kernel, axes, width)
+    if pointers[target] != "float":
+        raise CannotApply(f"{target} holds {pointers[target]}, and the recipe writes float images only.")
+    taps_code = statements[3:-1]
+    scalars = parameters - set(pointers)
+
+    def taps_at(x: int, y: int) -> tuple[dict, dict]:
+        reader = _TapReader(pointers, {axes["x"]: x, axes["y"]: y, width: _PROBE_W, height: _PROBE_H})
+        reader.run(taps_code)
+        return reader.floats, reader.ints
+
+    for node in _walk(value):
+        if node.type in ("subscript_expression", "assignment_expression", "update_expression", "pointer_expression"):
+            raise CannotApply(f"the stored value {_text(value)} reads memory or has a side effect.")
+    floats, ints = taps_at(_PROBE_W // 2, _PROBE_H // 2)
+    used = {_text(n) for n in _walk(value) if n.type == "identifier"
+            and not (n.parent is not None and n.parent.type == "call_expression" and n.parent.child_by_field_name("function") == n)}
+    sums = sorted(used & set(floats))
+    if len(sums) != 1:
+        raise CannotApply(f"the stored value {_text(value)} uses {len(sums)} float sums ({', '.join(sums) or 'none'}); "
+                          + _WINDOW_PATTERN + ".")
+    accumulator = sums[0]
+    others = used - {accumulator, axes["x"], axes["y"]} - scalars
+    if others:
+        raise CannotApply(f"the stored value {_text(value)} uses {', '.join(sorted(others))}, a local the recipe does not "
+                          "carry into the window; only the sum, x, y and the kernel's scalar parameters may appear.")
+    taps = floats[accumulator]
+    images = {name for name, _ in taps}
+    if len(images) != 1:
+        raise CannotApply(f"the sum reads {len(images)} buffers ({', '.join(sorted(images)) or 'none'}), and the "
+                          "recipe slides a window over one image.")
+    image = images.pop()
+    if pointers[image] != "float":
+        raise CannotApply(f"{image} holds {pointers[image]}, and the recipe sums float images only.")
+    if image in _written_pointers(kernel, pointers):
+        raise CannotApply(f"the kernel writes {image}, which the window reads once per row through the read-only path.")
+    centre_x, centre_y = _PROBE_W // 2, _PROBE_H // 2
+    offsets = sorted((index // _PROBE_W - centre_y, index % _PROBE_W - centre_x) for _, index in taps)
+    radius = max(max(abs(dy), abs(dx)) for dy, dx in offsets) if offsets else 0
+    square = sorted((dy, dx) for dy in range(-radius, radius + 1) for dx in range(-radius, radius + 1))
+    if radius == 0 or radius > MAX_WINDOW_RADIUS or offsets != square:
+        raise CannotApply(f"the sum at an inner pixel reads {len(offsets)} taps at offsets "
+                          f"{_offsets_text(offsets)}, not each of the (2r+1)^2 offsets of a square of radius r <= "
+                          f"{MAX_WINDOW_RADIUS} once; " + _WINDOW_PATTERN + ".")
+    rules = {"clamp", "zero"}
+    near = lambda size: sorted({0, 1, radius, radius + 1, size - 2 - radius, size - 1 - radius, size - 2, size - 1})
+    for y in near(_PROBE_H):
+        for x in near(_PROBE_W):
+            seen = sorted(divmod(index, _PROBE_W) for _, index in taps_at(x, y)[0].get(accumulator, []))
+            clamped = sorted((min(max(y + dy, 0), _PROBE_H - 1), min(max(x + dx, 0), _PROBE_W - 1)) for dy, dx in square)
+            inside = sorted((y + dy, x + dx) for dy, dx in square if 0 <= y + dy < _PROBE_H and 0 <= x + dx < _PROBE_W)
+            if seen != clamped:
+                rules.discard("clamp")
+            if seen != inside:
+                rules.discard("zero")
+            if not rules:
+                raise CannotApply(f"at the pixel (x={x}, y={y}) of a {_PROBE_W} x {_PROBE_H} image the sum reads "
+                                  f"{_offsets_text([(r - y, c - x) for r, c in seen])}, which is neither clamped rows and "
+                                  "columns (min/max into the image) nor the taps inside the image (zero outside).")
+    clamp = "clamp" in rules
+    bx, by, grid = _literal_block_2d(step)
+    output = target
+    per_pixel = (f"            const {types['x']} {axes['x']} = kl_x0 + kl_k;\n"
+                 f"            const {types['y']} {axes['y']} = kl_y;\n"
+                 f"            (void){axes['x']}; (void){axes['y']};\n"
+                 f"            float {accumulator} = kl_win[0][kl_k];\n"
+                 "#pragma unroll\n"
+                 f"            for (int kl_t = 1; kl_t <= 2 * KL_R; ++kl_t) {accumulator} += kl_win[kl_t][kl_k];\n"
+                 f"            kl_out[kl_k] = {_text(value)};\n")
+
+    def rows(vector: bool) -> str:
+        flag = "true" if vector else "false"
+        if vector:
+            store = (f"            float* kl_to = {output} + (long long)kl_y * ({width}) + kl_x0;\n"
+                     "#if VEC == 4\n"
+                     "            *reinterpret_cast<float4*>(kl_to) = make_float4(kl_out[0], kl_out[1], kl_out[2], kl_out[3]);\n"
+                     "#elif VEC == 2\n"
+                     "            *reinterpret_cast<float2*>(kl_to) = make_float2(kl_out[0], kl_out[1]);\n"
+                     "#else\n"
+                     "            kl_to[0] = kl_out[0];\n"
+                     "#endif\n")
+        else:
+            store = ("#pragma unroll\n"
+                     "            for (int kl_k = 0; kl_k < VEC; ++kl_k)\n"
+                     f"                if (kl_x0 + kl_k < ({width})) {output}[(long long)kl_y * ({width}) + kl_x0 + kl_k] = kl_out[kl_k];\n")
+        return (
+            "        float kl_win[2 * KL_R + 1][VEC];\n"
+            "#pragma unroll\n"
+            "        for (int kl_t = 0; kl_t < 2 * KL_R; ++kl_t)\n"
+            f"            kl_row_sums<VEC, {flag}>({image}, kl_y0 - KL_R + kl_t, kl_x0, {width}, {height}, kl_win[kl_t]);\n"
+            "#pragma unroll\n"
+            "        for (int kl_r = 0; kl_r < ROWS; ++kl_r) {\n"
+            "            const int kl_y = kl_y0 + kl_r;\n"
+            f"            if (kl_y >= ({height})) break;\n"
+            f"            kl_row_sums<VEC, {flag}>({image}, kl_y + KL_R, kl_x0, {width}, {height}, kl_win[2 * KL_R]);\n"
+            "            float kl_out[VEC];\n"
+            "#pragma unroll\n"
+            "            for (int kl_k = 0; kl_k < VEC; ++kl_k) {\n"
+            + per_pixel.replace("\n            ", "\n                ").replace("            const", "                const", 1)
+            + "            }\n"
+            + store +
+            "#pragma unroll\n"
+            "            for (int kl_t = 0; kl_t < 2 * KL_R; ++kl_t)\n"
+            "#pragma unroll\n"
+            "                for (int kl_k = 0; kl_k < VEC; ++kl_k) kl_win[kl_t][kl_k] = kl_win[kl_t + 1][kl_k];\n"
+            "        }\n")
+
+    new_body = (
+        "{\n"
+        "    const int kl_x0 = (int)(blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n"
+        "    const int kl_y0 = (int)(blockIdx.y * blockDim.y + threadIdx.y) * ROWS;\n"
+        f"    if (kl_x0 >= ({width}) || kl_y0 >= ({height})) return;\n"
+        "    // float2/float4 accesses need the thread's VEC pixels inside the row and every row aligned to them: a\n"
+        "    // width that VEC does not divide, or an unaligned buffer, takes the scalar loads and stores.\n"
+        f"    const bool kl_vector = VEC > 1 && kl_x0 + VEC <= ({width}) && ({width}) % VEC == 0\n"
+        f"        && (unsigned long long)({image}) % (sizeof(float) * VEC) == 0\n"
+        f"        && (unsigned long long)({output}) % (sizeof(float) * VEC) == 0;\n"
+        "    if (kl_vector) {\n" + rows(True) + "    } else {\n" + rows(False) + "    }\n"
+        "}"
+    )
+    helpers = (
+        f"// Written by KernelLab's row-window recipe: the {2 * radius + 1}x{2 * radius + 1} neighbourhood sum as a rolling "
+        "window of row sums,\n"
+        f"// VEC pixels by ROWS rows per thread, edges {'clamped' if clamp else 'zero'} as in the original.\n"
+        f"#define KL_R {radius}\n"
+        f"#define KL_CLAMP {1 if clamp else 0}\n"
+        "__device__ __forceinline__ float kl_pixel(const float* __restrict__ row, int col, int w) {\n"
+        "#if KL_CLAMP\n"
+        "    return __ldg(row + min(max(col, 0), w - 1));\n"
+        "#else\n"
+        "    return col >= 0 && col < w ? __ldg(row + col) : 0.0f;\n"
+        "#endif\n"
+        "}\n"
+        "// The horizontal (2R+1)-sums of pixels x0 .. x0+V-1 of the image's row `row`; VECTOR: those V pixels\n"
+        "// lie in the row and are V-aligned, so they come in one float2/float4 load.\n"
+        "template <int V, bool VECTOR>\n"
+        "__device__ __forceinline__ void kl_row_sums(const float* __restrict__ image, int row, int x0, int w, int h, float* sums) {\n"
+        "#if KL_CLAMP\n"
+        "    row = min(max(row, 0), h - 1);\n"
+        "#else\n"
+        "    if (row < 0 || row >= h) {\n"
+        "#pragma unroll\n"
+        "        for (int k = 0; k < V; ++k) sums[k] = 0.0f;\n"
+        "        return;\n"
+        "    }\n"
+        "#endif\n"
+        "    const float* __restrict__ p = image + (long long)row * w;\n"
+        "    float v[V + 2 * KL_R];\n"
+        "#pragma unroll\n"
+        "    for (int j = 0; j < V + 2 * KL_R; ++j)\n"
+        "        if (!VECTOR || j < KL_R || j >= KL_R + V) v[j] = kl_pixel(p, x0 - KL_R + j, w);\n"
+        "    if constexpr (VECTOR && V == 4) {\n"
+        "        const float4 c = __ldg(reinterpret_cast<const float4*>(p + x0));\n"
+        "        v[KL_R] = c.x; v[KL_R + 1] = c.y; v[KL_R + 2] = c.z; v[KL_R + 3] = c.w;\n"
+        "    } else if constexpr (VECTOR && V == 2) {\n"
+        "        const float2 c = __ldg(reinterpret_cast<const float2*>(p + x0));\n"
+        "        v[KL_R] = c.x; v[KL_R + 1] = c.y;\n"
+        "    } else if constexpr (VECTOR) {\n"
+        "#pragma unroll\n"
+        "        for (int k = 0; k < V; ++k) v[KL_R + k] = __ldg(p + x0 + k);\n"
+        "    }\n"
+        "#pragma unroll\n"
+        "    for (int k = 0; k < V; ++k) {\n"
+        "        float s = v[k];\n"
+        "#pragma unroll\n"
+        "        for (int t = 1; t <= 2 * KL_R; ++t) s += v[k + t];\n"
+        "        sums[k] = s;\n"
+        "    }\n"
+        "}\n"
+    )
+    template = helpers + source[:body.start_byte] + new_body + source[body.end_byte:]
+    launch = _relaunched(parent, step, [_replace_number(grid[0], bx, "BX*VEC"), _replace_number(grid[1], by, "BY*ROWS")],
+                         ["BX", "BY"])
+    return RecipeFamily(recipe="row-window", template=template, launch=launch,
+                        knobs={"VEC": list(WINDOW_VECTOR_WIDTHS), "ROWS": list(WINDOW_ROWS),
+                               "BX": sorted(set(WINDOW_BLOCK_X) | {bx}), "BY": sorted(set(WINDOW_BLOCK_Y) | {by})},
+                        start={"VEC": 4, "ROWS": 2, "BX": 64, "BY": 4}, constraints=["BX * BY <= 1024", "BX * BY >= 32"],
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+def _offsets_text(offsets: list[tuple[int, int]]) -> str:
+    shown = ", ".join(f"({dy:+d}, {dx:+d})" for dy, dx in offsets[:12])
+    return "{" + shown + (f", ... {len(offsets) - 12} more" if len(offsets) > 12 else "") + "}"
+
+
+def _window_store(statement: Node, kernel: Node, axes: dict[str, str], width: str) -> tuple[str, Node]:
+    """(out, value) of the kernel's last statement `out[y * W + x] = value;`, W the bound of x."""
+    assignment = statement.named_children[0] if statement.type == "expression_statement" and statement.named_children else None
+    if assignment is None or assignment.type != "assignment_expression" \
+            or _text(assignment.child_by_field_name("operator")) != "=" \
+            or assignment.child_by_field_name("left").type != "subscript_expression":
+        raise CannotApply(f"the kernel does not end by storing the pixel (out[y * W + x] = ...;) but with "
+                          f"{_text(statement)} (line {statement.start_point[0] + 1}).")
+    left = assignment.child_by_field_name("left")
+    row, col, w = _row_major(left, kernel)
+    strip = lambda n: _text(n).replace(" ", "").strip("()")
+    if strip(row) != axes["y"] or strip(col) != axes["x"] or w != width:
+        raise CannotApply(f"the store {_text(left)} (line {statement.start_point[0] + 1}) is not at "
+                          f"[{axes['y']} * {width} + {axes['x']}], the pixel of the thread.")
+    return _text(left.child_by_field_name("argument")), assignment.child_by_field_name("right")
+
+
+class _TapReader:
+    """The per-pixel code run for one concrete pixel, reads recorded instead of done: int locals and
+    loop counters are evaluated (C's integer arithmetic, min, max, conditions), and each float local
+    is the list of (buffer, index) reads summed into it. Anything else (a weight, a product, a call,
+    a write) is refused with the line, since the window could not keep it."""
+
+    STEPS = 200_000
+    _INT_TYPES = {"int", "unsigned", "unsigned int", "long", "long long", "size_t", "short", "char", "bool", "auto"}
+
+    def __init__(self, pointers: dict[str, str], ints: dict[str, int]) -> None:
+        self.pointers = pointers
+        self.ints: dict[str, int | None] = dict(ints)
+        self.floats: dict[str, list[tuple[str, int]]] = {}
+        self.steps = 0
+
+    def run(self, statements: list[Node]) -> None:
+        for statement in statements:
+            self.statement(statement)
+
+    def _refuse(self, node: Node, what: str) -> CannotApply:
+        return CannotApply(f"{what} (line {node.start_point[0] + 1}); " + _WINDOW_PATTERN + ".")
+
+    def statement(self, node: Node) -> None:
+        self.steps += 1
+        if self.steps > self.STEPS:
+            raise CannotApply("the loops before the store run for more than 200,000 steps, so their bounds are not a "
+                              "small constant radius.")
+        kind = node.type
+        if kind == "comment":
+            return
+        if kind == "compound_statement":
+            self.run([c for c in node.named_children if c.type != "comment"])
+        elif kind == "declaration":
+            self.declare(node)
+        elif kind == "expression_statement":
+            if node.named_children:
+                self.effect(node.named_children[0])
+        elif kind == "if_statement":
+            alternative = node.child_by_field_name("alternative")
+            if alternative is not None and alternative.type == "else_clause":
+                alternative = alternative.named_children[0] if alternative.named_children else None
+            if self.integer(node.child_by_field_name("condition")):
+                self.statement(node.child_by_field_name("consequence"))
+            elif alternative is not None:
+                self.statement(alternative)
+        elif kind == "for_statement":
+            initializer = node.child_by_field_name("initializer")
+            if initializer is not None:
+                self.declare(initializer) if initializer.type == "declaration" else self.effect(initializer)
+            condition, update = node.child_by_field_name("condition"), node.child_by_field_name("update")
+            while condition is None or self.integer(condition):
+                self.steps += 1
+                if self.steps > self.STEPS:
+                    raise CannotApply(f"the loop at line {node.start_point[0] + 1} does not end within 200,000 steps, "
+                                      "so its bounds are not a small constant radius.")
+                self.statement(node.child_by_field_name("body"))
+                if update is not None:
+                    self.effect(update)
+        else:
+            raise self._refuse(node, f"the taps' code has a {kind.replace('_', ' ')}")
+
+    def declare(self, node: Node) -> None:
+        type_text = _text(node.child_by_field_name("type"))
+        is_float = type_text == "float"
+        if not is_float and type_text not in self._INT_TYPES:
+            raise self._refuse(node, f"the taps' code declares a {type_text}, neither an int nor the float sum")
+        for child in node.named_children:
+            if child.type == "identifier":
+                (self.floats if is_float else self.ints)[_text(child)] = [] if is_float else None
+            elif child.type == "init_declarator":
+                name = _text(child.child_by_field_name("declarator"))
+                value = child.child_by_field_name("value")
+                if is_float:
+                    self.floats[name] = self.pixels(value)
+                else:
+                    self.ints[name] = self.integer(value)
+            elif child.type not in ("primitive_type", "type_qualifier", "sized_type_specifier", "type_identifier",
+                                    "storage_class_specifier"):
+                raise self._refuse(node, f"the declaration {_text(node)} is not a plain local")
+
+    def effect(self, node: Node) -> None:
+        if node.type == "comma_expression":
+            for child in node.named_children:
+                self.effect(child)
+            return
+        if node.type == "update_expression":
+            name = _text(node.child_by_field_name("argument"))
+            if self.ints.get(name) is None:
+                raise self._refuse(node, f"{_text(node)} steps something other than an int local")
+            self.ints[name] += 1 if "++" in _text(node) else -1
+            return
+        if node.type != "assignment_expression":
+            raise self._refuse(node, f"{_text(node)} is not an assignment")
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        operator = _text(node.child_by_field_name("operator"))
+        name = _text(left)
+        if left.type != "identifier":
+            raise self._refuse(node, f"{_text(node)} writes memory before the store of the pixel")
+        if name in self.floats:
+            if operator == "=":
+                self.floats[name] = self.pixels(right)
+            elif operator == "+=":
+                self.floats[name] = self.floats[name] + self.pixels(right)
+            else:
+                raise self._refuse(node, f"{name} is updated by {operator}, and a window keeps only sums of the "
+                                   "taps, unweighted")
+        elif name in self.ints:
+            value = self.integer(right)
+            if operator == "=":
+                self.ints[name] = value
+            else:
+                current = self.ints[name]
+                if current is None:
+                    raise self._refuse(node, f"{name} is used before it is set")
+                self.ints[name] = self._arithmetic(node, operator[:-1], current, value)
+        else:
+            raise self._refuse(node, f"{_text(node)} assigns {name}, which is not a local of the taps' code")
+
+    def pixels(self, node: Node) -> list[tuple[str, int]]:
+        """The reads a float expression sums (a read, a float local, a sum of those, 0, a condition)."""
+        node = _unwrapped(node)
+        kind = node.type
+        if kind == "binary_expression" and _text(node.child_by_field_name("operator")) == "+":
+            return self.pixels(node.child_by_field_name("left")) + self.pixels(node.child_by_field_name("right"))
+        if kind == "subscript_expression":
+            name = _text(node.child_by_field_name("argument"))
+            if name not in self.pointers:
+                raise self._refuse(node, f"{_text(node)} reads {name}, which is not a buffer parameter")
+            index = node.child_by_field_name("indices") or node.child_by_field_name("index")
+            return [(name, self.integer(index))]
+        if kind == "identifier" and _text(node) in self.floats:
+            return list(self.floats[_text(node)])
+        if kind == "number_literal" and _float_literal(_text(node)) == 0.0:
+            return []
+        if kind == "conditional_expression":
+            chosen = "consequence" if self.integer(node.child_by_field_name("condition")) else "alternative"
+            return self.pixels(node.child_by_field_name(chosen))
+        if kind == "cast_expression" and _text(node.child_by_field_name("type")) == "float":
+            return self.pixels(node.child_by_field_name("value"))
+        if kind == "call_expression" and _text(node.child_by_field_name("function")) == "__ldg":
+            arguments = node.child_by_field_name("arguments").named_children
+            if len(arguments) == 1 and arguments[0].type == "pointer_expression" and _text(arguments[0]).startswith("&"):
+                return self.pixels(arguments[0].child_by_field_name("argument"))
+        raise self._refuse(node, f"{_text(node)} is not a sum of the image's pixels: a weight per tap, a product "
+                           "or a function of the pixels is not a plain neighbourhood sum")
+
+    def integer(self, node: Node | None) -> int:
+        node = _unwrapped(node)
+        if node is None:
+            raise CannotApply("the taps' code has an empty condition or value.")
+        kind = node.type
+        if kind == "number_literal":
+            text = _text(node).lower().rstrip("ul")
+            try:
+                return int(text, 0)
+            except ValueError:
+                raise self._refuse(node, f"{_text(node)} is not an integer in the taps' index arithmetic") from None
+        if kind in ("true", "false"):
+            return int(kind == "true")
+        if kind == "identifier":
+            name = _text(node)
+            if self.ints.get(name) is None:
+                raise self._refuse(node, f"the taps depend on {name}, which is not x, y, the image's width or height, "
+                                   "a loop counter or an int local set from those")
+            return self.ints[name]
+        if kind == "unary_expression":
+            operator, value = _text(node.child_by_field_name("operator")), self.integer(node.child_by_field_name("argument"))
+            return {"-": -value, "+": value, "!": int(not value), "~": ~value}[operator]
+        if kind == "binary_expression":
+            operator = _text(node.child_by_field_name("operator"))
+            left = self.integer(node.child_by_field_name("left"))
+            if operator == "&&":
+                return int(bool(left) and bool(self.integer(node.child_by_field_name("right"))))
+            if operator == "||":
+                return int(bool(left) or bool(self.integer(node.child_by_field_name("right"))))
+            return self._arithmetic(node, operator, left, self.integer(node.child_by_field_name("right")))
+        if kind == "conditional_expression":
+            chosen = "consequence" if self.integer(node.child_by_field_name("condition")) else "alternative"
+            return self.integer(node.child_by_field_name(chosen))
+        if kind == "cast_expression" and _text(node.child_by_field_name("type")) in self._INT_TYPES:
+            return self.integer(node.child_by_field_name("value"))
+        if kind == "call_expression":
+            function = _text(node.child_by_field_name("function"))
+            arguments = [self.integer(a) for a in node.child_by_field_name("arguments").named_children]
+            if function in ("min", "max", "::min", "::max", "std::min", "std::max") and len(arguments) == 2:
+                return min(arguments) if function.endswith("min") else max(arguments)
+            if function in ("abs", "::abs") and len(arguments) == 1:
+                return abs(arguments[0])
+        if kind in ("assignment_expression", "update_expression", "comma_expression"):
+            raise self._refuse(node, f"{_text(node)} has a side effect inside an expression")
+        raise self._refuse(node, f"{_text(node)} is not index arithmetic the recipe can follow")
+
+    def _arithmetic(self, node: Node, operator: str, a: int, b: int) -> int:
+        if operator in ("/", "%") and b == 0:
+            raise self._refuse(node, f"{_text(node)} divides by zero")
+        if operator == "/":
+            return abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)   # C truncates toward zero
+        if operator == "%":
+            return a - b * (abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1))
+        operations = {"+": a + b, "-": a - b, "*": a * b, "<<": a << b if b >= 0 else 0, ">>": a >> b if b >= 0 else 0,
+                      "<": int(a < b), "<=": int(a <= b), ">": int(a > b), ">=": int(a >= b), "==": int(a == b),
+                      "!=": int(a != b), "&": a & b, "|": a | b, "^": a ^ b}
+        if operator not in operations:
+            raise self._refuse(node, f"{_text(node)} uses {operator}")
+        return operations[operator]
+
+
+def _unwrapped(node: Node | None) -> Node | None:
+    while node is not None and node.type in ("parenthesized_expression", "condition_clause", "subscript_argument_list") \
+            and len(node.named_children) == 1:
+        node = node.named_children[0]
+    return node
+
+
+def _float_literal(text: str) -> float | None:
+    try:
+        return float(text.lower().rstrip("f"))
+    except ValueError:
+        return None
+
+
 # ---- loop unrolling: each loop without an unroll pragma gets one, its factor a knob ---------------
 UNROLL_FACTORS = (1, 2, 4, 8, 16)
 
@@ -1089,6 +1683,9 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("warp-per-row", "one thread per row", one_thread_per_row_noted, warp_per_row_family),
     Recipe("column-tile", "one thread per column", one_thread_per_column_noted, column_tile_family),
     Recipe("halo-tile", "no reuse of a stencil's loads", no_data_reuse_noted, halo_tile_family),
+    Recipe("row-window", "many loads per output of a stencil's neighbourhood sum", many_loads_per_output_noted,
+           row_window_family),
+    Recipe("row-block", "one pixel per thread", one_pixel_per_thread_noted, row_block_family),
     Recipe("grid-stride", "one element per thread over a grid of many waves", grid_too_small_or_too_many_blocks_noted,
            grid_stride_family),
     Recipe("unroll", "loops without unrolling", latency_bound_noted, unroll_family),

@@ -4,6 +4,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpu_runner import Candidate as RunnerCandidate
@@ -95,6 +96,8 @@ def test_the_generator_starts_the_cure_at_the_root_and_explores_its_knobs_below_
         "The warp-per-row recipe (for one thread per row) cannot apply",
         "The column-tile recipe (for one thread per column) cannot apply",
         "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply",
+        "The row-window recipe (for many loads per output of a stencil's neighbourhood sum) cannot apply",
+        "The row-block recipe (for one pixel per thread) cannot apply",
         "The unroll recipe (for loops without unrolling) cannot apply"]
     # Every cure that applies starts at once (the diagnosed one first), then the knobs' neighbours.
     assert [p.candidate["name"].split(":")[0] for p in first] == [
@@ -124,6 +127,10 @@ def test_a_recipe_that_cannot_apply_says_why_once_on_the_root():
         "column from blockIdx, blockDim and threadIdx.",
         "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply: the kernel does not begin by computing "
         "x and y from blockIdx, blockDim and threadIdx.",
+        "The row-window recipe (for many loads per output of a stencil's neighbourhood sum) cannot apply: the kernel "
+        "does not begin by computing x and y from blockIdx, blockDim and threadIdx.",
+        "The row-block recipe (for one pixel per thread) cannot apply: the kernel does not begin by computing x and y "
+        "from blockIdx, blockDim and threadIdx.",
         "The grid-stride recipe (for one element per thread over a grid of many waves) cannot apply: the kernel does "
         "not begin by computing its element index from blockIdx, blockDim and threadIdx.",
         "The unroll recipe (for loops without unrolling) cannot apply: the kernel has no for loop to unroll.",
@@ -205,7 +212,11 @@ def test_at_the_root_of_a_row_softmax_the_warp_cure_starts_and_the_vector_cure_s
         "The column-tile recipe (for one thread per column) cannot apply: code at line 6-10 sits between the row loops, "
         "so they cannot be split as one reduction.",
         "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply: the kernel does not begin by computing "
-        "x and y from blockIdx, blockDim and threadIdx."]
+        "x and y from blockIdx, blockDim and threadIdx.",
+        "The row-window recipe (for many loads per output of a stencil's neighbourhood sum) cannot apply: the kernel "
+        "does not begin by computing x and y from blockIdx, blockDim and threadIdx.",
+        "The row-block recipe (for one pixel per thread) cannot apply: the kernel does not begin by computing x and y "
+        "from blockIdx, blockDim and threadIdx."]
 
 
 @pytest.mark.gpu
@@ -412,3 +423,301 @@ def test_the_modifiers_on_top_of_each_cure_compile_with_nvcc(folder, derive, kno
     for candidate in stacked:
         report = runner.check(spec, RunnerCandidate.from_dict(candidate, spec))
         assert report.ok, (candidate["name"], report.summary())
+
+
+# ---- row-block and row-window (issue 21: the 3x3 stencil at 45% of its roofline) ------------------------
+from klexpr import evaluate  # noqa: E402
+
+from search_engine.generators.recipes import row_block_family, row_window_family  # noqa: E402
+
+from . import host_cuda  # noqa: E402
+
+STENCIL = OWN / "stencil3x3"
+needs_gxx = pytest.mark.skipif(host_cuda.compiler() is None, reason="g++ is not installed here")
+_HEAD = ("extern \"C\" __global__ void box3x3(const float* img, float* out, int h, int w) {\n"
+         "    int x = blockIdx.x * blockDim.x + threadIdx.x;\n"
+         "    int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+         "    if (x >= w || y >= h) return;\n")
+# The same neighbourhood sums written other ways: (source, radius, edge rule, scale of the sum, then a function of it).
+ZERO_5X5 = (_HEAD + "    float acc = 0.0f;\n"
+            "    for (int dy = -2; dy <= 2; ++dy)\n"
+            "        for (int dx = -2; dx <= 2; ++dx) {\n"
+            "            int yy = y + dy, xx = x + dx;\n"
+            "            if (yy >= 0 && yy < h && xx >= 0 && xx < w) acc += img[yy * w + xx];\n"
+            "        }\n"
+            "    out[y * w + x] = acc / 25.0f;\n}\n")
+ONE_LOOP = (_HEAD + "    float sum = 0.0f;\n"
+            "    for (int k = 0; k < 9; ++k)\n"
+            "        sum += img[min(max(y + k / 3 - 1, 0), h - 1) * w + min(max(x + k % 3 - 1, 0), w - 1)];\n"
+            "    out[y * w + x] = sum * (1.0f / 9.0f);\n}\n")
+WRITTEN_OUT = (_HEAD + "    int xl = max(x - 1, 0), xr = min(x + 1, w - 1), yu = max(y - 1, 0), yd = min(y + 1, h - 1);\n"
+               "    float s = img[yu * w + xl] + img[yu * w + x] + img[yu * w + xr];\n"
+               "    s += img[y * w + xl] + img[y * w + x] + img[y * w + xr];\n"
+               "    s = s + (img[yd * w + xl] + img[yd * w + x]) + img[yd * w + xr];\n"
+               "    out[y * w + x] = fmaxf(s - 1.0f, 0.0f);\n}\n")
+STENCILS = {  # name: (source or None for the problem's own, radius, edge, the stored value from the sum)
+    "own 3x3 clamped": (None, 1, "edge", lambda s: s * np.float32(1.0 / 9.0)),
+    "5x5 zero-padded": (ZERO_5X5, 2, "constant", lambda s: s / 25.0),
+    "3x3 in one loop": (ONE_LOOP, 1, "edge", lambda s: s * np.float32(1.0 / 9.0)),
+    "3x3 written out": (WRITTEN_OUT, 1, "edge", lambda s: np.maximum(s - 1.0, 0.0)),
+}
+# (H, W): the problem's small size (67 x 129), widths VEC divides and does not, narrower than the stencil.
+CPU_SIZES = [(67, 129), (33, 64), (9, 18), (5, 3), (1, 1)]
+
+
+def _stencil(name: str) -> tuple[object, dict]:
+    spec, reference = _reference(STENCIL)
+    source = STENCILS[name][0]
+    if source is not None:
+        reference["source"] = source
+    return spec, reference
+
+
+def _expected(image: np.ndarray, name: str) -> np.ndarray:
+    _, radius, edge, value = STENCILS[name]
+    h, w = image.shape
+    padded = np.pad(image.astype(np.float64), radius, mode=edge)
+    total = sum(padded[radius + dy:radius + dy + h, radius + dx:radius + dx + w]
+                for dy in range(-radius, radius + 1) for dx in range(-radius, radius + 1))
+    return value(total)
+
+
+def _launch_on_cpu(variant: dict, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    step = variant["launch"][0]
+    sizes = {"H": h, "W": w}
+    return (tuple(int(evaluate(e, sizes)) for e in step["grid"]), tuple(int(evaluate(e, sizes)) for e in step["block"]))
+
+
+def test_the_stencil_gets_a_rolling_window_of_row_sums_with_vector_loads_and_its_own_edge_rule():
+    _, reference = _reference(STENCIL)
+    family = row_window_family(reference)
+    assert family.knobs["VEC"] == [1, 2, 4] and family.knobs["ROWS"] == [1, 2, 4, 8]
+    assert family.start == {"VEC": 4, "ROWS": 2, "BX": 64, "BY": 4}
+    variant = family.render({"VEC": 4, "ROWS": 2, "BX": 64, "BY": 4})
+    source = variant["source"]
+    assert "#define KL_R 1\n#define KL_CLAMP 1\n" in source
+    assert "__ldg(reinterpret_cast<const float4*>(p + x0))" in source
+    assert "*reinterpret_cast<float4*>(kl_to) = make_float4(" in source
+    assert "const bool kl_vector = VEC > 1 && kl_x0 + VEC <= (w) && (w) % VEC == 0" in source   # else the scalar path
+    assert "kl_out[kl_k] = sum * (1.0f / 9.0f);" in source   # the user's own stored value, per pixel
+    assert variant["launch"][0]["grid"] == ["ceil_div(W, 64 * 4)", "ceil_div(H, 4 * 2)"]
+    assert variant["launch"][0]["block"] == ["64", "4"]
+    zero = row_window_family(_stencil("5x5 zero-padded")[1]).render({"VEC": 2, "ROWS": 4, "BX": 32, "BY": 8})["source"]
+    assert "#define KL_R 2\n#define KL_CLAMP 0\n" in zero and "kl_out[kl_k] = acc / 25.0f;" in zero
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", list(STENCILS))
+def test_every_row_window_knob_point_compiles_with_nvcc_and_fits_the_signature(name):
+    spec, reference = _stencil(name)
+    family = row_window_family(reference)
+    candidates = [RunnerCandidate.from_dict(family.render({"VEC": vec, "ROWS": rows, "BX": 64, "BY": 4}), spec)
+                  for vec in family.knobs["VEC"] for rows in family.knobs["ROWS"]]
+    for candidate, report in zip(candidates, Runner(backend="static").check_many(spec, candidates)):
+        assert report.ok, (candidate.name, report.summary())
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(STENCILS))
+def test_on_the_cpu_every_row_window_knob_point_equals_numpy_at_every_size_inside_the_buffers(name, tmp_path):
+    """Thread by thread on the CPU (g++ with AddressSanitizer): equal to NumPy's sum with the same edge
+    rule at sizes VEC divides and does not, and no load or store outside the image."""
+    _, reference = _stencil(name)
+    family = row_window_family(reference)
+    rng = np.random.default_rng(0)
+    for vec in family.knobs["VEC"]:
+        for rows in family.knobs["ROWS"]:
+            for bx, by in ((64, 4), (32, 1)) if rows in (1, 8) else ((64, 4),):
+                variant = family.render({"VEC": vec, "ROWS": rows, "BX": bx, "BY": by})
+                executable = host_cuda.build(variant["source"], "box3x3", ["in", "out", "int", "int"], tmp_path)
+                for h, w in CPU_SIZES:
+                    image = rng.standard_normal((h, w)).astype(np.float32)
+                    grid, block = _launch_on_cpu(variant, h, w)
+                    (out,) = host_cuda.run(executable, [image, ("out", (h, w)), h, w], grid, block, tmp_path)
+                    np.testing.assert_allclose(out, _expected(image, name), rtol=1e-5, atol=1e-5,
+                                               err_msg=f"{name} VEC={vec} ROWS={rows} {bx}x{by} at {h}x{w}")
+
+
+@needs_gxx
+def test_the_cpu_check_catches_a_window_that_reads_past_the_image(tmp_path):
+    """The check itself can fail: the window with its edge rule removed reads outside the buffer."""
+    _, reference = _reference(STENCIL)
+    variant = row_window_family(reference).render({"VEC": 4, "ROWS": 2, "BX": 64, "BY": 4})
+    broken = variant["source"].replace("row = min(max(row, 0), h - 1);", "")
+    assert broken != variant["source"]
+    executable = host_cuda.build(broken, "box3x3", ["in", "out", "int", "int"], tmp_path)
+    image = np.ones((9, 18), np.float32)
+    grid, block = _launch_on_cpu(variant, 9, 18)
+    with pytest.raises(AssertionError, match="AddressSanitizer"):
+        host_cuda.run(executable, [image, ("out", (9, 18)), 9, 18], grid, block, tmp_path)
+
+
+_LOOP = ("    for (int dy = -1; dy <= 1; ++dy) {\n        for (int dx = -1; dx <= 1; ++dx) {\n"
+         "            int yy = min(max(y + dy, 0), h - 1);\n            int xx = min(max(x + dx, 0), w - 1);\n"
+         "            sum += img[yy * w + xx];\n")
+
+
+@pytest.mark.parametrize("change, why", [
+    (("sum += img[yy * w + xx];", "sum += 0.5f * img[yy * w + xx];"),
+     "0.5f * img[yy * w + xx] is not a sum of the image's pixels: a weight per tap"),
+    (("sum += img[yy * w + xx];", "if (dx == 0 || dy == 0) sum += img[yy * w + xx];"),
+     "the sum at an inner pixel reads 5 taps at offsets {(-1, +0), (+0, -1), (+0, +0), (+0, +1), (+1, +0)}, not each of"),
+    (("const float* img", "const int* img"), "img holds int, and the recipe sums float images only"),
+    (("float* out", "double* out"), "out holds double, and the recipe writes float images only"),
+    (("int h, int w) {", "int h, int w, int r) {"), None),   # a parameter that is not used changes nothing
+    (("for (int dy = -1; dy <= 1; ++dy)", "for (int dy = -h; dy <= 1; ++dy)"),
+     "the sum at an inner pixel reads"),
+    (("int h, int w) {", "int h, int w, int r) {", "for (int dy = -1; dy <= 1; ++dy)", "for (int dy = -r; dy <= r; ++dy)"),
+     "the taps depend on r, which is not x, y, the image's width or height"),
+    (("int yy = min(max(y + dy, 0), h - 1);", "int yy = y + dy < 0 ? -(y + dy) : y + dy;"),
+     "which is neither clamped rows and columns (min/max into the image) nor the taps inside the image"),
+    (("out[y * w + x] = sum * (1.0f / 9.0f);", "out[x * w + y] = sum * (1.0f / 9.0f);"),
+     "the store out[x * w + y] (line 13) is not at [y * w + x]"),
+    (("out[y * w + x] = sum * (1.0f / 9.0f);", "out[y * w + x] = sum * img[y * w + x];"),
+     "reads memory or has a side effect"),
+    (("if (x >= w || y >= h) return;", "if (x >= w) return;"), "the bounds check does not bound both x and y"),
+])
+def test_a_kernel_that_is_not_an_unweighted_neighbourhood_sum_gets_no_row_window_with_the_reason(change, why):
+    _, reference = _reference(STENCIL)
+    source = reference["source"]
+    for before, after in zip(change[::2], change[1::2]):
+        assert before in source
+        source = source.replace(before, after)
+    reference["source"] = source
+    if why is None:
+        assert row_window_family(reference).knobs["VEC"] == [1, 2, 4]
+        return
+    with pytest.raises(CannotApply, match=re.escape(why)):
+        row_window_family(reference)
+
+
+@pytest.mark.parametrize("folder", ["gelu", "row_rmsnorm", "column_sum"])
+def test_kernels_that_are_not_stencils_get_no_row_window(folder):
+    _, reference = _reference(OWN / folder)
+    with pytest.raises(CannotApply, match="does not begin by computing x and y"):
+        row_window_family(reference)
+
+
+def test_row_block_gives_each_thread_rows_consecutive_rows_each_with_the_original_bounds_check():
+    _, reference = _reference(STENCIL)
+    family = row_block_family(reference)
+    assert family.knobs == {"ROWS": [2, 4, 8], "BX": [16, 32, 64, 128, 256], "BY": [1, 2, 4, 8, 16]}
+    variant = family.render({"ROWS": 4, "BX": 64, "BY": 4})
+    source = variant["source"]
+    assert "const int kl_y0 = (blockIdx.y * blockDim.y + threadIdx.y) * ROWS;" in source
+    assert "for (int kl_r = 0; kl_r < ROWS; ++kl_r) {\n        int y = kl_y0 + kl_r;\n" in source
+    assert "if (x >= w || y >= h) continue;" in source and "return" not in source
+    assert variant["launch"][0]["grid"] == ["ceil_div(W, 64)", "ceil_div(H, 4 * 4)"]
+
+
+@pytest.mark.parametrize("change, why", [
+    (("if (x >= w || y >= h) return;", "if (x >= w) return;"), "no if compares y with the image's height"),
+    (("float sum = 0.0f;", "float sum = threadIdx.y * 0.0f;"), "reads threadIdx.y outside y's declaration"),
+    (("sum += img[yy * w + xx];", "if (img[yy * w + xx] < -100.0f) return;\n            sum += img[yy * w + xx];"),
+     "is inside a loop or switch, so it cannot become a continue"),
+])
+def test_a_kernel_whose_rows_cannot_be_repeated_per_thread_gets_no_row_block_with_the_reason(change, why):
+    _, reference = _reference(STENCIL)
+    before, after = change
+    assert before in reference["source"]
+    reference["source"] = reference["source"].replace(before, after)
+    with pytest.raises(CannotApply, match=re.escape(why)):
+        row_block_family(reference)
+
+
+def test_a_kernel_with_shared_memory_and_barriers_gets_no_row_block():
+    _, reference = _reference(STENCIL)
+    tiled = halo_tile_family(reference).render({"BX": 32, "BY": 8})
+    with pytest.raises(CannotApply, match="threads that share memory or meet at barriers cannot each take several rows"):
+        row_block_family(tiled)
+
+
+@needs_nvcc
+def test_every_row_block_knob_point_and_the_read_only_path_on_top_compile_with_nvcc():
+    spec, reference = _reference(STENCIL)
+    family = row_block_family(reference)
+    variants = [family.render({"ROWS": rows, "BX": 64, "BY": 4}) for rows in family.knobs["ROWS"]]
+    stacked = [p.candidate for p in _below(RecipeGenerator(), reference, variants[1], 4) if "+" in p.candidate["name"]]
+    assert [c["name"].split(":")[0] for c in stacked] == ["recipe row-block[ROWS=4,BX=64,BY=4]+unroll",
+                                                         "recipe row-block[ROWS=4,BX=64,BY=4]+read-only-path"]
+    assert "__ldg(&(value))" in stacked[1]["source"] and "for (int kl_r = 0; kl_r < ROWS; ++kl_r)" in stacked[1]["source"]
+    candidates = [RunnerCandidate.from_dict(c, spec) for c in variants + stacked]
+    for candidate, report in zip(candidates, Runner(backend="static").check_many(spec, candidates)):
+        assert report.ok, (candidate.name, report.summary())
+
+
+WRAPPED = (_HEAD.replace("    if (x >= w || y >= h) return;\n", "    if (x < w && y < h) {\n")
+           + "        float sum = 0.0f;\n"
+           "        for (int dy = -1; dy <= 1; ++dy)\n"
+           "            for (int dx = -1; dx <= 1; ++dx) sum += img[min(max(y + dy, 0), h - 1) * w + min(max(x + dx, 0), w - 1)];\n"
+           "        out[y * w + x] = sum * (1.0f / 9.0f);\n    }\n}\n")
+
+
+@needs_gxx
+@pytest.mark.parametrize("source", [None, WRAPPED], ids=["return guard", "if-wrapped body"])
+def test_on_the_cpu_the_row_block_stencil_and_the_read_only_path_on_top_equal_numpy(source, tmp_path):
+    _, reference = _reference(STENCIL)
+    if source is not None:
+        reference["source"] = source
+    family = row_block_family(reference)
+    rng = np.random.default_rng(1)
+    for rows in family.knobs["ROWS"]:
+        variant = family.render({"ROWS": rows, "BX": 32, "BY": 2})
+        on_top = read_only_family(variant).render({"RESTRICT": 1, "LDG": 1, "MINB": 0})
+        for candidate in (variant, on_top):
+            executable = host_cuda.build(candidate["source"], "box3x3", ["in", "out", "int", "int"], tmp_path)
+            for h, w in CPU_SIZES:
+                image = rng.standard_normal((h, w)).astype(np.float32)
+                grid, block = _launch_on_cpu(candidate, h, w)
+                (out,) = host_cuda.run(executable, [image, ("out", (h, w)), h, w], grid, block, tmp_path)
+                np.testing.assert_allclose(out, _expected(image, "own 3x3 clamped"), rtol=1e-5, atol=1e-5,
+                                           err_msg=f"ROWS={rows} at {h}x{w}")
+
+
+def test_at_the_root_of_the_stencil_the_row_window_and_row_block_start_for_the_reuse_diagnosis():
+    _, reference = _reference(STENCIL)
+    notes = [{"expert": "roofline", "finding": "Memory-bound at 45% of the copy bandwidth.",
+              "advice": "Cut the bytes that cross the busiest memory level: coalesce and vectorise accesses, reuse data"}]
+    proposals = RecipeGenerator().propose(_context(reference, notes=notes), 6)
+    names = [p.candidate["name"] for p in proposals if not p.failed]
+    assert names[:3] == ["recipe halo-tile: BX=32, BY=8", "recipe row-window: VEC=4, ROWS=2, BX=64, BY=4",
+                         "recipe row-block: ROWS=4, BX=64, BY=4"]
+    window = next(p for p in proposals if not p.failed and p.candidate["name"].startswith("recipe row-window"))
+    assert window.rationale.startswith('row-window: cures the roofline diagnosis "Memory-bound at 45%')
+
+
+def _problem_with_reference(tmp_path: Path, source: str) -> tuple[object, dict]:
+    folder = tmp_path / "stencil"
+    folder.mkdir()
+    (folder / "problem.toml").write_text((STENCIL / "problem.toml").read_text())
+    (folder / "reference.cu").write_text(source)
+    return _reference(folder)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU here; run `pytest -m gpu` on a GPU machine")
+@pytest.mark.parametrize("name", list(STENCILS))
+def test_on_the_gpu_the_row_window_equals_the_reference_kernel_at_the_small_and_default_sizes(name, tmp_path):
+    source = STENCILS[name][0]
+    spec, reference = _reference(STENCIL) if source is None else _problem_with_reference(tmp_path, source)
+    family = row_window_family(reference)
+    settings = MeasureSettings(validation_sets=2, min_reps=5, max_reps=10, target_timing_ms=10.0, kernel_timeout_s=5.0)
+    with Runner("cupy", settings=settings) as runner:
+        for knobs in ({"VEC": 4, "ROWS": 2, "BX": 64, "BY": 4}, {"VEC": 2, "ROWS": 8, "BX": 32, "BY": 1},
+                      {"VEC": 1, "ROWS": 1, "BX": 256, "BY": 4}, {"VEC": 4, "ROWS": 4, "BX": 128, "BY": 2}):
+            result = runner.measure(spec, RunnerCandidate.from_dict(family.render(knobs), spec))
+            assert result.status == "ok", (name, knobs, result.reason)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_present(), reason="no NVIDIA GPU here; run `pytest -m gpu` on a GPU machine")
+def test_on_the_gpu_the_row_block_stencil_equals_the_reference_kernel_at_the_small_and_default_sizes():
+    spec, reference = _reference(STENCIL)
+    family = row_block_family(reference)
+    settings = MeasureSettings(validation_sets=2, min_reps=5, max_reps=10, target_timing_ms=10.0, kernel_timeout_s=5.0)
+    with Runner("cupy", settings=settings) as runner:
+        for knobs in ({"ROWS": 2, "BX": 16, "BY": 16}, {"ROWS": 4, "BX": 64, "BY": 4}, {"ROWS": 8, "BX": 256, "BY": 1}):
+            variant = family.render(knobs)
+            for candidate in (variant, read_only_family(variant).render({"RESTRICT": 1, "LDG": 1, "MINB": 0})):
+                result = runner.measure(spec, RunnerCandidate.from_dict(candidate, spec))
+                assert result.status == "ok", (knobs, candidate["name"], result.reason)
