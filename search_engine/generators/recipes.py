@@ -1066,13 +1066,13 @@ def row_window_family(parent: Candidate) -> RecipeFamily:
     side), so a pixel is loaded about (1 + 2r/VEC)(1 + 2r/ROWS) times instead of (2r+1)^2.
 
     The taps are read by running the code between the bounds check and the store for concrete
-    pixels of a small image (loops, int locals, min/max, conditions), each float local standing for
+    pixels of a small image (loops, int locals and integer #defines, min/max, conditions), each float local standing for
     the pixels summed into it: the interior pixel gives the offsets, the pixels near the edges the
     edge rule, so the loops may be nested, one, or written out."""
     step, kernel, source = _single_kernel(parent)
     body = kernel.child_by_field_name("body")
     statements = [c for c in body.named_children if c.type != "comment"]
-    if len(statements) < 4 or statements[0].type != "declaration" or statements[1].type != "declaration":
+    if len(statements) < 3 or statements[0].type != "declaration" or statements[1].type != "declaration":
         raise CannotApply("the kernel does not begin by computing x and y from blockIdx, blockDim and threadIdx.")
     axes, types = {}, {}
     for declaration in statements[:2]:
@@ -1080,21 +1080,32 @@ def row_window_family(parent: Candidate) -> RecipeFamily:
         axes[axis], types[axis] = name, _text(declaration.child_by_field_name("type"))
     if set(axes) != {"x", "y"}:
         raise CannotApply("the kernel's first two indices are not one along x and one along y.")
-    bounds = _return_guard_bounds(statements[2], axes)
+    wrapped = _wrapped_pixel(statements[2], axes) if len(statements) == 3 else None
+    if wrapped is not None:
+        bounds, pixel = wrapped
+    else:
+        bounds, pixel = _return_guard_bounds(statements[2], axes), statements[3:]
+    if not pixel:
+        raise CannotApply("the bounds check is followed by no code for the pixel.")
     parameters = _parameter_names(kernel)
     for axis, bound in bounds.items():
         if bound not in parameters:
             raise CannotApply(f"the bound of {axes[axis]} is {bound}, not a parameter of the kernel.")
     width, height = bounds["x"], bounds["y"]
     pointers = _pointer_parameters(kernel)
-    target, value = _window_store(statements[-1], kernel, axes, width)
+    target, value = _window_store(pixel[-1], kernel, axes, width)
     if pointers[target] != "float":
         raise CannotApply(f"{target} holds {pointers[target]}, and the recipe writes float images only.")
-    taps_code = statements[3:-1]
+    taps_code = pixel[:-1]
     scalars = parameters - set(pointers)
 
+    root = kernel
+    while root.parent is not None:
+        root = root.parent
+    macros = _integer_macros(root)
+
     def taps_at(x: int, y: int) -> tuple[dict, dict]:
-        reader = _TapReader(pointers, {axes["x"]: x, axes["y"]: y, width: _PROBE_W, height: _PROBE_H})
+        reader = _TapReader(pointers, {**macros, axes["x"]: x, axes["y"]: y, width: _PROBE_W, height: _PROBE_H})
         reader.run(taps_code)
         return reader.floats, reader.ints
 
@@ -1265,6 +1276,48 @@ def row_window_family(parent: Candidate) -> RecipeFamily:
                                "BX": sorted(set(WINDOW_BLOCK_X) | {bx}), "BY": sorted(set(WINDOW_BLOCK_Y) | {by})},
                         start={"VEC": 4, "ROWS": 2, "BX": 64, "BY": 4}, constraints=["BX * BY <= 1024", "BX * BY >= 32"],
                         temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+def _wrapped_pixel(guard: Node, axes: dict[str, str]) -> tuple[dict[str, str], list[Node]] | None:
+    """({x: W, y: H}, the statements inside) of a last statement `if (x < W && y < H) { ... }`, else None."""
+    if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
+        return None
+    comparisons, stack = [], [_unwrapped(guard.child_by_field_name("condition"))]
+    while stack:
+        node = _unwrapped(stack.pop())
+        if node is not None and node.type == "binary_expression" and _text(node.child_by_field_name("operator")) == "&&":
+            stack += [node.child_by_field_name("left"), node.child_by_field_name("right")]
+        else:
+            comparisons.append(node)
+    bounds = {}
+    for comparison in comparisons:
+        if comparison is None or comparison.type != "binary_expression" \
+                or _text(comparison.child_by_field_name("operator")) != "<":
+            return None
+        axis = next((a for a, name in axes.items() if name == _text(comparison.child_by_field_name("left"))), None)
+        if axis is None:
+            return None
+        bounds[axis] = _text(comparison.child_by_field_name("right"))
+    if set(bounds) != {"x", "y"}:
+        return None
+    consequence = guard.child_by_field_name("consequence")
+    inner = consequence.named_children if consequence.type == "compound_statement" else [consequence]
+    return bounds, [c for c in inner if c.type != "comment"]
+
+
+def _integer_macros(root: Node) -> dict[str, int]:
+    """The source's `#define NAME <integer>` (a radius is often one), for the taps' index arithmetic."""
+    found = {}
+    for node in _walk(root):
+        if node.type == "preproc_def" and node.child_by_field_name("value") is not None:
+            text = _text(node.child_by_field_name("value")).strip()
+            while text.startswith("(") and text.endswith(")"):
+                text = text[1:-1].strip()
+            try:
+                found[_text(node.child_by_field_name("name"))] = int(text.rstrip("uUlL"), 0)
+            except ValueError:
+                continue
+    return found
 
 
 def _offsets_text(offsets: list[tuple[int, int]]) -> str:

@@ -455,11 +455,25 @@ WRITTEN_OUT = (_HEAD + "    int xl = max(x - 1, 0), xr = min(x + 1, w - 1), yu =
                "    s += img[y * w + xl] + img[y * w + x] + img[y * w + xr];\n"
                "    s = s + (img[yd * w + xl] + img[yd * w + x]) + img[yd * w + xr];\n"
                "    out[y * w + x] = fmaxf(s - 1.0f, 0.0f);\n}\n")
+WRAPPED = (_HEAD.replace("    if (x >= w || y >= h) return;\n", "    if (x < w && y < h) {\n")
+           + "        float sum = 0.0f;\n"
+           "        for (int dy = -1; dy <= 1; ++dy)\n"
+           "            for (int dx = -1; dx <= 1; ++dx) sum += img[min(max(y + dy, 0), h - 1) * w + min(max(x + dx, 0), w - 1)];\n"
+           "        out[y * w + x] = sum * (1.0f / 9.0f);\n    }\n}\n")
+MACRO_7X7 = ("#define RADIUS 3\n" + _HEAD + "    float total = 0.0f;\n"
+             "    for (int dy = -RADIUS; dy <= RADIUS; dy++) {\n"
+             "        const int row = min(max(y + dy, 0), h - 1);\n"
+             "        for (int dx = -RADIUS; dx <= RADIUS; dx++) total += img[row * w + min(max(x + dx, 0), w - 1)];\n"
+             "    }\n"
+             "    out[y * w + x] = total * (1.0f / 49.0f) + 0.5f * (float)x / (float)w;\n}\n")
 STENCILS = {  # name: (source or None for the problem's own, radius, edge, the stored value from the sum)
     "own 3x3 clamped": (None, 1, "edge", lambda s: s * np.float32(1.0 / 9.0)),
     "5x5 zero-padded": (ZERO_5X5, 2, "constant", lambda s: s / 25.0),
     "3x3 in one loop": (ONE_LOOP, 1, "edge", lambda s: s * np.float32(1.0 / 9.0)),
     "3x3 written out": (WRITTEN_OUT, 1, "edge", lambda s: np.maximum(s - 1.0, 0.0)),
+    "3x3 inside if (x < w && y < h)": (WRAPPED, 1, "edge", lambda s: s * np.float32(1.0 / 9.0)),
+    "7x7 radius macro": (MACRO_7X7, 3, "edge",
+                         lambda s: s * np.float32(1.0 / 49.0) + 0.5 * np.arange(s.shape[1]) / s.shape[1]),
 }
 # (H, W): the problem's small size (67 x 129), widths VEC divides and does not, narrower than the stencil.
 CPU_SIZES = [(67, 129), (33, 64), (9, 18), (5, 3), (1, 1)]
@@ -644,13 +658,6 @@ def test_every_row_block_knob_point_and_the_read_only_path_on_top_compile_with_n
     candidates = [RunnerCandidate.from_dict(c, spec) for c in variants + stacked]
     for candidate, report in zip(candidates, Runner(backend="static").check_many(spec, candidates)):
         assert report.ok, (candidate.name, report.summary())
-
-
-WRAPPED = (_HEAD.replace("    if (x >= w || y >= h) return;\n", "    if (x < w && y < h) {\n")
-           + "        float sum = 0.0f;\n"
-           "        for (int dy = -1; dy <= 1; ++dy)\n"
-           "            for (int dx = -1; dx <= 1; ++dx) sum += img[min(max(y + dy, 0), h - 1) * w + min(max(x + dx, 0), w - 1)];\n"
-           "        out[y * w + x] = sum * (1.0f / 9.0f);\n    }\n}\n")
 
 
 @needs_gxx
