@@ -102,7 +102,10 @@ def carry_do_bench(earlier: dict | None, row: dict) -> dict:
     if row.get("variant") == "reference" and old.get("do_bench") and not evidence.get("do_bench"):
         beside = old.get("do_bench_reference") or (old.get("timing") or {}).get("reference")
         if beside:
-            row = {**row, "evidence": {**evidence, "do_bench": old["do_bench"], "do_bench_reference": beside}}
+            carried = {"do_bench": old["do_bench"], "do_bench_reference": beside}
+            if old.get("do_bench_rounds"):
+                carried["do_bench_rounds"] = old["do_bench_rounds"]
+            row = {**row, "evidence": {**evidence, **carried}}
     return row
 
 
@@ -280,6 +283,9 @@ CALLS = (
     "--compile-workers 14 --compile-first 270 --ncu-sample 0 --deadline-s 570 (392 s; every reference without a "
     "torch.compile baseline compiled first, 97 in 153 s, then timed with no compile running; the do_bench tasks "
     "in alternating rounds)",
+    "python3 benchmarks/kernelbench_h200.py .kb-data/cuda-l1 OUT --levels 1 2 3 --skip-recorded R --remeasure-timed R "
+    "--compile-workers 0 --ncu-sample 0 --do-bench-tasks 0 --deadline-s 420 --jobs 14 (365 s; the 145 timed "
+    "candidates measured again by the worker that restores PyTorch's default settings between programs)",
 )
 # Why an extension did not build, by the compiler's message (the verdict's reason holds it).
 BUILD_FAILURES = (

@@ -61,6 +61,8 @@ def test_a_reference_timed_again_without_do_bench_keeps_the_earlier_comparison_a
     kept = summarize.carry_do_bench(earlier, again)
     assert kept["evidence"]["do_bench"] == DO_BENCH
     assert kept["evidence"]["do_bench_reference"] == REFERENCE_TIMING   # the median timed beside do_bench
+    with_rounds = {**earlier, "evidence": {**earlier["evidence"], "do_bench_rounds": [{"ours_median_ms": 1.0}]}}
+    assert summarize.carry_do_bench(with_rounds, again)["evidence"]["do_bench_rounds"] == [{"ours_median_ms": 1.0}]
     assert summarize.carry_do_bench(earlier, {**again, "evidence": {**again["evidence"], "do_bench": {"median_ms": 2}}}) \
         ["evidence"]["do_bench"] == {"median_ms": 2}
 

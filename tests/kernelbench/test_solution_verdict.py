@@ -285,6 +285,7 @@ def test_settings_a_solution_switches_apply_to_its_calls_only_and_never_outlive_
     _apply_settings(torch, defaults)
 
 
+@pytest.mark.gpu
 def test_the_worker_times_the_reference_with_pytorchs_defaults_after_a_solution_that_switches_tf32_on(tmp_path):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[gpu-torch]')")
     if not torch.cuda.is_available():

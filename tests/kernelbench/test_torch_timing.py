@@ -1,0 +1,34 @@
+"""The PyTorch worker's timer on a GPU: what the events time is the GPU's work, not the host's launch."""
+import statistics
+import time
+
+import pytest
+
+
+@pytest.mark.gpu
+def test_host_time_before_a_tiny_ops_launch_is_not_timed_as_gpu_time():
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[gpu-torch]')")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU for torch")
+    from gpu_runner.pytorch_worker import _DrawInputs, _Flush, _ModuleSide, _TorchDevice
+    from gpu_runner.timing import Timer
+
+    x = torch.randn(16, 16384, device="cuda")
+    relu = torch.nn.LeakyReLU(0.01)
+
+    def busy_host(v):
+        # host work before the launch, as a PyTorch call with guards or plan lookups has (~80 us)
+        until = time.perf_counter() + 80e-6
+        while time.perf_counter() < until:
+            pass
+        return relu(v)
+
+    device = _TorchDevice(torch)
+    flush = _Flush(device, 256 << 20)
+    timer = Timer(device, _DrawInputs([x], [[x.clone()]]), flush, seed=0, timeout_s=10.0)
+    plain, busy = _ModuleSide("plain", relu, [x]), _ModuleSide("busy", busy_host, [x])
+    timer.run([plain, busy], 5, first_rep=10_000)
+    samples = timer.run([plain, busy], 200)
+    plain_us, busy_us = (statistics.median(s) * 1e3 for s in samples)
+    # a ~5 us op: 80 us of host time inside the timed region would show as ~10x; the head start hides it
+    assert busy_us < 1.5 * plain_us + 2.0, (plain_us, busy_us)
