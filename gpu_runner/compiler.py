@@ -1,8 +1,13 @@
-"""nvcc without a GPU: CUDA source -> cubin, with diagnostics, ptxas resources and SASS counts.
+"""CUDA source -> cubin without a GPU, with diagnostics, ptxas resources and SASS counts.
 
-The system's nvcc is used when there is one, else the `nvidia-cuda-nvcc` wheel's. cuobjdump (and the
-nvdisasm it needs) come from the toolkit or the `nvidia-cuda-cuobjdump` / `-nvdisasm` wheels.
-Results are cached on disk by (source, options, arch, nvcc) so a family recorded twice compiles once.
+Two engines, one path: `compile_cubin` compiles a source with NVRTC (in sandboxed compile servers,
+gpu_runner/nvrtc.py) when the source needs only what NVRTC offers, else with nvcc; which one is a
+pure function of the source (`nvrtc.choose_engine`) and is recorded as the report's `compiler`
+("nvrtc 13.0.88" / "nvcc 13.0.88"). The system's nvcc is used when there is one, else the
+`nvidia-cuda-nvcc` wheel's; libnvrtc preferably of nvcc's release (`nvrtc.find_nvrtc`). cuobjdump (and the nvdisasm it
+needs) come from the toolkit or the `nvidia-cuda-cuobjdump` / `-nvdisasm` wheels.
+Results are cached on disk by (source, options, arch, engine and its release) so a family recorded
+twice compiles once.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from typing import Sequence
 from .compile_sandbox import sandboxed
 from .cutlass_headers import cutlass_include_dir, cutlass_version, uses_cutlass
 from .directives import allowed_include_dirs, find_forbidden_directive
+from .nvrtc import (Engine, NvrtcUnavailable, choose_engine, find_nvrtc, nvrtc_flags, server_pool,
+                    toolkit_include_dirs)
 from .result import CompileDiagnostic, CompileReport, CompilerFacts
 
 DEFAULT_ARCH = "sm_90"
@@ -255,10 +262,30 @@ def _flags_and_entry(source: str, options: Sequence[str], arch: str, sass: bool)
     return flags, cache_dir() / key[:2] / key
 
 
+def _nvrtc_flags_and_entry(source: str, options: Sequence[str], arch: str, sass: bool,
+                           label: str) -> tuple[list[str], Path]:
+    """NVRTC's flags and cache folder; the key holds the engine and its release, not the machine's
+    include paths, so a compile carried from another machine with the same release is found."""
+    flags = nvrtc_flags(options, arch)
+    key = hashlib.sha256(json.dumps(["nvrtc", source, flags, label, cutlass_version(), sass]).encode()).hexdigest()
+    return flags, cache_dir() / key[:2] / key
+
+
+def _engine_entry(source: str, options: Sequence[str], arch: str, sass: bool) -> tuple[Engine, str, list[str], Path]:
+    """(engine, the report's compiler string, flags, cache folder) for a compile of `source`."""
+    engine = choose_engine(source, options)
+    if engine.name == "nvrtc":
+        library, _ = find_nvrtc()
+        flags, entry = _nvrtc_flags_and_entry(source, options, arch, sass, library.label)
+        return engine, library.label, flags, entry
+    flags, entry = _flags_and_entry(source, options, arch, sass)
+    return engine, f"nvcc {nvcc_version()}", flags, entry
+
+
 def cached_compile(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
                    sass: bool = True) -> tuple[dict, bytes] | None:
     """The cache's (report as JSON, cubin) of a successful compile, or None where it holds none."""
-    _, cached = _flags_and_entry(source, options, arch, sass)
+    _, _, _, cached = _engine_entry(source, options, arch, sass)
     try:
         report = json.loads((cached / "report.json").read_text())
         return (report, (cached / "k.cubin").read_bytes()) if report.get("ok") else None
@@ -269,14 +296,13 @@ def cached_compile(source: str, options: Sequence[str] = (), arch: str = DEFAULT
 def seed_cache(source: str, options: Sequence[str], arch: str, *, sass: bool, report: dict, cubin: bytes) -> bool:
     """Store a compile made on another machine under this machine's key, so compile_cubin finds it.
 
-    Only a successful compile by the same nvcc release with the same CUTLASS headers is taken (the key
-    differs between machines only by where the headers lie); anything else returns False and is
-    compiled here when asked for."""
+    Only a successful compile by the engine this machine uses for the source, of the same release,
+    with the same CUTLASS headers is taken (the key differs between machines only by where the
+    headers lie); anything else returns False and is compiled here when asked for."""
     facts = report.get("facts") or {}
-    if not report.get("ok") or report.get("compiler") != f"nvcc {nvcc_version()}" \
-            or facts.get("cutlass") != cutlass_version():
+    _, label, _, cached = _engine_entry(source, options, arch, sass)
+    if not report.get("ok") or report.get("compiler") != label or facts.get("cutlass") != cutlass_version():
         return False
-    _, cached = _flags_and_entry(source, options, arch, sass)
     cached.mkdir(parents=True, exist_ok=True)
     _atomic_write(cached / "k.cubin", cubin)
     _atomic_write(cached / "report.json", json.dumps(report).encode())
@@ -285,8 +311,9 @@ def seed_cache(source: str, options: Sequence[str], arch: str, *, sass: bool, re
 
 def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
                   sass: bool = True, use_cache: bool = True, timeout_s: float = 180.0) -> CompileOutput:
-    """Compile `source` to a cubin for `arch` with nvcc; never raises for a bad source."""
-    flags, cached = _flags_and_entry(source, options, arch, sass)
+    """Compile `source` to a cubin for `arch` with the engine the source calls for (NVRTC or nvcc);
+    never raises for a bad source."""
+    engine, label, flags, cached = _engine_entry(source, options, arch, sass)
     if use_cache and (cached / "report.json").is_file():
         try:
             report = _report_from_json(json.loads((cached / "report.json").read_text()))
@@ -299,8 +326,59 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
     if refusal is not None:
         # Refused before any tool reads the source; not cached, so a wider allow-list applies at once.
         return CompileOutput(CompileReport(ok=False, diagnostics=[CompileDiagnostic(refusal.line, refusal.reason)],
-                                           log=refusal.reason, facts=None, compile_s=0.0,
-                                           compiler=f"nvcc {nvcc_version()}"), None)
+                                           log=refusal.reason, facts=None, compile_s=0.0, compiler=label), None)
+    sass_dump: str | None = None
+    notes = []
+    if engine.name == "nvrtc":
+        try:
+            answer = server_pool().compile(source, SOURCE_NAME,
+                                           [*flags, *(f"-I{d}" for d in toolkit_include_dirs())], sass, timeout_s)
+        except NvrtcUnavailable as exc:   # a server that cannot start is a missing tool, not a bad source
+            raise ToolMissing(f"NVRTC: {exc}") from exc
+        log = redact_foreign(answer.log, SOURCE_NAME)
+        ok, cubin = answer.ok, answer.cubin
+        sass_dump = answer.sass_dump
+        if ok and sass and sass_dump is None:
+            notes.append(f"[sass counts unavailable: {answer.sass_error}]")
+    else:
+        log, ok, cubin = _run_nvcc(flags, source, timeout_s)
+        if not engine.reason.startswith("the source"):
+            notes.append(f"[compiled with nvcc: {engine.reason}]")
+    elapsed = time.perf_counter() - started
+    diagnostics = parse_diagnostics(log)
+    if not ok and not any(d.severity == "error" for d in diagnostics):
+        tail = log.strip().splitlines()[-1] if log.strip() else f"{engine.name} failed without a message"
+        diagnostics.append(CompileDiagnostic(None, tail))
+    log = "\n".join([log, *notes]) if notes else log
+    facts = parse_ptxas(log) if ok else None
+    if facts is not None and cutlass_include_dir() is not None:
+        facts.cutlass = cutlass_version()
+    if facts is not None and sass and cubin is not None:
+        try:
+            per_kernel = parse_sass(sass_dump) if sass_dump is not None else \
+                sass_counts(cubin) if engine.name == "nvcc" else None
+            if per_kernel is not None:
+                total: dict[str, int] = {}
+                for counts in per_kernel.values():
+                    for opcode, n in counts.items():
+                        total[opcode] = total.get(opcode, 0) + n
+                facts.sass = dict(sorted(total.items(), key=lambda kv: -kv[1]))
+        except (ToolMissing, RuntimeError, subprocess.TimeoutExpired) as exc:
+            log += f"\n[sass counts unavailable: {exc}]"
+    report = CompileReport(ok=ok, diagnostics=diagnostics, log=log, facts=facts, compile_s=elapsed, compiler=label)
+    if use_cache and (ok or diagnostics):
+        try:
+            cached.mkdir(parents=True, exist_ok=True)
+            if cubin is not None:
+                _atomic_write(cached / "k.cubin", cubin)
+            _atomic_write(cached / "report.json", json.dumps(asdict(report)).encode())
+        except OSError:
+            pass
+    return CompileOutput(report, cubin)
+
+
+def _run_nvcc(flags: list[str], source: str, timeout_s: float) -> tuple[str, bool, bytes | None]:
+    """nvcc in the compile sandbox: (log with other files' text redacted, ok, cubin)."""
     with tempfile.TemporaryDirectory(prefix="kl-nvcc-") as tmp:
         src = os.path.join(tmp, SOURCE_NAME)
         Path(src).write_text(source)
@@ -313,36 +391,7 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
             ok = proc.returncode == 0 and os.path.isfile(out_path)
         except subprocess.TimeoutExpired:
             log, ok = f"nvcc did not finish within {timeout_s:.0f} s", False
-        cubin = Path(out_path).read_bytes() if ok else None
-    elapsed = time.perf_counter() - started
-    diagnostics = parse_diagnostics(log)
-    if not ok and not any(d.severity == "error" for d in diagnostics):
-        tail = log.strip().splitlines()[-1] if log.strip() else "nvcc failed without a message"
-        diagnostics.append(CompileDiagnostic(None, tail))
-    facts = parse_ptxas(log) if ok else None
-    if facts is not None and cutlass_include_dir() is not None:
-        facts.cutlass = cutlass_version()
-    if facts is not None and sass and cubin is not None:
-        try:
-            per_kernel = sass_counts(cubin)
-            total: dict[str, int] = {}
-            for counts in per_kernel.values():
-                for opcode, n in counts.items():
-                    total[opcode] = total.get(opcode, 0) + n
-            facts.sass = dict(sorted(total.items(), key=lambda kv: -kv[1]))
-        except (ToolMissing, RuntimeError, subprocess.TimeoutExpired) as exc:
-            log += f"\n[sass counts unavailable: {exc}]"
-    report = CompileReport(ok=ok, diagnostics=diagnostics, log=log, facts=facts, compile_s=elapsed,
-                           compiler=f"nvcc {nvcc_version()}")
-    if use_cache and (ok or diagnostics):
-        try:
-            cached.mkdir(parents=True, exist_ok=True)
-            if cubin is not None:
-                _atomic_write(cached / "k.cubin", cubin)
-            _atomic_write(cached / "report.json", json.dumps(asdict(report)).encode())
-        except OSError:
-            pass
-    return CompileOutput(report, cubin)
+        return log, ok, (Path(out_path).read_bytes() if ok else None)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -223,3 +223,21 @@ def _check_text(text: str, extension: bool = False) -> Refusal | None:
             return Refusal(line, f"The source asks __has_include about a file outside the allowed headers at "
                                  f"line {line}.")
     return None
+
+
+def included_headers(source: str) -> list[str]:
+    """The `<header>` names a source includes or asks `__has_include` about, in order, as the
+    preprocessor reads its directives (comments and splices handled as in `find_forbidden_directive`).
+    A directive whose argument is not a literal <header> is left out; the directive check refuses it."""
+    text = translate(source)
+    names: list[str] = []
+    for match in _DIRECTIVE.finditer(text):
+        if (match.group("name") or "") in ("include", "include_next", "import"):
+            header, _ = _include_argument(match.group("rest"))
+            if header and header not in names:
+                names.append(header)
+    for match in _HAS_INCLUDE.finditer(text):
+        header, _ = _include_argument(match.group("arg"))
+        if header and header not in names:
+            names.append(header)
+    return names

@@ -115,9 +115,11 @@ class Runner:
         return backend.measure_vendor(problem, seed=seed, timeout_s=timeout_s, settings=self.settings,
                                       energy=energy)
 
-    def check(self, problem: Problem, candidate: Candidate) -> CompileReport:
-        """Compile with nvcc (no GPU needed): errors with line numbers, ptxas facts, SASS counts; a KernelBench
-        solution is read with `ast` (it is built only on a GPU worker)."""
+    def check(self, problem: Problem, candidate: Candidate, *, sass: bool = True) -> CompileReport:
+        """Compile (no GPU needed; NVRTC or nvcc, as the source calls for): errors with line numbers,
+        ptxas facts, and SASS counts unless `sass` is False (cuobjdump costs about 0.45 s of CPU per
+        cubin, ten times an NVRTC compile); a KernelBench solution is read with `ast` (it is built only
+        on a GPU worker)."""
         if problem.reference.kind == "pytorch":
             from .backends.torch import kernelbench_check
             return kernelbench_check(problem, candidate)
@@ -125,19 +127,20 @@ class Runner:
         hello = getattr(backend, "_hello", None)
         arch = hello["arch"] if hello else getattr(backend, "arch", DEFAULT_ARCH) if self._fixed == "static" \
             else DEFAULT_ARCH
-        return compile_cubin(candidate.source, candidate.compile_options, arch).report
+        return compile_cubin(candidate.source, candidate.compile_options, arch, sass=sass).report
 
     def check_many(self, problem: Problem, candidates: Sequence[Candidate], *,
-                   workers: int | None = None) -> list[CompileReport]:
-        """`check` of several candidates at once, one nvcc process per core (each in the compile
-        sandbox, each answer cached by source, options, arch and nvcc), reports in the given order."""
+                   workers: int | None = None, sass: bool = True) -> list[CompileReport]:
+        """`check` of several candidates at once, one compile per core (NVRTC servers or nvcc
+        processes, each in the compile sandbox, each answer cached by source, options, arch and the
+        engine's release), reports in the given order."""
         candidates = list(candidates)
         if len(candidates) <= 1:
-            return [self.check(problem, c) for c in candidates]
+            return [self.check(problem, c, sass=sass) for c in candidates]
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(len(candidates), workers or os.cpu_count() or 2)) as pool:
-            return list(pool.map(lambda c: self.check(problem, c), candidates))
+            return list(pool.map(lambda c: self.check(problem, c, sass=sass), candidates))
 
     def hardware(self, problem: Problem | None = None) -> Hardware | None:
         return self.backend_for(problem).hardware()

@@ -51,7 +51,7 @@ class CupyDevice(Device):
         from cupy.cuda.compiler import CompileException
 
         if arch_option(list(options)):
-            # RawModule picks the device's architecture itself; an sm_90a build goes through nvcc.
+            # RawModule picks the device's architecture itself; an sm_90a build goes through compile_cubin.
             output = compile_cubin(source, options, sass=False)
             if output.cubin is None:
                 raise CompileFailed(output.report.log)

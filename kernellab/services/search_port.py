@@ -126,7 +126,9 @@ class DatabasePort:
             return {"status": "failed-compile", "reason": reason, "compiler": None}
         from gpu_runner import Runner
 
-        report = Runner(backend="static").check(self.context.spec, parsed)
+        # No SASS counts: forecasts read none, and a measured child's facts (SASS included) come with
+        # its measurement; cuobjdump would cost ten times the NVRTC compile (gpu_runner/README.md).
+        report = Runner(backend="static").check(self.context.spec, parsed, sass=False)
         facts = asdict(report.facts) if report.facts else {}
         errors = [{"line": e.line, "message": e.message} for e in report.errors]
         self._write(self._store_facts, node_id, facts, errors)
@@ -135,8 +137,9 @@ class DatabasePort:
         return {"status": "ok", "reason": "", "compiler": facts}
 
     def compile_many(self, items: list[tuple[int, dict]]) -> list[dict]:
-        """The compile checks of a step's children: nvcc runs for all of them at once (one process per
-        core, each in the compile sandbox, cached), then each answer is stored as `compile` stores it."""
+        """The compile checks of a step's children: all of them compile at once (one NVRTC server or
+        nvcc process per core, each in the compile sandbox, cached), then each answer is stored as
+        `compile` stores it."""
         from gpu_runner import Candidate, Runner, source_hash
 
         parsed = []
@@ -147,7 +150,7 @@ class DatabasePort:
                 parsed.append(Candidate.from_dict(candidate, self.context.spec))
             except Exception:  # noqa: BLE001 - compile() below says why, on the node
                 continue
-        Runner(backend="static").check_many(self.context.spec, parsed)  # fills nvcc's cache in parallel
+        Runner(backend="static").check_many(self.context.spec, parsed, sass=False)  # fills the cache in parallel
         return [self.compile(node_id, candidate) for node_id, candidate in items]
 
     def request_measurement(self, node_id: int, candidate: dict) -> None:

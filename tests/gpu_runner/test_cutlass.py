@@ -128,7 +128,8 @@ def test_a_compile_carried_from_another_machine_is_taken_only_from_the_same_nvcc
     monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
     monkeypatch.setattr(compiler, "nvcc_version", lambda: "13.0.88")
     monkeypatch.setattr(compiler, "cutlass_version", lambda: "4.2.0")
-    source = 'extern "C" __global__ void k(float* y) { y[0] = 1.0f; }\n'
+    # A CuTe source: nvcc compiles it (NVRTC compiles plain ones, test_nvrtc.py carries one of those).
+    source = '#include <cute/tensor.hpp>\nextern "C" __global__ void k(float* y) { y[0] = 1.0f; }\n'
     report = {"ok": True, "diagnostics": [], "log": "", "compile_s": 31.0, "compiler": "nvcc 13.0.88",
               "facts": {"registers": 8, "cutlass": "4.2.0", "kernels": {"k": {"registers": 8}}}}
     assert not compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90", sass=True,
