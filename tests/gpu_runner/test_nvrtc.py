@@ -256,3 +256,26 @@ def test_the_candidates_options_reach_nvrtc_and_match_nvccs_build():
     assert fast.ok and slow.ok, (fast.log, slow.log)
     assert fast.compiler.startswith("nvrtc") and "sm_90a" in fast.log          # ptxas compiled for sm_90a
     assert fast.facts.kernels == slow.facts.kernels and fast.facts.sass == slow.facts.sass
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_nvrtc_cubin_is_measured_and_says_so():
+    """The worker loads the NVRTC server's cubin as it loads nvcc's; the measurement records the engine,
+    and the same candidate built by nvcc (KERNELLAB_COMPILE_ENGINE=nvcc) is correct too."""
+    from gpu_runner import MeasureSettings, Runner
+    from tests.gpu_runner.helpers import candidate, saxpy_problem
+
+    settings = MeasureSettings(validation_sets=2, min_reps=10, max_reps=30, target_timing_ms=30.0,
+                               kernel_timeout_s=5.0)
+    problem = saxpy_problem()
+    source = ('extern "C" __global__ void cand(const float* x, const float* y, float* out, float a, int n) {\n'
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) out[i] = a * x[i] + y[i];\n}\n")
+    built = {}
+    for engine in ("auto", "nvcc"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("KERNELLAB_COMPILE_ENGINE", engine)
+            with Runner("cupy", settings=settings) as runner:
+                result = runner.measure(problem, candidate(source, "cand"), seed=1)
+        assert result.status == "ok", result.reason
+        built[engine] = result.compiler.compiled_with["compiler"]
+    assert built["auto"] == find_nvrtc()[0].label and built["nvcc"] == f"nvcc {compiler.nvcc_version()}"
