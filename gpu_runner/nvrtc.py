@@ -8,8 +8,8 @@ the verification, the recorder and the benchmarks all compile a given source the
 
 - nvcc for CUTLASS/CuTe sources, for sources that include a header NVRTC does not serve (the C/C++
   standard library, cuda_runtime.h, cub/cub.cuh...: see NVRTC_HEADERS), and for sources that use a
-  name that only nvcc's implicit host headers declare (`std::`, int64_t, INFINITY, cuda* runtime
-  functions, `<<<`: see _NVCC_ONLY_NAMES);
+  name that only nvcc's implicit host headers declare (`std::`, int64_t, uint, INFINITY, M_PI,
+  INT_MAX, cuda* runtime functions, `<<<`: see _NVCC_ONLY_NAMES);
 - NVRTC for everything else, when a libnvrtc is found (`find_nvrtc`, nvcc's own release preferred);
   where none is, nvcc, and the report's log says why.
 
@@ -65,7 +65,8 @@ _NVRTC_HEADER_DIRS = ("cuda/std/",)
 # NVRTC does not: a source using one compiles with nvcc, where it means what its author meant.
 _NVCC_ONLY_NAMES = re.compile(
     r"(?<!::)\bstd::|<<<|\b(?:u?int(?:8|16|32|64)_t|u?intptr_t|INFINITY|NAN|HUGE_VALF?|FLT_[A-Z_]+|DBL_[A-Z_]+|"
-    r"U?INT_(?:MAX|MIN)|U?LLONG_(?:MAX|MIN)|cuda[A-Z]\w*)\b")
+    r"[SU]?(?:CHAR|SHRT|INT|LONG|LLONG)_(?:MAX|MIN|BIT)|uint|ulong|ushort|u_(?:char|short|int|long)|M_[A-Z0-9_]+|RAND_MAX|"
+    r"MAXFLOAT|EXIT_(?:SUCCESS|FAILURE)|cuda[A-Z]\w*)\b")
 
 
 class NvrtcUnavailable(RuntimeError):

@@ -46,6 +46,8 @@ def _auto_engine(monkeypatch):
     (KERNEL.replace("2.0f", "INFINITY"), "nvcc"),
     (KERNEL.replace("x[i] * 2.0f", "std::min(x[i], 1.f)"), "nvcc"),
     (KERNEL.replace("{\n", "{\n    cudaGridDependencySynchronize();\n", 1), "nvcc"),
+    (KERNEL.replace("2.0f", "M_PI"), "nvcc"),                          # glibc's math.h, through nvcc's headers
+    (KERNEL.replace("int n", "uint n"), "nvcc"),                       # glibc's sys/types.h
 ])
 def test_the_engine_is_a_function_of_the_source(source, engine):
     assert source_engine(source).name == engine
