@@ -81,7 +81,17 @@ def fill_compiler_facts(rows: list[dict], path: Path) -> dict:
         if unit is None:
             table[digest] = {"failed": "no kernel unit could be read"}
             continue
-        report = compile_cubin(unit, arch="sm_90", sass=False).report
+        # nvcc, as the table says and as its existing facts were made (NVRTC's registers differ for
+        # some shared-memory kernels: gpu_runner/README.md, "Compile engines").
+        previous = os.environ.get("KERNELLAB_COMPILE_ENGINE")
+        os.environ["KERNELLAB_COMPILE_ENGINE"] = "nvcc"
+        try:
+            report = compile_cubin(unit, arch="sm_90", sass=False).report
+        finally:
+            if previous is None:
+                os.environ.pop("KERNELLAB_COMPILE_ENGINE", None)
+            else:
+                os.environ["KERNELLAB_COMPILE_ENGINE"] = previous
         if report.ok and report.facts is not None and report.facts.registers is not None:
             f = report.facts
             table[digest] = {"registers": f.registers, "shared_bytes": f.shared_bytes, "spill_stores": f.spill_stores,
