@@ -2,8 +2,9 @@
 
     python benchmarks/compile_bench.py [--n 40] [--sass-n 8] [--parity 10] [--tag cpu-2core] [--out-dir benchmarks/results]
 
-Compiles N distinct generated candidates (valid variants of the bundled families that NVRTC compiles,
-in a fixed order, so both engines get the same sources) through `compile_cubin`, the one compile
+Compiles N distinct generated candidates (valid variants of the bundled families and the recipes' cures of
+the own naive kernels at several knob points, those NVRTC compiles, in a fixed order, so both engines get
+the same sources) through `compile_cubin`, the one compile
 path, with an empty cache:
 - serial: one compile after another (`compile_cubin(..., use_cache=False)`), per engine;
 - parallel: `Runner("static").check_many` per problem, one compile per core (NVRTC servers, or nvcc
@@ -56,6 +57,7 @@ def candidates(n: int) -> list[tuple[Problem, Candidate]]:
         rendered = [(p, c) for p, c in rendered if nvrtc.source_engine(c.source).name == "nvrtc"]
         if rendered:
             per_problem.append(rendered)
+    per_problem.extend(recipe_cures())
     out, seen = [], set()
     for i in range(max(len(r) for r in per_problem)):
         for rendered in per_problem:
@@ -63,6 +65,32 @@ def candidates(n: int) -> list[tuple[Problem, Candidate]]:
                 seen.add(rendered[i][1].source)
                 out.append(rendered[i])
     return out
+
+
+def recipe_cures(per_recipe: int = 12) -> list[list[tuple[Problem, Candidate]]]:
+    """What a search of a user's own kernel compiles most: each recipe's cure of each own naive kernel
+    (tests/gpu_runner/own_kernels) at up to `per_recipe` points of its knobs, those NVRTC compiles."""
+    import itertools
+
+    from gpu_runner import reference_candidate
+    from search_engine.generators.recipes import RECIPES, CannotApply
+
+    groups = []
+    for path in sorted((ROOT / "tests" / "gpu_runner" / "own_kernels").glob("*/problem.toml")):
+        problem = load_problem(path.parent)
+        reference = reference_candidate(problem).to_dict()
+        for recipe in RECIPES:
+            try:
+                family = recipe.derive(reference)
+            except CannotApply:
+                continue
+            points = [dict(zip(family.knobs, values)) for values in itertools.product(*family.knobs.values())]
+            step = max(1, len(points) // per_recipe)
+            rendered = [(problem, Candidate.from_dict(family.render(knobs), problem)) for knobs in points[::step]]
+            rendered = [(p, c) for p, c in rendered if nvrtc.source_engine(c.source).name == "nvrtc"]
+            if rendered:
+                groups.append(rendered[:per_recipe])
+    return groups
 
 
 def _stats(seconds: list[float]) -> dict:
@@ -141,6 +169,10 @@ def parity_sources(per_family: int) -> list[tuple[str, str, list[str]]]:
             items.append((f"{folder.name}/{json.dumps(knobs)}", cand.source, list(cand.compile_options)))
     for path in sorted((ROOT / "tests" / "gpu_runner" / "own_kernels").glob("*/reference.cu")):
         items.append((f"own/{path.parent.name}", path.read_text(), []))
+    for group in recipe_cures(per_recipe=2):
+        for problem, cand in group:
+            name = cand.source.split("\n", 1)[0].removeprefix("// Written by KernelLab's ").split(" recipe")[0]
+            items.append((f"own/{problem.name}/{name}", cand.source, list(cand.compile_options)))
     return items
 
 

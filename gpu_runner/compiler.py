@@ -29,7 +29,7 @@ from typing import Sequence
 from .compile_sandbox import sandboxed
 from .cutlass_headers import cutlass_include_dir, cutlass_version, uses_cutlass
 from .directives import allowed_include_dirs, find_forbidden_directive
-from .nvrtc import (Engine, NvrtcUnavailable, choose_engine, find_nvrtc, nvrtc_flags, server_pool,
+from .nvrtc import (NVRTC_TRANSIENT, Engine, NvrtcUnavailable, choose_engine, find_nvrtc, nvrtc_flags, server_pool,
                     toolkit_include_dirs)
 from .result import CompileDiagnostic, CompileReport, CompilerFacts
 
@@ -366,7 +366,9 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
         except (ToolMissing, RuntimeError, subprocess.TimeoutExpired) as exc:
             log += f"\n[sass counts unavailable: {exc}]"
     report = CompileReport(ok=ok, diagnostics=diagnostics, log=log, facts=facts, compile_s=elapsed, compiler=label)
-    if use_cache and (ok or diagnostics):
+    # A compiler that crashed or ran out of time says nothing lasting about the source: not cached.
+    transient = not ok and engine.name == "nvrtc" and answer.log.startswith(NVRTC_TRANSIENT)
+    if use_cache and (ok or diagnostics) and not transient:
         try:
             cached.mkdir(parents=True, exist_ok=True)
             if cubin is not None:

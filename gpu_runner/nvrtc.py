@@ -69,6 +69,12 @@ _NVCC_ONLY_NAMES = re.compile(
     r"MAXFLOAT|EXIT_(?:SUCCESS|FAILURE)|cuda[A-Z]\w*)\b")
 
 
+# How an answer that is not the source's own verdict begins (a timeout, a crash): never cached.
+NVRTC_TRANSIENT = ("NVRTC did not finish", "NVRTC crashed")
+_SHARED = re.compile(r"\b__shared__\b")
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
 class NvrtcUnavailable(RuntimeError):
     """No usable libnvrtc, or a compile server could not start."""
 
@@ -88,9 +94,15 @@ def source_engine(source: str) -> Engine:
             return Engine("nvcc", f"the source includes <{header}>, which NVRTC does not serve")
     from .directives import translate
 
-    match = _NVCC_ONLY_NAMES.search(translate(source))
+    text = translate(source)
+    match = _NVCC_ONLY_NAMES.search(text)
     if match:
         return Engine("nvcc", f"the source uses {match.group(0).strip()!s}, which only nvcc's host headers declare")
+    if _SHARED.search(_COMMENTS.sub(" ", text)):
+        # NVRTC 13.0 addresses shared memory with 64-bit pointers where nvcc uses 32-bit ones: in the parity
+        # sample every source whose code differed from nvcc's declared shared memory, and every source without
+        # any got nvcc's exact code (gpu_runner/README.md, "Compile engines"). Such a source keeps nvcc's code.
+        return Engine("nvcc", "the source declares __shared__ memory, whose code NVRTC 13.0 makes differently")
     return Engine("nvrtc", "the source needs only what NVRTC offers")
 
 
@@ -438,9 +450,9 @@ class ServerPool:
             server.kill()
             self._give_back(None)
             if timed_out:
-                return ServerAnswer(False, f"NVRTC did not finish within {timeout_s:.0f} s", None, None, None)
+                return ServerAnswer(False, f"{NVRTC_TRANSIENT[0]} within {timeout_s:.0f} s", None, None, None)
             # It died: once more on a fresh server, in case the death was not this source's doing.
-        return ServerAnswer(False, "NVRTC crashed while compiling this source", None, None, None)
+        return ServerAnswer(False, f"{NVRTC_TRANSIENT[1]} while compiling this source", None, None, None)
 
     def close(self) -> None:
         with self._cond:
