@@ -302,3 +302,27 @@ def test_on_a_gpu_an_nvrtc_cubin_is_measured_and_says_so():
         assert result.status == "ok", result.reason
         built[engine] = result.compiler.compiled_with["compiler"]
     assert built["auto"] == find_nvrtc()[0].label and built["nvcc"] == f"nvcc {compiler.nvcc_version()}"
+
+
+@needs_both
+def test_a_crash_or_timeout_of_an_nvrtc_server_is_not_cached_as_the_sources_verdict(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    source = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n'
+    calls = []
+
+    class Failing:
+        def __init__(self, log):
+            self.log = log
+
+        def compile(self, *args, **kwargs):
+            calls.append(self.log)
+            return nvrtc.ServerAnswer(False, self.log, None, None, None)
+
+    for log in ("NVRTC crashed while compiling this source", "NVRTC did not finish within 60 s"):
+        monkeypatch.setattr(compiler, "server_pool", lambda log=log: Failing(log))
+        assert not compile_cubin(source).report.ok
+        assert not compile_cubin(source).report.ok
+    assert len(calls) == 4                                   # asked again every time: nothing was cached
+    monkeypatch.undo()
+    monkeypatch.setenv("KERNELLAB_CACHE", str(tmp_path))
+    assert compile_cubin(source).report.ok                  # and a working server compiles it
