@@ -104,6 +104,12 @@ def test_a_clean_timing_replaces_the_earlier_one_however_far_apart_and_keeps_it_
     assert kept["evidence"]["timing"]["reference"]["median_ms"] == 7.8
     assert kept["evidence"]["timed_again"]["ratio"] == pytest.approx(7.8)
     assert kept["evidence"]["timed_again"]["earlier_timing"]["reference"] == REFERENCE_TIMING
+    # a baseline the clean call did not time stays from the earlier timing, and says so
+    earlier["evidence"]["timing"]["baseline:torch_compile"] = {"median_ms": 0.8}
+    only_eager = {**clean, "evidence": {"timing": {"reference": {"median_ms": 7.8}}}}
+    kept = summarize.timed_again(earlier, only_eager)
+    assert kept["evidence"]["timing"]["baseline:torch_compile"] == {"median_ms": 0.8}
+    assert kept["evidence"]["timed_again"]["baselines_from_the_earlier_timing"] == ["cuda_graph", "torch_compile"]
 
 
 def test_rounds_compare_the_median_of_each_timers_rounds_and_report_each_timers_own_spread():
