@@ -118,6 +118,10 @@ def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, t
         "The column-tile recipe (for one thread per column) cannot apply: the column's code has no loop over its rows at its top level.",
         "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply: the kernel does not begin by computing x and y "
         "from blockIdx, blockDim and threadIdx.",
+        "The row-window recipe (for many loads per output of a stencil's neighbourhood sum) cannot apply: the kernel "
+        "does not begin by computing x and y from blockIdx, blockDim and threadIdx.",
+        "The row-block recipe (for one pixel per thread) cannot apply: the kernel does not begin by computing x and y "
+        "from blockIdx, blockDim and threadIdx.",
         "The unroll recipe (for loops without unrolling) cannot apply: the kernel has no for loop to unroll."])
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     # The recorded H200 data never measured these kernels: replay says so rather than guess.
