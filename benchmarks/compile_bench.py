@@ -40,15 +40,19 @@ from gpu_runner.family import render_variant, valid_variants  # noqa: E402
 from gpu_runner.spec import Problem, load_problem  # noqa: E402
 
 
+def cuda_problems() -> list[Problem]:
+    """The bundled problems with a CUDA reference, in a fixed order (kernellab.datasets.bundled_problem_dirs'
+    rule, without importing the kernellab package, whose Celery app a GPU host without Django cannot load)."""
+    from gpu_runner.spec import reference_kind
+
+    folders = sorted(p.parent for p in (ROOT / "kernellab" / "problems").glob("*/problem.toml"))
+    return [load_problem(f) for f in folders if reference_kind((f / "problem.toml").read_text()) == "cuda"]
+
+
 def candidates(n: int) -> list[tuple[Problem, Candidate]]:
     """Up to `n` distinct variants, taken round-robin over the bundled families NVRTC compiles."""
     per_problem: list[list[tuple[Problem, Candidate]]] = []
-    for folder in sorted((ROOT / "kernellab" / "problems").iterdir()):
-        if not (folder / "problem.toml").is_file():
-            continue
-        problem = load_problem(folder)
-        if problem.reference.kind == "pytorch":
-            continue
+    for problem in cuda_problems():
         try:
             variants = valid_variants(problem)
         except Exception:  # noqa: BLE001 - a problem without a family
@@ -69,7 +73,8 @@ def candidates(n: int) -> list[tuple[Problem, Candidate]]:
 
 def recipe_cures(per_recipe: int = 12) -> list[list[tuple[Problem, Candidate]]]:
     """What a search of a user's own kernel compiles most: each recipe's cure of each own naive kernel
-    (tests/gpu_runner/own_kernels) at up to `per_recipe` points of its knobs, those NVRTC compiles."""
+    (tests/gpu_runner/own_kernels) at up to `per_recipe` points of its knobs, its start first, those
+    NVRTC compiles."""
     import itertools
 
     from gpu_runner import reference_candidate
@@ -86,7 +91,9 @@ def recipe_cures(per_recipe: int = 12) -> list[list[tuple[Problem, Candidate]]]:
                 continue
             points = [dict(zip(family.knobs, values)) for values in itertools.product(*family.knobs.values())]
             step = max(1, len(points) // per_recipe)
-            rendered = [(problem, Candidate.from_dict(family.render(knobs), problem)) for knobs in points[::step]]
+            # the cure's start first (what the search measures first), then knob points evenly spread
+            points = [family.start] + [k for k in points[::step] if k != family.start]
+            rendered = [(problem, Candidate.from_dict(family.render(knobs), problem)) for knobs in points]
             rendered = [(p, c) for p, c in rendered if nvrtc.source_engine(c.source).name == "nvrtc"]
             if rendered:
                 groups.append(rendered[:per_recipe])
@@ -152,12 +159,8 @@ def run_engine(engine: str, items: list[tuple[Problem, Candidate]], sass_n: int)
 
 def parity_sources(per_family: int) -> list[tuple[str, str, list[str]]]:
     items = []
-    for folder in sorted((ROOT / "kernellab" / "problems").iterdir()):
-        if not (folder / "problem.toml").is_file():
-            continue
-        problem = load_problem(folder)
-        if problem.reference.kind == "pytorch":
-            continue
+    for problem in cuda_problems():
+        folder = problem.folder
         items.append((f"{folder.name}/reference", problem.reference.source, list(problem.reference.compile_options)))
         try:
             variants = valid_variants(problem)

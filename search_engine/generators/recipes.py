@@ -771,13 +771,7 @@ def halo_tile_family(parent: Candidate) -> RecipeFamily:
         edits.append((node.start_byte, node.end_byte,
                       f"(kl_in_tile(({r}) - kl_y0, ({c}) - kl_x0, ({r}), ({c}), {bounds['y']}, {bounds['x']}) ? "
                       f"kl_tile[({r}) - kl_y0][({c}) - kl_x0] : {_text(node)})"))
-    block = step["block"]
-    if len(block) != 2 or not all(str(b).strip().isdigit() for b in block):
-        raise CannotApply("the block is not two literal sizes (x, y), so the recipe cannot rescale the grid.")
-    grid = [str(e) for e in step["grid"]]
-    bx, by = int(block[0]), int(block[1])
-    if len(grid) != 2 or not _has_number(grid[0], bx) or not _has_number(grid[1], by):
-        raise CannotApply(f"the grid {grid} does not divide the image by the block {bx} x {by}.")
+    bx, by, grid = _literal_block_2d(step)
     load = (
         "\n    __shared__ float kl_tile[BY + 2 * KL_HALO][BX + 2 * KL_HALO];\n"
         "    const int kl_x0 = (int)(blockIdx.x * blockDim.x) - KL_HALO;\n"

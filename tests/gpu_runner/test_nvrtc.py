@@ -169,21 +169,20 @@ def _both(source: str, options=()) -> tuple:
 
 def _bundled_sources() -> list[tuple[str, str, list[str]]]:
     """The bundled problems' CUDA references and up to four variants of each family, evenly spaced over
-    its valid variants, in a fixed order, of the ones NVRTC compiles."""
-    from gpu_runner.family import render_variant, valid_variants
-    from gpu_runner import reference_candidate
-    from gpu_runner.spec import load_problem
+    its valid variants, and each recipe's cure of each own naive kernel at its start (what a search of a
+    user's kernel compiles most): the ones NVRTC compiles, in a fixed order."""
+    import importlib.util
 
+    from gpu_runner.family import render_variant, valid_variants
+
+    spec = importlib.util.spec_from_file_location("compile_bench", ROOT / "benchmarks" / "compile_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
     items = []
-    for folder in sorted((ROOT / "kernellab" / "problems").iterdir()):
-        if not (folder / "problem.toml").is_file():
-            continue
-        problem = load_problem(folder)
-        if problem.reference.kind == "pytorch":
-            continue
+    for problem in bench.cuda_problems():
+        name = problem.folder.name
         if source_engine(problem.reference.source).name == "nvrtc":
-            items.append((f"{folder.name}/reference", problem.reference.source,
-                           list(problem.reference.compile_options)))
+            items.append((f"{name}/reference", problem.reference.source, list(problem.reference.compile_options)))
         try:
             variants = valid_variants(problem)
         except Exception:  # noqa: BLE001 - a problem without a family
@@ -192,24 +191,12 @@ def _bundled_sources() -> list[tuple[str, str, list[str]]]:
         for knobs in variants[::max(1, len(variants) // 40)]:
             candidate = render_variant(problem, knobs)
             if taken < 4 and source_engine(candidate.source).name == "nvrtc":
-                items.append((f"{folder.name}/{compiler.json.dumps(knobs)}", candidate.source,
+                items.append((f"{name}/{compiler.json.dumps(knobs)}", candidate.source,
                               list(candidate.compile_options)))
                 taken += 1
-    # the cures the recipes write for the own naive kernels at their starting knobs: what a search of a
-    # user's kernel compiles most
-    from search_engine.generators.recipes import RECIPES, CannotApply
-
-    for folder in sorted(p.parent for p in (ROOT / "tests" / "gpu_runner" / "own_kernels").glob("*/problem.toml")):
-        reference = reference_candidate(load_problem(folder)).to_dict()
-        for recipe in RECIPES:
-            try:
-                family = recipe.derive(reference)
-            except CannotApply:
-                continue
-            candidate = family.render(family.start)
-            if source_engine(candidate["source"]).name == "nvrtc":
-                items.append((f"{folder.name}/{recipe.name}", candidate["source"],
-                              list(candidate.get("compile_options") or [])))
+    for group in bench.recipe_cures(per_recipe=1):
+        for problem, candidate in group:
+            items.append((f"{problem.folder.name}/{candidate.name}", candidate.source, list(candidate.compile_options)))
     return items
 
 

@@ -36,6 +36,15 @@ def _reference(folder: Path) -> tuple[object, dict]:
     return spec, reference_candidate(spec).to_dict()
 
 
+def _changed(folder: Path, *edits: str) -> dict:
+    """The folder's reference kernel with each (before, after) pair of `edits` replaced; each before must be there."""
+    _, reference = _reference(folder)
+    for before, after in zip(edits[::2], edits[1::2]):
+        assert before in reference["source"]
+        reference["source"] = reference["source"].replace(before, after)
+    return reference
+
+
 def _context(reference: dict, parent: dict | None = None, known: set | None = None, notes=None) -> ProposalContext:
     return ProposalContext(node_id=0, parent=parent or reference, reference=reference,
                            parent_expert_notes=notes or [], known_hashes=known or set(), rng=random.Random(0))
@@ -182,11 +191,8 @@ def test_a_row_softmax_gets_a_warp_per_row_with_its_max_and_sum_combined_by_shuf
 ])
 def test_a_row_loop_the_warp_cannot_share_is_refused_with_the_reason(change):
     before, after, reason = change
-    _, reference = _reference(SOFTMAX)
-    assert before in reference["source"]
-    reference["source"] = reference["source"].replace(before, after)
     with pytest.raises(CannotApply, match=re.escape(reason)):
-        warp_per_row_family(reference)
+        warp_per_row_family(_changed(SOFTMAX, before, after))
 
 
 @needs_nvcc
@@ -306,12 +312,8 @@ def test_the_stencil_loads_its_tile_and_halo_once_before_the_bounds_check_and_re
     (("sum += img[yy * w + xx];", "sum += img[yy + xx];"), "is not indexed as ROW * W + COL with W a parameter"),
 ])
 def test_a_stencil_the_halo_tile_cannot_copy_safely_is_refused_with_the_reason(change, why):
-    _, reference = _reference(OWN / "stencil3x3")
-    before, after = change
-    assert before in reference["source"]
-    reference["source"] = reference["source"].replace(before, after)
     with pytest.raises(CannotApply, match=re.escape(why)):
-        halo_tile_family(reference)
+        halo_tile_family(_changed(OWN / "stencil3x3", *change))
 
 
 def test_grid_stride_gives_each_thread_items_a_grid_apart():
@@ -592,12 +594,7 @@ _LOOP = ("    for (int dy = -1; dy <= 1; ++dy) {\n        for (int dx = -1; dx <
     (("if (x >= w || y >= h) return;", "if (x >= w) return;"), "the bounds check does not bound both x and y"),
 ])
 def test_a_kernel_that_is_not_an_unweighted_neighbourhood_sum_gets_no_row_window_with_the_reason(change, why):
-    _, reference = _reference(STENCIL)
-    source = reference["source"]
-    for before, after in zip(change[::2], change[1::2]):
-        assert before in source
-        source = source.replace(before, after)
-    reference["source"] = source
+    reference = _changed(STENCIL, *change)
     if why is None:
         assert row_window_family(reference).knobs["VEC"] == [1, 2, 4]
         return
@@ -631,12 +628,8 @@ def test_row_block_gives_each_thread_rows_consecutive_rows_each_with_the_origina
      "is inside a loop or switch, so it cannot become a continue"),
 ])
 def test_a_kernel_whose_rows_cannot_be_repeated_per_thread_gets_no_row_block_with_the_reason(change, why):
-    _, reference = _reference(STENCIL)
-    before, after = change
-    assert before in reference["source"]
-    reference["source"] = reference["source"].replace(before, after)
     with pytest.raises(CannotApply, match=re.escape(why)):
-        row_block_family(reference)
+        row_block_family(_changed(STENCIL, *change))
 
 
 def test_a_kernel_with_shared_memory_and_barriers_gets_no_row_block():
