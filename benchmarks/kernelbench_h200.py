@@ -17,6 +17,9 @@ baseline, and its reference record says so ("baseline_errors").
 --compile-first SECONDS: every torch.compile of the list runs before any timing (up to SECONDS), then the compile
 workers stop, so that no timing shares the GPU or the CPU with a compile.
 --remeasure-timed RECORDS_GZ: that file's candidates that were timed are measured again, first.
+--retime-from RECORDS_GZ [--retime-below MS]: that file's tasks whose reference median is below MS (0.1) are
+timed again, reference with its baselines and each timed candidate (launch-bound tasks, whose timing the
+head start before each timed call changed).
 --ncu-sample: Nsight Compute metrics of one forward of that many candidates that ran correct and were timed
 (verdict "ok" first, then PyTorch-level rewrites: before 2026-12-01 only "ok" ones were taken, and calls with
 none profiled nothing), spread over the run, if time is left before the deadline.
@@ -279,6 +282,14 @@ def timed_candidates(rows: list[dict]) -> set[tuple[int, int, str]]:
             if r.get("variant") != "reference" and r.get("source") and r.get("candidate")}
 
 
+def launch_bound(rows: list[dict], below_ms: float) -> list[tuple[int, int]]:
+    """Recorded tasks whose reference's median is below `below_ms`: the ones whose timing the head start
+    (the ~100 us of GPU work queued before each timed call, gpu_runner.pytorch_worker) changes, since
+    without it the host's launch time of a few-us op is timed too."""
+    return sorted((r["level"], r["task"]) for r in rows if r.get("variant") == "reference" and r.get("reference")
+                  and r["reference"]["median_ms"] < below_ms)
+
+
 def without_compile_baseline(rows: list[dict]) -> list[tuple[int, int]]:
     """Recorded tasks whose reference has no torch.compile baseline."""
     return sorted((r["level"], r["task"]) for r in rows
@@ -302,6 +313,9 @@ def main() -> int:
     parser.add_argument("--bundled", nargs="*", default=[], help="folders of the project's own problems")
     parser.add_argument("--compile-again", help="a records file whose references without a torch.compile baseline "
                                                 "are timed again with one")
+    parser.add_argument("--retime-from", help="a records file: its tasks whose reference was timed below --retime-below "
+                                              "ms are timed again (reference, baselines, timed candidates)")
+    parser.add_argument("--retime-below", type=float, default=0.1, metavar="MS")
     parser.add_argument("--compile-workers", type=int, default=2)
     parser.add_argument("--compile-first", type=float, default=0.0, metavar="SECONDS",
                         help="compile every reference with torch.compile before any timing, for up to SECONDS, then "
@@ -328,8 +342,10 @@ def main() -> int:
     skip = set(args.skip) | {f"{r['level']}:{r['task']}" for r in recorded(Path(args.skip_recorded or "-"))
                              if r.get("variant") == "reference"}
     again = [tuple(map(int, k.split(":"))) for k in args.do_bench_again]
+    retime = set(launch_bound(recorded(Path(args.retime_from or "-")), args.retime_below))
     remeasure = sorted(to_remeasure(recorded(Path(args.remeasure_from or "-")), by_key)
-                       | timed_candidates(recorded(Path(args.remeasure_timed or "-"))))
+                       | timed_candidates(recorded(Path(args.remeasure_timed or "-")))
+                       | {c for c in timed_candidates(recorded(Path(args.retime_from or "-"))) if c[:2] in retime})
     # The work list, in the order measured: re-measures, do_bench again, then the new tasks.
     work: list[dict] = []
     for level, task, digest in remeasure:
@@ -347,6 +363,8 @@ def main() -> int:
         # start from the far end of the list, so these are compiled first)
         new += [{**by_key[key], "solutions": {}} for key in without_compile_baseline(recorded(Path(args.compile_again)))
                 if key in by_key]
+    # references timed again (with their torch.compile baseline); a do_bench-again task is timed there already
+    new += [{**by_key[key], "solutions": {}} for key in sorted(retime) if key in by_key and key not in again]
     level1_left = max(0, args.do_bench_tasks - len(again))
     for task in new:
         if task["level"] == 1 and level1_left:
