@@ -295,6 +295,11 @@ CALLS = (
     "python3 benchmarks/kernelbench_h200.py .kb-data/cuda-l1 OUT --levels 1 --skip-recorded R --do-bench-again 1:4 "
     "1:10 1:20 1:50 1:64 1:78 1:80 1:82 1:84 1:86 --compile-workers 0 --ncu-sample 0 --deadline-s 70 (27 s; the "
     "do_bench tasks timed again with the ~100 us head start before each timed call)",
+    "TORCHINDUCTOR_COMPILE_THREADS=1 python3 benchmarks/kernelbench_h200.py .kb-data/cuda-l1 OUT --levels 1 2 3 "
+    "--skip-recorded R --retime-from R --do-bench-again 1:4 1:10 1:20 1:50 1:64 1:78 1:80 1:82 1:84 1:86 "
+    "--compile-workers 14 --compile-first 150 --ncu-sample 3 --deadline-s 500 --jobs 12 (2026-12-02, 244 s; the 45 "
+    "tasks whose reference ran below 0.1 ms timed again with the head start, reference, baselines (49 torch.compile "
+    "first, in 22 s) and their 40 timed candidates; the do_bench tasks again; 3 programs under Nsight Compute)",
 )
 # Why an extension did not build, by the compiler's message (the verdict's reason holds it).
 BUILD_FAILURES = (

@@ -62,7 +62,7 @@ from search_engine.tree import TreeOptions  # noqa: E402
 OWN = ROOT / "tests" / "gpu_runner" / "own_kernels"
 KERNELS = ("gelu", "row_rmsnorm", "column_sum", "stencil3x3", "row_softmax")
 TRANSPOSE = ROOT / "kernellab" / "problems" / "transpose"
-DATE = "2026-12-01"
+DATE = dt.date.today().isoformat()
 GOAL = 0.70
 # Fewer validation sets and repetitions than a verification, the same protocol (the recorder's).
 SETTINGS = MeasureSettings(validation_sets=2, warmup=2, min_reps=5, max_reps=40, target_timing_ms=40.0,
@@ -109,7 +109,8 @@ class RunnerPort:
                "reason": result.reason[:300], "speedup": result.speedup,
                "candidate_ms": result.candidate.median_ms if result.candidate else None,
                "reference_ms": result.reference.median_ms if result.reference else None,
-               "compiled_with": (result.compiler.compiled_with if result.compiler else None)}
+               "compiled_with": (result.compiler.compiled_with if result.compiler else None),
+               "wall_s": round(time.perf_counter() - started, 4), "phase_s": dict(result.phase_s)}
         self.measured.append(row)
         return result.to_dict()
 
@@ -235,6 +236,7 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         "measure_s": round(port.measure_s, 3),
         "search_wall_s": round(wall, 3),
         "compile_share_of_wall": round(port.compile_s / wall, 4) if wall > 0 else None,
+        "measurement_phase_median_s": _phase_medians(port.measured),
         "winning_recipe": recipe,
         "winning_candidate": winner,
         "best_source": None,
@@ -251,6 +253,18 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         result["best_launch"] = node.candidate["launch"]
     result["meets_goal"] = bool(result["best_fraction_of_roofline"] and result["best_fraction_of_roofline"] >= GOAL)
     return result
+
+
+def _phase_medians(measured: list[dict]) -> dict:
+    """Median seconds of each phase of a measurement (the runner's phase_s: compile, the worker's
+    round trip, waiting for SASS counts, and the worker's own load/validate/time phases), and of
+    the whole request: where a measurement's wall time goes."""
+    phases: dict[str, list[float]] = {"request": [m["wall_s"] for m in measured if m.get("wall_s") is not None]}
+    for m in measured:
+        for phase, seconds in (m.get("phase_s") or {}).items():
+            if isinstance(seconds, (int, float)):
+                phases.setdefault(phase, []).append(seconds)
+    return {phase: round(statistics.median(v), 4) for phase, v in phases.items() if v}
 
 
 # ---- the app's compile path against the records -------------------------------------------------------

@@ -7,7 +7,8 @@ pure function of the source (`nvrtc.choose_engine`) and is recorded as the repor
 `nvidia-cuda-nvcc` wheel's; libnvrtc preferably of nvcc's release (`nvrtc.find_nvrtc`). cuobjdump (and the nvdisasm it
 needs) come from the toolkit or the `nvidia-cuda-cuobjdump` / `-nvdisasm` wheels.
 Results are cached on disk by (source, options, arch, engine and its release) so a family recorded
-twice compiles once.
+twice compiles once; SASS counts (`sass=True`) are added to a cached entry the first time they are
+asked for, so a compile check without them and the measurement after it share one compile.
 """
 from __future__ import annotations
 
@@ -250,57 +251,60 @@ def cache_dir() -> Path:
     return path
 
 
-def _flags_and_entry(source: str, options: Sequence[str], arch: str, sass: bool) -> tuple[list[str], Path]:
-    """nvcc's flags for a compile and its folder in the cache (keyed by everything that shapes the cubin)."""
+def _flags_and_entry(source: str, options: Sequence[str], arch: str) -> tuple[list[str], Path]:
+    """nvcc's flags for a compile and its folder in the cache (keyed by everything that shapes the
+    cubin; SASS counts are added to an entry when first asked for, so they are not in the key)."""
     from .candidate import arch_option, nvcc_options
 
     arch = arch_option(list(options)) or arch
     flags = ["-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-Xptxas", "-v", *nvcc_options(list(options))]
     flags += [flag for flag in cutlass_flags(source) if flag not in flags]
-    key = hashlib.sha256(json.dumps([source, flags, include_flags(), nvcc_version(), cutlass_version(),
-                                     sass]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([source, flags, include_flags(), nvcc_version(),
+                                     cutlass_version()]).encode()).hexdigest()
     return flags, cache_dir() / key[:2] / key
 
 
-def _nvrtc_flags_and_entry(source: str, options: Sequence[str], arch: str, sass: bool,
-                           label: str) -> tuple[list[str], Path]:
+def _nvrtc_flags_and_entry(source: str, options: Sequence[str], arch: str, label: str) -> tuple[list[str], Path]:
     """NVRTC's flags and cache folder; the key holds the engine and its release, not the machine's
     include paths, so a compile carried from another machine with the same release is found."""
     flags = nvrtc_flags(options, arch)
-    key = hashlib.sha256(json.dumps(["nvrtc", source, flags, label, cutlass_version(), sass]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps(["nvrtc", source, flags, label, cutlass_version()]).encode()).hexdigest()
     return flags, cache_dir() / key[:2] / key
 
 
-def _engine_entry(source: str, options: Sequence[str], arch: str, sass: bool) -> tuple[Engine, str, list[str], Path]:
+def _engine_entry(source: str, options: Sequence[str], arch: str) -> tuple[Engine, str, list[str], Path]:
     """(engine, the report's compiler string, flags, cache folder) for a compile of `source`."""
     engine = choose_engine(source, options)
     if engine.name == "nvrtc":
         library, _ = find_nvrtc()
-        flags, entry = _nvrtc_flags_and_entry(source, options, arch, sass, library.label)
+        flags, entry = _nvrtc_flags_and_entry(source, options, arch, library.label)
         return engine, library.label, flags, entry
-    flags, entry = _flags_and_entry(source, options, arch, sass)
+    flags, entry = _flags_and_entry(source, options, arch)
     return engine, f"nvcc {nvcc_version()}", flags, entry
 
 
 def cached_compile(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
                    sass: bool = True) -> tuple[dict, bytes] | None:
-    """The cache's (report as JSON, cubin) of a successful compile, or None where it holds none."""
-    _, _, _, cached = _engine_entry(source, options, arch, sass)
+    """The cache's (report as JSON, cubin) of a successful compile, or None where it holds none (or,
+    with `sass`, where its SASS counts were never taken)."""
+    _, _, _, cached = _engine_entry(source, options, arch)
     try:
         report = json.loads((cached / "report.json").read_text())
+        if sass and not (report.get("facts") or {}).get("sass"):
+            return None
         return (report, (cached / "k.cubin").read_bytes()) if report.get("ok") else None
     except (OSError, ValueError):
         return None
 
 
-def seed_cache(source: str, options: Sequence[str], arch: str, *, sass: bool, report: dict, cubin: bytes) -> bool:
+def seed_cache(source: str, options: Sequence[str], arch: str, *, report: dict, cubin: bytes) -> bool:
     """Store a compile made on another machine under this machine's key, so compile_cubin finds it.
 
     Only a successful compile by the engine this machine uses for the source, of the same release,
     with the same CUTLASS headers is taken (the key differs between machines only by where the
     headers lie); anything else returns False and is compiled here when asked for."""
     facts = report.get("facts") or {}
-    _, label, _, cached = _engine_entry(source, options, arch, sass)
+    _, label, _, cached = _engine_entry(source, options, arch)
     if not report.get("ok") or report.get("compiler") != label or facts.get("cutlass") != cutlass_version():
         return False
     cached.mkdir(parents=True, exist_ok=True)
@@ -313,14 +317,21 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
                   sass: bool = True, use_cache: bool = True, timeout_s: float = 180.0) -> CompileOutput:
     """Compile `source` to a cubin for `arch` with the engine the source calls for (NVRTC or nvcc);
     never raises for a bad source."""
-    engine, label, flags, cached = _engine_entry(source, options, arch, sass)
+    engine, label, flags, cached = _engine_entry(source, options, arch)
     if use_cache and (cached / "report.json").is_file():
         try:
             report = _report_from_json(json.loads((cached / "report.json").read_text()))
             cubin = (cached / "k.cubin").read_bytes() if report.ok else None
-            return CompileOutput(report, cubin)
         except (OSError, ValueError, KeyError, TypeError):
             pass
+        else:
+            if sass and cubin is not None and _lacks_sass(report):
+                _add_sass_counts(report, cubin)
+                try:
+                    _atomic_write(cached / "report.json", json.dumps(asdict(report)).encode())
+                except OSError:
+                    pass
+            return CompileOutput(report, cubin)
     started = time.perf_counter()
     refusal = find_forbidden_directive(source)
     if refusal is not None:
@@ -339,7 +350,7 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
         ok, cubin = answer.ok, answer.cubin
         sass_dump = answer.sass_dump
         if ok and sass and sass_dump is None:
-            notes.append(f"[sass counts unavailable: {answer.sass_error}]")
+            notes.append(f"{SASS_UNAVAILABLE}{answer.sass_error}]")
     else:
         log, ok, cubin = _run_nvcc(flags, source, timeout_s)
         if not engine.reason.startswith("the source"):
@@ -358,13 +369,9 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
             per_kernel = parse_sass(sass_dump) if sass_dump is not None else \
                 sass_counts(cubin) if engine.name == "nvcc" else None
             if per_kernel is not None:
-                total: dict[str, int] = {}
-                for counts in per_kernel.values():
-                    for opcode, n in counts.items():
-                        total[opcode] = total.get(opcode, 0) + n
-                facts.sass = dict(sorted(total.items(), key=lambda kv: -kv[1]))
+                facts.sass = _summed(per_kernel)
         except (ToolMissing, RuntimeError, subprocess.TimeoutExpired) as exc:
-            log += f"\n[sass counts unavailable: {exc}]"
+            log += f"\n{SASS_UNAVAILABLE}{exc}]"
     report = CompileReport(ok=ok, diagnostics=diagnostics, log=log, facts=facts, compile_s=elapsed, compiler=label)
     # A compiler that crashed or ran out of time says nothing lasting about the source: not cached.
     transient = not ok and engine.name == "nvrtc" and answer.log.startswith(NVRTC_TRANSIENT)
@@ -400,6 +407,32 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+SASS_UNAVAILABLE = "[sass counts unavailable: "
+
+
+def _summed(per_kernel: dict[str, dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counts in per_kernel.values():
+        for opcode, n in counts.items():
+            total[opcode] = total.get(opcode, 0) + n
+    return dict(sorted(total.items(), key=lambda kv: -kv[1]))
+
+
+def _lacks_sass(report: CompileReport) -> bool:
+    """A successful compile whose SASS counts were never asked for (not one where they failed)."""
+    return report.ok and report.facts is not None and not report.facts.sass and SASS_UNAVAILABLE not in report.log
+
+
+def _add_sass_counts(report: CompileReport, cubin: bytes) -> None:
+    """Count the cubin's SASS opcodes into `report` (cuobjdump on the compiled cubin, whichever
+    engine made it: about 0.45 s of CPU, which is why a compile check goes without them and a
+    measured kernel's counts are taken while the GPU times it)."""
+    try:
+        report.facts.sass = _summed(sass_counts(cubin))
+    except (ToolMissing, RuntimeError, subprocess.TimeoutExpired) as exc:
+        report.log += f"\n{SASS_UNAVAILABLE}{exc}]"
 
 
 def _report_from_json(data: dict) -> CompileReport:

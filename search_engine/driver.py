@@ -80,6 +80,7 @@ class SearchDriver:
         self.problem = dict(problem or {})
         self.reference_ms = reference_ms
         self.reference_compiler_facts = reference_compiler_facts
+        self._measure_first: set[int] = set()  # this step's children whose generator asked the GPU first
         if _state is not None:
             saved_state.restore(self, _state)
             learning.relearn(self)
@@ -207,7 +208,10 @@ class SearchDriver:
         self.step_count += 1
         report = StepReport(step=self.step_count, status="expanded", expanded=expanded, created=created)
         self._forecast(compiled)
-        report.measured_requests = self._apply(self.policy.decide(self.tree, compiled, self.budget_left()))
+        first = {nid for nid in compiled if nid in self._measure_first}
+        self._measure_first.clear()
+        report.measured_requests = self._apply(self.policy.decide(self.tree, compiled, self.budget_left(),
+                                                                  measure_first=first))
         self._publish_step(report)
         return report
 
@@ -245,6 +249,8 @@ class SearchDriver:
                 self.counters.duplicates += 1
                 continue
             created.append(child.id)
+            if proposal.measure_first:
+                self._measure_first.add(child.id)
             # A generator that only replays recorded solutions says so on every node it makes.
             origin = getattr(self.generator, "origin", None)
             self._publish_created(child, **({"origin": origin} if origin else {}))

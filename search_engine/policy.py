@@ -17,6 +17,7 @@ from search_engine.node_states import NodeState
 from search_engine.tree import Node, PUCTTree
 
 ABSTENTION_PRIORITY = 0.5  # an abstention is deferred to the GPU ahead of weakly promising forecasts
+MEASURE_FIRST_PRIORITY = 0.9  # a generator's measure-first child (a cure's start) goes ahead of most forecasts
 
 
 @dataclass
@@ -102,7 +103,8 @@ class SelectivePolicy:
         return conformal_threshold(pairs, s.conformal_target)
 
     # ---- decisions --------------------------------------------------------------------------
-    def decide(self, tree: PUCTTree, new_ids: list[int], budget_left: int, stalled: bool = False) -> list[Decision]:
+    def decide(self, tree: PUCTTree, new_ids: list[int], budget_left: int, stalled: bool = False,
+               measure_first: set[int] | frozenset[int] = frozenset()) -> list[Decision]:
         """Decisions for newly forecast children and for parked ones that may now be measured.
 
         stalled: no node can be expanded; then, rather than end with GPU budget left, the most
@@ -120,6 +122,11 @@ class SelectivePolicy:
             forecast = Forecast.from_dict(node.forecast) if node.forecast else None
             if s.measure_all or forecast is None:
                 to_measure.append(Decision(nid, "measure", "every candidate is measured", priority=1.0))
+                continue
+            if nid in measure_first:
+                to_measure.append(Decision(nid, "measure", "its generator asked the GPU first (a cure's start "
+                                           "point, a kind of kernel the surrogate has not seen)",
+                                           priority=MEASURE_FIRST_PRIORITY))
                 continue
             if forecast.abstained:
                 to_measure.append(Decision(

@@ -20,6 +20,10 @@ class Proposal:
     latency_s: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
+    # The generator asks the GPU to judge this one ahead of any forecast: a recipe's cure at its start
+    # point, a kind of kernel no surrogate has seen (the roofline heuristic cannot tell a row read once
+    # from a row read three times); the policy measures it while the budget lasts.
+    measure_first: bool = False
 
     @property
     def failed(self) -> bool:

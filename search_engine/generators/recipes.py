@@ -24,12 +24,19 @@ Recipes (each refuses with its reason where its cure does not fit):
 - row-block: any per-pixel 2-D kernel: ROWS consecutive rows per thread, the code after y repeated
   per row with its bounds check, the grid's y divided by ROWS; knobs ROWS, BX, BY.
 - grid-stride: ITEMS elements per thread, a grid apart; knobs ITEMS, BLOCK.
+- row-cache: passes that walk the same split columns (loops with one header, stepping more than one
+  column) and read the same read-only buffer at their counter: the first pass keeps the values in a
+  register array, the later ones read it, each as CACHE unrolled steps where the thread's share
+  fits and as the original loop where it does not; knob CACHE.
 - unroll: `#pragma unroll` with the knob's factor on each loop that has none; knob UNROLL.
 - read-only-path: __restrict__, const and __ldg on the buffers the kernel never writes, and
   __launch_bounds__ of its block; knobs RESTRICT, LDG, MINB.
-The last two are also modifiers: below a structural cure's variant they start on top of it
+Each cure's start point (and each modifier's on top of a cure) is proposed `measure_first`: no
+surrogate has seen what the cure does to this kernel, so the GPU judges it ahead of the forecasts.
+The last three are also modifiers: below a structural cure's variant they start on top of it
 ("recipe warp-per-row[WARPS=4]+read-only-path: ..."), which is how the row RMS norm reached 71% of
-its roofline on the H200 (benchmarks/results/own_kernels_h200_2026-12-01.json).
+its roofline on the H200 (benchmarks/results/own_kernels_h200_2026-12-01.json), and how the row
+softmax's three passes over a warp's row read it once.
 """
 from __future__ import annotations
 
@@ -1683,6 +1690,162 @@ def read_only_family(parent: Candidate) -> RecipeFamily:
                         temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
 
 
+# ---- row cache: a row that several passes read, held in registers after the first ----------------
+ROW_CACHE = (4, 8, 16, 32, 64)
+_CONTROL_FLOW = ("break_statement", "continue_statement", "return_statement", "goto_statement")
+
+
+def repeated_reads_noted(note: dict) -> bool:
+    text = f"{note.get('finding', '')} {note.get('advice', '')}".lower()
+    return "more than once" in text or "read again" in text or "re-read" in text or "reuse" in text
+
+
+def row_cache_family(parent: Candidate) -> RecipeFamily:
+    """Top-level loops that walk the same columns (the same header, e.g. the passes of a warp-per-row
+    softmax: max, sum, write) and read the same read-only buffer at the loop's counter: the first pass
+    that reads it keeps each value in a register array of CACHE entries, and the later passes take it
+    from there instead of from memory. Each pass runs as CACHE unrolled steps where the thread's share
+    of the row fits (kl_fits), and as the original loop where it does not, so any row length is right."""
+    step, kernel, source = _single_kernel(parent)
+    body = kernel.child_by_field_name("body")
+    statements = [c for c in body.named_children if c.type != "comment"]
+    loops = [n for n in statements if n.type == "for_statement"]
+    groups: dict[tuple[str, ...], list[Node]] = {}
+    for loop in loops:
+        header = tuple(_text(loop.child_by_field_name(f)).replace(" ", "") for f in ("initializer", "condition", "update"))
+        groups.setdefault(header, []).append(loop)
+    repeated = [g for g in groups.values() if len(g) >= 2]
+    if not repeated:
+        raise CannotApply("no two loops at the kernel's top level walk the same columns, so nothing is read twice.")
+    pointers = dict(_pointer_parameters(kernel))
+    local = _local_pointers(body)
+    written = _written_pointers(kernel, pointers)
+    readable = {name for name in pointers if name not in written}
+    readable |= {name for name, (_, sources) in local.items() if sources and not sources & written
+                 and name not in _assigned_names(body)}
+    element_type = {**pointers, **{name: t for name, (t, _) in local.items()}}
+    best: tuple[list[Node], str, str, dict[str, list[int]]] | None = None
+    reason = "the loops that walk the same columns read no buffer the kernel never writes at their counter."
+    for group in repeated:
+        counter, step_text, declared = _loop_counter(group[0])
+        if not declared:
+            reason = f"the loop at line {group[0].start_point[0] + 1} does not declare its own counter."
+            continue
+        if step_text == "1":
+            reason = ("the loops step one column at a time, so one thread would hold the whole row in registers; "
+                      "the cache pays where a row's columns are split over lanes (on top of warp-per-row).")
+            continue
+        reads: dict[str, list[int]] = {}
+        for position, loop in enumerate(group):
+            for node in _walk(loop.child_by_field_name("body")):
+                if node.type in _CONTROL_FLOW:
+                    raise CannotApply(f"the loop at line {loop.start_point[0] + 1} leaves by {_text(node).split()[0]}, "
+                                      "which its unrolled copy cannot do the same way.")
+                target = node.child_by_field_name("left") if node.type == "assignment_expression" else \
+                    node.child_by_field_name("argument") if node.type == "update_expression" else None
+                if target is not None and _text(target) == counter:
+                    raise CannotApply(f"the loop at line {loop.start_point[0] + 1} changes its counter {counter} "
+                                      "in its body.")
+                if _is_read_at(node, counter, readable):
+                    name = _text(node.child_by_field_name("argument"))
+                    if position not in reads.setdefault(name, []):
+                        reads[name].append(position)
+        reads = {name: at for name, at in reads.items() if len(at) >= 2}
+        if reads and (best is None or sum(map(len, reads.values())) > sum(map(len, best[3].values()))):
+            best = (group, counter, step_text, reads)
+    if best is None:
+        raise CannotApply(reason)
+    group, counter, step_text, reads = best
+    condition = group[0].child_by_field_name("condition")
+    if condition.type != "binary_expression" or _text(condition.child_by_field_name("left")) != counter \
+            or _text(condition.child_by_field_name("operator")) not in ("<", "<=") \
+            or _mentions(condition.child_by_field_name("right"), counter):
+        raise CannotApply(f"the loops' condition {_text(condition)} is not {counter} < a bound.")
+    bound, operator = _text(condition.child_by_field_name("right")), _text(condition.child_by_field_name("operator"))
+    declaration = group[0].child_by_field_name("initializer")
+    counter_type = _text(declaration.child_by_field_name("type"))
+    start = _text(next(c for c in declaration.children if c.type == "init_declarator").child_by_field_name("value"))
+    fixed = {_text(n) for loop in group for f in ("initializer", "condition", "update")
+             for n in _walk(loop.child_by_field_name(f)) if n.type == "identifier"} - {counter}
+    changed = fixed & _assigned_names(body)
+    if changed:
+        raise CannotApply(f"{', '.join(sorted(changed))} changes between the loops, so they may not walk the same columns.")
+    edits: list[tuple[int, int, str]] = []
+    arrays = "".join(f"    {element_type[name]} kl_row_{name}[CACHE];\n" for name in reads)
+    after_all = "<" if operator == "<=" else "<="
+    first = group[0]
+    edits.append((first.start_byte, first.start_byte,
+                  f"// row cache: {', '.join(reads)} read once, kept in registers for the later passes\n{arrays}"
+                  f"    const bool kl_fits = ({bound}) {after_all} ({start}) + CACHE * ({step_text});\n    "))
+    for position, loop in enumerate(group):
+        loop_body = loop.child_by_field_name("body")
+        text = loop_body.text
+        cached = [name for name, at in reads.items() if position in at]
+        if not cached:
+            continue
+        for node in sorted((n for n in _walk(loop_body) if _is_read_at(n, counter, set(cached))),
+                           key=lambda n: n.start_byte, reverse=True):
+            name = _text(node.child_by_field_name("argument"))
+            a, b = node.start_byte - loop_body.start_byte, node.end_byte - loop_body.start_byte
+            text = text[:a] + f"kl_row_{name}[kl_k]".encode() + text[b:]
+        loads = "".join(f"kl_row_{name}[kl_k] = {name}[{counter}]; " for name in cached if reads[name][0] == position)
+        unrolled = (f"if (kl_fits) {{\n#pragma unroll\n    for (int kl_k = 0; kl_k < CACHE; ++kl_k) {{\n"
+                    f"        {counter_type} {counter} = ({start}) + kl_k * ({step_text});\n"
+                    f"        if ({counter} {operator} ({bound})) {{ {loads}{text.decode()} }}\n    }}\n"
+                    f"    }} else {_text(loop)}")
+        edits.append((loop.start_byte, loop.end_byte, unrolled))
+    data = source.encode()
+    for a, b, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        data = data[:a] + text.encode() + data[b:]
+    template = "// Written by KernelLab's row-cache recipe: a row read by several passes, read once.\n" + data.decode()
+    return RecipeFamily(recipe="row-cache", template=template, launch=[dict(s) for s in parent["launch"]],
+                        knobs={"CACHE": list(ROW_CACHE)}, start={"CACHE": 32},
+                        temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+def _is_read_at(node: Node, counter: str, names: set[str]) -> bool:
+    """`P[counter]` for a P of `names`, read (not the left of an assignment, not under &)."""
+    if node.type != "subscript_expression" or _text(node.child_by_field_name("argument")) not in names:
+        return False
+    index = node.child_by_field_name("indices") or node.child_by_field_name("index")
+    if _text(index).strip("[] ") != counter:
+        return False
+    outer = node.parent
+    return not (outer is not None and ((outer.type == "assignment_expression" and outer.child_by_field_name("left") == node)
+                                       or outer.type == "update_expression"
+                                       or (outer.type == "pointer_expression" and _text(outer).startswith("&"))))
+
+
+def _local_pointers(body: Node) -> dict[str, tuple[str, set[str]]]:
+    """Pointers declared in the body: name -> (element type, the identifiers its value is made from)."""
+    found = {}
+    for node in _walk(body):
+        if node.type != "declaration":
+            continue
+        for declarator in (c for c in node.children if c.type == "init_declarator"):
+            inner = declarator.child_by_field_name("declarator")
+            if inner is None or inner.type != "pointer_declarator":
+                continue
+            while inner is not None and inner.type != "identifier":
+                inner = inner.child_by_field_name("declarator")
+            value = declarator.child_by_field_name("value")
+            if inner is not None and value is not None:
+                found[_text(inner)] = (_text(node.child_by_field_name("type")),
+                                       {_text(n) for n in _walk(value) if n.type == "identifier"})
+    return found
+
+
+def _assigned_names(body: Node) -> set[str]:
+    """Plain variables the body assigns or steps after their declaration (`x = ...`, `x += ...`, `++x`)."""
+    names = set()
+    for node in _walk(body):
+        target = node.child_by_field_name("left") if node.type == "assignment_expression" else \
+            node.child_by_field_name("argument") if node.type == "update_expression" else None
+        if target is not None and target.type == "identifier":
+            names.add(_text(target))
+    return names
+
+
 # ---- shared by the recipes ----------------------------------------------------------------------
 def _single_kernel(parent: Candidate) -> tuple[dict, Node, str]:
     source = parent["source"]
@@ -1724,7 +1887,7 @@ def _relaunched(parent: Candidate, step: dict, grid: list[str], block: list[str]
 
 
 # ---- the generator ------------------------------------------------------------------------------
-MODIFIERS = ("unroll", "read-only-path")   # recipes that may also go on top of another cure's variant
+MODIFIERS = ("row-cache", "unroll", "read-only-path")   # recipes that may also go on top of another cure's variant
 RECIPES: tuple[Recipe, ...] = (
     Recipe("vectorise", "4-byte global loads and stores", narrow_accesses_noted, vectorise_family),
     Recipe("warp-per-row", "one thread per row", one_thread_per_row_noted, warp_per_row_family),
@@ -1735,6 +1898,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("row-block", "one pixel per thread", one_pixel_per_thread_noted, row_block_family),
     Recipe("grid-stride", "one element per thread over a grid of many waves", grid_too_small_or_too_many_blocks_noted,
            grid_stride_family),
+    Recipe("row-cache", "passes that read the same row again", repeated_reads_noted, row_cache_family),
     Recipe("unroll", "loops without unrolling", latency_bound_noted, unroll_family),
     Recipe("read-only-path", "loads outside the read-only path", read_only_path_noted, read_only_family),
 )
@@ -1797,7 +1961,8 @@ class RecipeGenerator:
                 continue
             known.add(digest)
             out.append(Proposal(candidate=start, rationale=f"{modifier.name} on top of {chain}: cures {modifier.cures} "
-                                "in the cured kernel; start at " + ", ".join(f"{k}={v}" for k, v in family.start.items())))
+                                "in the cured kernel; start at " + ", ".join(f"{k}={v}" for k, v in family.start.items()),
+                                measure_first=True))
         return out
 
     def _family_of_chain(self, chain: str, reference: Candidate) -> RecipeFamily | str:
@@ -1845,7 +2010,7 @@ class RecipeGenerator:
             else:
                 known.add(candidate_hash(start))
                 starts.append(Proposal(candidate=start, rationale=f"{recipe.name}: {why}; start at "
-                                       + ", ".join(f"{k}={v}" for k, v in family.start.items())))
+                                       + ", ".join(f"{k}={v}" for k, v in family.start.items()), measure_first=True))
         spreading = list(applicable)
         while len(starts) < n and spreading:
             for item in list(spreading):

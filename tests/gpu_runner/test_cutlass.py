@@ -132,20 +132,24 @@ def test_a_compile_carried_from_another_machine_is_taken_only_from_the_same_nvcc
     source = '#include <cute/tensor.hpp>\nextern "C" __global__ void k(float* y) { y[0] = 1.0f; }\n'
     report = {"ok": True, "diagnostics": [], "log": "", "compile_s": 31.0, "compiler": "nvcc 13.0.88",
               "facts": {"registers": 8, "cutlass": "4.2.0", "kernels": {"k": {"registers": 8}}}}
-    assert not compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90", sass=True,
+    assert not compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90",
                                    report={**report, "compiler": "nvcc 13.1.0"}, cubin=b"ELF")
-    assert not compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90", sass=True,
+    assert not compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90",
                                    report={**report, "facts": {**report["facts"], "cutlass": "4.1.0"}}, cubin=b"ELF")
-    assert not compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90", sass=True, report={**report, "ok": False},
+    assert not compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90", report={**report, "ok": False},
                                    cubin=b"ELF")
     assert compiler.cached_compile(source, ["-arch=sm_90a"], "sm_90") is None
-    assert compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90", sass=True, report=report, cubin=b"ELF")
+    assert compiler.seed_cache(source, ["-arch=sm_90a"], "sm_90", report=report, cubin=b"ELF")
     # compile_cubin answers from the cache: no nvcc runs (a missing tool would fail the compile).
     monkeypatch.setattr(compiler, "find_tool", lambda name: (_ for _ in ()).throw(compiler.ToolMissing(name)))
     output = compiler.compile_cubin(source, ["-arch=sm_90a"], "sm_90")
     assert output.cubin == b"ELF" and output.report.ok and output.report.facts.registers == 8
-    # Another architecture, another SASS setting or another source is another compile.
-    assert compiler.cached_compile(source, ["-arch=sm_90a"], "sm_90", sass=False) is None
+    # Its SASS counts were asked for and cannot be taken here (no cuobjdump): said, and not retried.
+    assert compiler.SASS_UNAVAILABLE in output.report.log and not output.report.facts.sass
+    assert compiler.SASS_UNAVAILABLE in compiler.compile_cubin(source, ["-arch=sm_90a"], "sm_90").report.log
+    # The SASS setting is not another compile; another architecture or another source is.
+    assert compiler.cached_compile(source, ["-arch=sm_90a"], "sm_90", sass=False) is not None
+    assert compiler.cached_compile(source, ["-arch=sm_100a"], "sm_90", sass=False) is None
     assert compiler.cached_compile(source.replace("1.0f", "2.0f"), ["-arch=sm_90a"], "sm_90") is None
 
 

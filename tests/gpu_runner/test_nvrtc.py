@@ -127,9 +127,9 @@ def test_a_carried_nvrtc_compile_is_seeded_only_for_the_same_release(monkeypatch
     made = compile_cubin(KERNEL, use_cache=False)
     from dataclasses import asdict
     report = asdict(made.report)
-    assert not compiler.seed_cache(KERNEL, [], "sm_90", sass=True, report={**report, "compiler": "nvrtc 12.9.1"},
+    assert not compiler.seed_cache(KERNEL, [], "sm_90", report={**report, "compiler": "nvrtc 12.9.1"},
                                    cubin=made.cubin)
-    assert compiler.seed_cache(KERNEL, [], "sm_90", sass=True, report=report, cubin=made.cubin)
+    assert compiler.seed_cache(KERNEL, [], "sm_90", report=report, cubin=made.cubin)
     cached = compiler.cached_compile(KERNEL, [], "sm_90")
     assert cached is not None and cached[1] == made.cubin
 

@@ -122,6 +122,8 @@ def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, t
         "does not begin by computing x and y from blockIdx, blockDim and threadIdx.",
         "The row-block recipe (for one pixel per thread) cannot apply: the kernel does not begin by computing x and y "
         "from blockIdx, blockDim and threadIdx.",
+        "The row-cache recipe (for passes that read the same row again) cannot apply: no two loops at the kernel's "
+        "top level walk the same columns, so nothing is read twice.",
         "The unroll recipe (for loops without unrolling) cannot apply: the kernel has no for loop to unroll."])
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     # The recorded H200 data never measured these kernels: replay says so rather than guess.

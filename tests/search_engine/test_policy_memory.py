@@ -77,6 +77,21 @@ def test_an_abstention_is_deferred_to_the_gpu():
     assert decisions[0].action == "measure" and "abstained" in decisions[0].reason
 
 
+def test_a_child_its_generator_asks_the_gpu_first_is_measured_whatever_its_forecast_while_the_budget_lasts():
+    # a confident slowdown (pruned otherwise), a confident gain (accepted) and an unlikely one (parked)
+    tree, ids = tree_with_children([forecast_on(3, 0.9), forecast_on(6, 0.9),
+                                    Forecast.from_probabilities([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0])])
+    policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2, min_gpu_per_step=0))
+    decisions = {d.node_id: d for d in policy.decide(tree, ids, 10, measure_first={ids[0], ids[2]})}
+    assert decisions[ids[0]].action == decisions[ids[2]].action == "measure"
+    assert "asked the GPU first" in decisions[ids[0]].reason
+    assert decisions[ids[1]].action == "accept"
+    # the slots and the budget bound it like any measurement
+    one = policy.decide(tree, ids, 1, measure_first={ids[0], ids[2]})
+    assert [d.node_id for d in one if d.action == "measure"] == [ids[0]]
+    assert {d.node_id: d.action for d in one}[ids[2]] == "park"
+
+
 def test_parked_children_compete_for_later_slots():
     tree, ids = tree_with_children([forecast_on(7, 0.4) for _ in range(3)])
     policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1))

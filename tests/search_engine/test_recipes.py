@@ -15,8 +15,8 @@ from gpu_runner.spec import load_problem
 from search_engine.candidates import candidate_hash
 from search_engine.generators.base import ProposalContext
 from search_engine.generators.recipes import (CannotApply, RecipeGenerator, column_tile_family, grid_stride_family,
-                                             halo_tile_family, read_only_family, unroll_family, vectorise_family,
-                                             warp_per_row_family)
+                                             halo_tile_family, read_only_family, row_cache_family, unroll_family,
+                                             vectorise_family, warp_per_row_family)
 
 TESTS = Path(__file__).resolve().parents[1] / "gpu_runner"
 GELU = TESTS / "own_kernels" / "gelu"
@@ -107,6 +107,7 @@ def test_the_generator_starts_the_cure_at_the_root_and_explores_its_knobs_below_
         "The halo-tile recipe (for no reuse of a stencil's loads) cannot apply",
         "The row-window recipe (for many loads per output of a stencil's neighbourhood sum) cannot apply",
         "The row-block recipe (for one pixel per thread) cannot apply",
+        "The row-cache recipe (for passes that read the same row again) cannot apply",
         "The unroll recipe (for loops without unrolling) cannot apply"]
     # Every cure that applies starts at once (the diagnosed one first), then the knobs' neighbours.
     assert [p.candidate["name"].split(":")[0] for p in first] == [
@@ -142,6 +143,8 @@ def test_a_recipe_that_cannot_apply_says_why_once_on_the_root():
         "from blockIdx, blockDim and threadIdx.",
         "The grid-stride recipe (for one element per thread over a grid of many waves) cannot apply: the kernel does "
         "not begin by computing its element index from blockIdx, blockDim and threadIdx.",
+        "The row-cache recipe (for passes that read the same row again) cannot apply: no two loops at the kernel's "
+        "top level walk the same columns, so nothing is read twice.",
         "The unroll recipe (for loops without unrolling) cannot apply: the kernel has no for loop to unroll.",
         "The read-only-path recipe (for loads outside the read-only path) cannot apply: the kernel reads no buffer it "
         "does not also write."]
@@ -222,7 +225,10 @@ def test_at_the_root_of_a_row_softmax_the_warp_cure_starts_and_the_vector_cure_s
         "The row-window recipe (for many loads per output of a stencil's neighbourhood sum) cannot apply: the kernel "
         "does not begin by computing x and y from blockIdx, blockDim and threadIdx.",
         "The row-block recipe (for one pixel per thread) cannot apply: the kernel does not begin by computing x and y "
-        "from blockIdx, blockDim and threadIdx."]
+        "from blockIdx, blockDim and threadIdx.",
+        "The row-cache recipe (for passes that read the same row again) cannot apply: the loops step one column at a "
+        "time, so one thread would hold the whole row in registers; the cache pays where a row's columns are split "
+        "over lanes (on top of warp-per-row)."]
 
 
 @pytest.mark.gpu
@@ -377,6 +383,7 @@ def test_each_cure_compiles_with_nvcc_at_its_start_and_its_corners_and_fits_the_
 @pytest.mark.parametrize("folder, derive", [
     ("column_sum", column_tile_family), ("stencil3x3", halo_tile_family), ("gelu", grid_stride_family),
     ("row_rmsnorm", warp_per_row_family), ("column_sum", unroll_family), ("row_softmax", read_only_family),
+    ("row_softmax", lambda reference: row_cache_family(warp_per_row_family(reference).render({"WARPS": 4}))),
 ])
 def test_on_the_gpu_each_cure_is_correct_in_every_size_case(folder, derive):
     spec, reference = _reference(OWN / folder)
@@ -398,10 +405,11 @@ def test_below_a_cure_the_modifiers_start_on_top_of_that_very_variant_and_are_ex
     cure = warp_per_row_family(reference).render({"WARPS": 8})
     below = _below(generator, reference, cure)
     names = [p.candidate["name"] for p in below]
-    assert names[:2] == ["recipe warp-per-row[WARPS=8]+unroll: UNROLL=4",
+    assert names[:3] == ["recipe warp-per-row[WARPS=8]+row-cache: CACHE=32",
+                         "recipe warp-per-row[WARPS=8]+unroll: UNROLL=4",
                          "recipe warp-per-row[WARPS=8]+read-only-path: RESTRICT=1, LDG=1, MINB=0"]
     assert {"recipe warp-per-row: WARPS=4", "recipe warp-per-row: WARPS=16"} <= set(names)
-    stacked = below[0].candidate
+    stacked = below[1].candidate
     assert "#define WARPS 8\n" in stacked["source"] and "#pragma unroll kl_unroll" in stacked["source"]
     assert stacked["launch"][0]["block"] == ["8 * 32"]              # the cure's launch, kept
     deeper = _below(generator, reference, stacked, 3)
@@ -419,8 +427,10 @@ def test_below_a_cure_the_modifiers_start_on_top_of_that_very_variant_and_are_ex
 def test_the_modifiers_on_top_of_each_cure_compile_with_nvcc(folder, derive, knobs):
     spec, reference = _reference(OWN / folder)
     cure = derive(reference).render(knobs)
-    stacked = [p.candidate for p in _below(RecipeGenerator(), reference, cure, 4) if "+" in p.candidate["name"]]
-    assert [c["name"].split(":")[0].rsplit("+", 1)[1] for c in stacked] == ["unroll", "read-only-path"]
+    stacked = [p.candidate for p in _below(RecipeGenerator(), reference, cure, 6) if "+" in p.candidate["name"]]
+    # the row cache goes only on the cures whose passes walk the same columns twice (the softmax's three)
+    assert [c["name"].split(":")[0].rsplit("+", 1)[1] for c in stacked] == \
+        (["row-cache"] if folder == "row_softmax" else []) + ["unroll", "read-only-path"]
     runner = Runner(backend="static")
     for candidate in stacked:
         report = runner.check(spec, RunnerCandidate.from_dict(candidate, spec))
@@ -721,3 +731,98 @@ def test_on_the_gpu_the_row_block_stencil_equals_the_reference_kernel_at_the_sma
             for candidate in (variant, read_only_family(variant).render({"RESTRICT": 1, "LDG": 1, "MINB": 0})):
                 result = runner.measure(spec, RunnerCandidate.from_dict(candidate, spec))
                 assert result.status == "ok", (knobs, candidate["name"], result.reason)
+
+
+# ---- row cache: the passes of a row read once (issue 21: the softmax at 52% of its roofline) ----------
+STRIDED = """extern "C" __global__ void strided(const float* x, float* out, int rows, int cols) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = t / 4, lane = t % 4;
+    if (row >= rows) return;
+    const float* in = x + (long long)row * cols;
+    float top = -1e30f;
+    for (int c = lane; c < cols; c += 4) top = fmaxf(top, in[c]);
+    float total = 0.0f;
+    for (int c = lane; c < cols; c += 4) total += in[c] - top;
+    for (int c = lane; c < cols; c += 4) out[(long long)row * cols + c] = (in[c] - top) / (1.0f - total);
+}
+"""
+
+
+def _strided_expected(x: np.ndarray) -> np.ndarray:
+    out = np.empty_like(x)
+    for lane in range(4):
+        part = x[:, lane::4]
+        if part.shape[1] == 0:
+            continue
+        top = part.max(axis=1, keepdims=True)
+        total = (part - top).sum(axis=1, keepdims=True)
+        out[:, lane::4] = (part - top) / (1.0 - total)
+    return out
+
+
+def test_the_softmax_passes_read_the_row_once_into_registers_and_keep_the_loop_for_longer_rows():
+    _, reference = _reference(SOFTMAX)
+    family = row_cache_family(warp_per_row_family(reference).render({"WARPS": 4}))
+    assert family.knobs == {"CACHE": [4, 8, 16, 32, 64]} and family.start == {"CACHE": 32}
+    source = family.render({"CACHE": 32})["source"]
+    assert "float kl_row_in[CACHE];" in source
+    assert "const bool kl_fits = (cols) <= (kl_lane + (0)) + CACHE * (32);" in source
+    assert source.count("kl_row_in[kl_k] = in[c];") == 1                  # loaded by the first pass only
+    assert source.count("kl_row_in[kl_k]") == 4                            # the load and the three passes
+    assert source.count("} else for (int c = kl_lane + (0); c < cols; c += 32)") == 3
+    assert source.count("in[c]") == 4                                      # the load and the three fallbacks
+
+
+@needs_gxx
+def test_on_the_cpu_the_row_cache_equals_numpy_where_the_row_fits_and_where_it_does_not(tmp_path):
+    """Every CACHE, rows of 1 to 70 columns over 4 lanes: both the cached passes and the loops kept
+    for rows longer than 4 * CACHE give NumPy's result, with no access outside the buffers."""
+    family = row_cache_family(_strided(STRIDED))
+    rng = np.random.default_rng(2)
+    for cache in family.knobs["CACHE"]:
+        executable = host_cuda.build(family.render({"CACHE": cache})["source"], "strided",
+                                     ["in", "out", "int", "int"], tmp_path)
+        for rows, cols in ((3, 1), (5, 7), (9, 16), (17, 33), (4, 70)):
+            x = rng.standard_normal((rows, cols)).astype(np.float32)
+            (out,) = host_cuda.run(executable, [x, ("out", (rows, cols)), rows, cols], ((rows * 4 + 63) // 64, 1),
+                                   (64, 1), tmp_path)
+            np.testing.assert_allclose(out, _strided_expected(x), rtol=1e-5, atol=1e-5,
+                                       err_msg=f"CACHE={cache} at {rows}x{cols}")
+
+
+def _strided(source: str) -> dict:
+    return {"source": source, "launch": [{"kernel": "strided", "grid": ["1"], "block": [64],
+                                          "args": ["x", "out", "rows", "cols"]}]}
+
+
+def test_a_kernel_whose_passes_do_not_share_a_split_row_gets_no_row_cache_with_the_reason():
+    with pytest.raises(CannotApply, match="the loops step one column at a time, so one thread would hold the whole row"):
+        row_cache_family(_reference(SOFTMAX)[1])          # one thread per row: its row does not fit in registers
+    renamed = STRIDED.replace("for (int c = lane; c < cols; c += 4) total += in[c]",
+                              "for (int k = lane; k < cols; k += 4) total += in[k]")
+    renamed = renamed.replace("for (int c = lane; c < cols; c += 4) out[(long long)row * cols + c] = (in[c]",
+                              "for (int j = lane; j < cols; j += 4) out[(long long)row * cols + j] = (in[j]")
+    assert renamed.count("int c = lane") == 1
+    with pytest.raises(CannotApply, match="no two loops at the kernel's top level walk the same columns"):
+        row_cache_family(_strided(renamed))
+    moved = STRIDED.replace("float total = 0.0f;", "float total = 0.0f; cols -= 1;")
+    with pytest.raises(CannotApply, match="cols changes between the loops"):
+        row_cache_family(_strided(moved))
+
+
+def test_a_buffer_the_kernel_writes_is_not_cached():
+    in_place = STRIDED.replace("const float* in = x", "float* in = out").replace("out[(long long)row * cols + c] =",
+                                                                             "in[c] =")
+    with pytest.raises(CannotApply, match="read no buffer the kernel never writes"):
+        row_cache_family(_strided(in_place))
+
+
+@needs_nvcc
+def test_every_row_cache_knob_point_on_the_warp_per_row_softmax_compiles_with_nvcc():
+    spec, reference = _reference(SOFTMAX)
+    family = row_cache_family(warp_per_row_family(reference).render({"WARPS": 8}))
+    runner = Runner(backend="static")
+    for cache in family.knobs["CACHE"]:
+        report = runner.check(spec, RunnerCandidate.from_dict(family.render({"CACHE": cache}), spec))
+        assert report.ok, (cache, report.summary())
+        assert report.facts.spill_stores == 0, (cache, report.facts)

@@ -88,7 +88,7 @@ def unpack(archive: Path) -> int:
     seeded = 0
     for folder, files in entries.items():
         meta = json.loads(files["meta.json"])
-        if seed_cache(files["source.cu"].decode(), meta["options"], meta["arch"], sass=meta["sass"],
+        if seed_cache(files["source.cu"].decode(), meta["options"], meta["arch"],
                       report=json.loads(files["report.json"]), cubin=files["k.cubin"]):
             seeded += 1
     print(f"{archive}: {seeded} of {len(entries)} compiles seeded into the cache"
