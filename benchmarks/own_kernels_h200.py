@@ -14,7 +14,9 @@ bandwidth measured in the same run (a 1 GiB device-to-device copy, CUDA events, 
 `reference_fraction_of_roofline` and `best_fraction_of_roofline` are that bound over the measured
 median times (the runner's timing, L2 flushed between runs). Compile time is every compile check's
 wall time in the search (a measurement's own compile is a cache hit); its share is of the search's
-wall time. `app_vs_record_max_rel_diff` re-measures a sample of the bundled transpose family's
+wall time. The SASS counts of a step's measured children (cuobjdump, for the experts' notes) are taken
+at once before their measurements (`prepare_measurements`) and reported apart (`sass_counts_s`,
+`sass_share_of_wall`); `measurement_phase_median_s` says where a measurement's own time goes. `app_vs_record_max_rel_diff` re-measures a sample of the bundled transpose family's
 recorded variants through Runner.measure (the app's verification path, nvcc cubins) and compares
 their speedups with the records.
 
@@ -74,6 +76,7 @@ class RunnerPort:
     def __init__(self, runner, spec, measure):
         self.runner, self.spec, self.measure = runner, spec, measure
         self.compile_s = 0.0
+        self.sass_s = 0.0
         self.measure_s = 0.0
         self.compile_checks = 0
         self.measured: list[dict] = []
@@ -100,6 +103,19 @@ class RunnerPort:
         self.compile_checks += len(items)
         self.compile_s += time.perf_counter() - started
         return answers
+
+    def prepare_measurements(self, items):
+        """The step's measured children get their SASS counts at once, one cuobjdump per core, into the
+        compile cache their measurements then read (each would otherwise wait ~0.5 s for its own)."""
+        started = time.perf_counter()
+        parsed = []
+        for _, candidate in items:
+            try:
+                parsed.append(Candidate.from_dict(candidate, self.spec))
+            except (SpecError, KeyError, TypeError, ValueError):
+                continue
+        self.runner.check_many(self.spec, parsed, sass=True)
+        self.sass_s += time.perf_counter() - started
 
     def request_measurement(self, node_id, candidate):
         started = time.perf_counter()
@@ -236,6 +252,8 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         "measure_s": round(port.measure_s, 3),
         "search_wall_s": round(wall, 3),
         "compile_share_of_wall": round(port.compile_s / wall, 4) if wall > 0 else None,
+        "sass_counts_s": round(port.sass_s, 3),
+        "sass_share_of_wall": round(port.sass_s / wall, 4) if wall > 0 else None,
         "measurement_phase_median_s": _phase_medians(port.measured),
         "winning_recipe": recipe,
         "winning_candidate": winner,

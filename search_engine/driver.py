@@ -324,6 +324,13 @@ class SearchDriver:
             elif d.action == "park":
                 node.reason = d.reason
         verify = self.policy.verification_of_best(self.tree)
+        prepare = getattr(self.port, "prepare_measurements", None)
+        if prepare is not None and self.settings.policy.approval != "manual":
+            planned = ([verify.node_id] if verify is not None else []) + \
+                [d.node_id for d in decisions if d.action == "measure" and (verify is None or d.node_id != verify.node_id)]
+            planned = planned[:max(0, self.budget_left())]
+            if len(planned) > 1:
+                prepare([(nid, self.tree.nodes[nid].candidate) for nid in planned])
         if verify is not None and self._request_measurement(self.tree.nodes[verify.node_id], verify.reason):
             requested.append(verify.node_id)
         for d in decisions:

@@ -30,3 +30,7 @@ class SearchPort(Protocol):
 # A port may also offer compile_many(items: list[(node_id, candidate)]) -> list[dict], the same answers
 # as compile in the same order; the driver then hands it each step's children at once, so their compile
 # checks run in parallel. It is optional: the Protocol above is what every port must have.
+# Likewise prepare_measurements(items: list[(node_id, candidate)]) -> None: the step's measurements, all
+# of them, just before the driver requests them one by one, so that a port whose measurements run here
+# can do their slow CPU part at once on every core (the benchmark's port counts their SASS opcodes, about
+# 0.5 s of cuobjdump per cubin, which a measurement of 20 ms would otherwise wait for, one at a time).

@@ -428,3 +428,33 @@ def test_a_port_that_checks_many_at_once_gets_each_steps_children_together_and_t
     assert sorted(batched.compiled) == sorted(single.compiled)
     assert a.node_states() == b.node_states()                 # answers land on their own nodes
     assert batched.requests == single.requests
+
+
+class PreparingPort(FakePort):
+    """A port whose measurements have a slow CPU part it would rather do for a whole step at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.prepared: list[list[int]] = []
+        self.log: list[tuple] = []
+
+    def prepare_measurements(self, items):
+        self.prepared.append([nid for nid, _ in items])
+        self.log.append(("prepare", tuple(nid for nid, _ in items)))
+
+    def request_measurement(self, node_id, candidate):
+        self.log.append(("measure", node_id))
+        return super().request_measurement(node_id, candidate)
+
+
+def test_a_port_gets_each_steps_measurements_at_once_before_they_are_requested_and_never_past_the_budget():
+    port = PreparingPort()
+    driver = make_driver(port=port, gpu_budget=7, threshold=0.99)  # nothing confident: all wants the GPU
+    driver.run(max_steps=50)
+    assert len(port.requests) == 7 and port.prepared
+    for i, entry in enumerate(port.log):
+        if entry[0] == "prepare":
+            measured_next = [e[1] for e in port.log[i + 1:i + 1 + len(entry[1])] if e[0] == "measure"]
+            assert measured_next == list(entry[1])            # prepared, then measured in that order
+    assert all(len(batch) > 1 for batch in port.prepared)    # a single measurement needs no batch
+    assert sum(len(b) for b in port.prepared) <= 7
