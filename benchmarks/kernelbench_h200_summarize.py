@@ -300,6 +300,9 @@ CALLS = (
     "--compile-workers 14 --compile-first 150 --ncu-sample 3 --deadline-s 500 --jobs 12 (2026-12-02, 244 s; the 45 "
     "tasks whose reference ran below 0.1 ms timed again with the head start, reference, baselines (49 torch.compile "
     "first, in 22 s) and their 40 timed candidates; the do_bench tasks again; 3 programs under Nsight Compute)",
+    "python3 benchmarks/kernelbench_h200.py .kb-data/cuda-l1 OUT --levels 1 --skip-recorded R --do-bench-again 1:4 "
+    "1:10 1:20 1:50 1:64 1:78 1:80 1:82 1:84 1:86 --compile-workers 0 --ncu-sample 0 --max-reps 400 --deadline-s 120 "
+    "(2026-12-02, 36 s; the do_bench tasks timed again with up to 400 timed runs a side instead of 40)",
 )
 # Why an extension did not build, by the compiler's message (the verdict's reason holds it).
 BUILD_FAILURES = (
@@ -467,12 +470,19 @@ def main() -> int:
             key = (row["level"], row["task"], row["variant"])
             if row.get("_ncu") and key in merged and not merged[key].get("_ncu"):
                 merged[key]["_ncu"] = row["_ncu"]
-    elapsed = None
+    # the last call that measured candidates, with its own elapsed time (a later call that only timed
+    # references, a do_bench pass, must not lend its short run to another call's candidates)
+    last_call, elapsed = 0, None
     for path in args.records:
+        measured_here, elapsed_here = 0, None
         for line in open(path):
             row = json.loads(line) if line.strip() else {}
             if "elapsed_s" in row:
-                elapsed = row["elapsed_s"]
+                elapsed_here = row["elapsed_s"]
+            elif row.get("variant") not in (None, "reference") and "wall_s" in row:
+                measured_here += 1
+        if measured_here:
+            last_call, elapsed = measured_here, elapsed_here
     rows = [row for row in merged.values() if (row.get("source") or "").strip() != "None"]
     no_code = len(merged) - len(rows)   # CUDA-L1's "None" solutions, measured by the first calls before they were skipped
     bundled = [row for row in rows if row.get("problem")]
@@ -481,7 +491,7 @@ def main() -> int:
     tasks, out_lines = set(), []
     do_bench_diffs, wall = [], 0.0
     unwatched = Counter()
-    not_compiled, this_call, remeasured, build_failures = Counter(), 0, Counter(), Counter()
+    not_compiled, remeasured, build_failures = Counter(), Counter(), Counter()
     for row in rows:
         hardware = row["_hardware"]
         evidence = row.get("evidence") or {}
@@ -528,8 +538,6 @@ def main() -> int:
             out_lines.append(record)
             continue
         verdict = verdict_of(row)
-        if "wall_s" in row:
-            this_call += 1
         if verdict.status == "failed-compile":
             build_failures[build_failure_class(verdict.reason)] += 1
         if verdict.reason.startswith("No kernel of the solution's own") and "extension_builds" not in evidence:
@@ -567,7 +575,7 @@ def main() -> int:
         "failed_compile_by_cause": dict(build_failures),
         "cuda_l1_reference_vs_kernelbench": dict(Counter(agreement[t] for t in tasks if t in agreement)),
         "no_own_kernel_measured_before_builds_were_watched": dict(unwatched),
-        **candidate_rate(this_call, elapsed, previous),
+        **candidate_rate(last_call, elapsed, previous),
         "remeasured_early_verdicts": dict(remeasured),
         "build_not_finished_or_deferred": dict(events),
         "torch_compile_baseline_missing": dict(not_compiled),
