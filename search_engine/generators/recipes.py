@@ -27,7 +27,10 @@ Recipes (each refuses with its reason where its cure does not fit):
 - row-cache: passes that walk the same split columns (loops with one header, stepping more than one
   column) and read the same read-only buffer at their counter: the first pass keeps the values in a
   register array, the later ones read it, each as CACHE unrolled steps where the thread's share
-  fits and as the original loop where it does not; knob CACHE.
+  fits and as the original loop where it does not; knob CACHE. A value of the element that a pass
+  computes and a later pass computes again (a softmax's exponential) is kept in the element's slot
+  where no later pass needs the raw element, and `x / d` with d fixed during a pass becomes one
+  division before it and a product per value under knob RECIP (it rounds differently).
 - unroll: `#pragma unroll` with the knob's factor on each loop that has none; knob UNROLL.
 - read-only-path: __restrict__, const and __ldg on the buffers the kernel never writes, and
   __launch_bounds__ of its block; knobs RESTRICT, LDG, MINB.
@@ -1770,6 +1773,8 @@ def row_cache_family(parent: Candidate) -> RecipeFamily:
     changed = fixed & _assigned_names(body)
     if changed:
         raise CannotApply(f"{', '.join(sorted(changed))} changes between the loops, so they may not walk the same columns.")
+    kept = _kept_expression(group, counter, reads, body)
+    divisors = _invariant_divisors(group, reads, body)
     edits: list[tuple[int, int, str]] = []
     arrays = "".join(f"    {element_type[name]} kl_row_{name}[CACHE];\n" for name in reads)
     after_all = "<" if operator == "<=" else "<="
@@ -1779,17 +1784,31 @@ def row_cache_family(parent: Candidate) -> RecipeFamily:
                   f"    const bool kl_fits = ({bound}) {after_all} ({start}) + CACHE * ({step_text});\n    "))
     for position, loop in enumerate(group):
         loop_body = loop.child_by_field_name("body")
-        text = loop_body.text
         cached = [name for name, at in reads.items() if position in at]
         if not cached:
             continue
-        for node in sorted((n for n in _walk(loop_body) if _is_read_at(n, counter, set(cached))),
-                           key=lambda n: n.start_byte, reverse=True):
-            name = _text(node.child_by_field_name("argument"))
-            a, b = node.start_byte - loop_body.start_byte, node.end_byte - loop_body.start_byte
-            text = text[:a] + f"kl_row_{name}[kl_k]".encode() + text[b:]
+        inner: list[tuple[int, int, str]] = []   # byte offsets in the loop's body
+        spans = kept.spans.get(position, []) if kept is not None and position > kept.position else []
+        for node in _walk(loop_body):
+            if _is_read_at(node, counter, set(cached)) and not any(a <= node.start_byte < b for a, b in spans):
+                inner.append((node.start_byte, node.end_byte, f"kl_row_{_text(node.child_by_field_name('argument'))}[kl_k]"))
+        for a, b in spans:       # a later pass takes the value the earlier one kept
+            inner.append((a, b, f"kl_row_{kept.name}[kl_k]"))
+        if kept is not None and position == kept.position:
+            for a, b in kept.spans[position][:1]:
+                inner += [(a, a, f"(kl_row_{kept.name}[kl_k] = ("), (b, b, "))")]
+        hoisted = ""
+        for divisor, at in divisors.get(position, {}).items():
+            hoisted += f"const float kl_inv_{divisor} = 1.0f / ({divisor});\n    "
+            for begin, left_end, end in at:
+                inner += [(begin, begin, "KL_DIV("), (left_end, end, f", {divisor})")]
+        text = loop_body.text
+        for a, b, piece in sorted(inner, key=lambda e: (e[0], e[1]), reverse=True):
+            a, b = a - loop_body.start_byte, b - loop_body.start_byte
+            text = text[:a] + piece.encode() + text[b:]
         loads = "".join(f"kl_row_{name}[kl_k] = {name}[{counter}]; " for name in cached if reads[name][0] == position)
-        unrolled = (f"if (kl_fits) {{\n#pragma unroll\n    for (int kl_k = 0; kl_k < CACHE; ++kl_k) {{\n"
+        unrolled = ("if (kl_fits) {\n" + (f"    {hoisted.rstrip()}\n" if hoisted else "") + "#pragma unroll\n"
+                    f"    for (int kl_k = 0; kl_k < CACHE; ++kl_k) {{\n"
                     f"        {counter_type} {counter} = ({start}) + kl_k * ({step_text});\n"
                     f"        if ({counter} {operator} ({bound})) {{ {loads}{text.decode()} }}\n    }}\n"
                     f"    }} else {_text(loop)}")
@@ -1797,10 +1816,126 @@ def row_cache_family(parent: Candidate) -> RecipeFamily:
     data = source.encode()
     for a, b, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         data = data[:a] + text.encode() + data[b:]
-    template = "// Written by KernelLab's row-cache recipe: a row read by several passes, read once.\n" + data.decode()
+    knobs: dict[str, list[int]] = {"CACHE": list(ROW_CACHE)}
+    start_knobs = {"CACHE": 32}
+    helpers = ""
+    if divisors:
+        # x / d with d fixed in the loop: one division before it, a multiplication per value (rounds
+        # differently in the last place, so a knob: the tolerance check decides)
+        knobs["RECIP"], start_knobs["RECIP"] = [0, 1], 1
+        helpers = "#if RECIP\n#define KL_DIV(x, d) ((x) * kl_inv_##d)\n#else\n#define KL_DIV(x, d) ((x) / (d))\n#endif\n"
+    template = "// Written by KernelLab's row-cache recipe: a row read by several passes, read once.\n" + helpers + \
+        data.decode()
     return RecipeFamily(recipe="row-cache", template=template, launch=[dict(s) for s in parent["launch"]],
-                        knobs={"CACHE": list(ROW_CACHE)}, start={"CACHE": 32},
+                        knobs=knobs, start=start_knobs,
                         temps=list(parent.get("temps") or []), compile_options=list(parent.get("compile_options") or []))
+
+
+# Functions whose value depends on their arguments alone: an expression of them can be kept.
+_PURE = {"__expf", "expf", "exp", "__logf", "logf", "log", "exp2f", "log2f", "sqrtf", "sqrt", "rsqrtf", "fabsf",
+         "fabs", "fmaxf", "fminf", "max", "min", "tanhf", "erff", "__sinf", "__cosf", "sinf", "cosf", "powf", "__powf",
+         "__fdividef"}
+
+
+@dataclass
+class _Kept:
+    name: str                              # the cached buffer whose slots take the kept value
+    position: int                          # the pass that computes it (and stores it in the slot)
+    spans: dict[int, list[tuple[int, int]]]  # per pass, where the expression stands (bytes of the source)
+
+
+def _kept_expression(group: list[Node], counter: str, reads: dict[str, list[int]], body: Node) -> _Kept | None:
+    """A value of the cached element that one pass computes and a later pass computes again (the
+    softmax's __expf(in[c] - largest) in its sum and its write): the first pass keeps it in the
+    element's slot and the later ones read it. Only where every later read of the element is inside
+    that expression (the raw value is not needed again), the expression calls pure functions only,
+    and nothing it reads changes between the passes."""
+    def pure(node: Node) -> bool:
+        for n in _walk(node):
+            if n.type in ("assignment_expression", "update_expression", "comma_expression"):
+                return False
+            if n.type == "call_expression" and _text(n.child_by_field_name("function")) not in _PURE:
+                return False
+        return True
+
+    def occurrences(loop: Node, text: str) -> list[Node]:
+        found, stack = [], [loop.child_by_field_name("body")]
+        while stack:
+            n = stack.pop()
+            if n.type in ("call_expression", "binary_expression", "parenthesized_expression") and \
+                    _text(n).replace(" ", "") == text:
+                found.append(n)
+                continue
+            stack.extend(n.children)
+        return found
+
+    for name, at in reads.items():
+        names = {name}
+        for p in at[:-1]:
+            loop = group[p]
+            options = [n for n in _walk(loop.child_by_field_name("body"))
+                       if n.type in ("call_expression", "binary_expression")
+                       and any(_is_read_at(r, counter, names) for r in _walk(n)) and pure(n)]
+            for candidate in sorted(options, key=lambda n: n.start_byte - n.end_byte):
+                text = _text(candidate).replace(" ", "")
+                if len(occurrences(loop, text)) != 1:
+                    continue
+                later = {q: occurrences(group[q], text) for q in at if q > p}
+                later = {q: spans for q, spans in later.items() if spans}
+                if not later:
+                    continue
+                # every read of the element from this pass on must be inside the expression
+                covered = True
+                for q in [p] + [q for q in at if q > p]:
+                    inside = [(n.start_byte, n.end_byte) for n in ([candidate] if q == p else later.get(q, []))]
+                    for r in _walk(group[q].child_by_field_name("body")):
+                        if _is_read_at(r, counter, names) and not any(a <= r.start_byte < b for a, b in inside):
+                            covered = False
+                if not covered:
+                    continue
+                free = {_text(n) for n in _walk(candidate) if n.type == "identifier"} - {name, counter} - _PURE
+                last = max(later)
+                changed = any(target in free and loop.start_byte <= node.start_byte < group[last].end_byte
+                              for node, target in _assignments(body))
+                if changed:
+                    continue
+                spans = {p: [(candidate.start_byte, candidate.end_byte)]}
+                spans.update({q: [(n.start_byte, n.end_byte) for n in nodes] for q, nodes in later.items()})
+                return _Kept(name=name, position=p, spans=spans)
+    return None
+
+
+def _assignments(body: Node) -> list[tuple[Node, str]]:
+    out = []
+    for node in _walk(body):
+        target = node.child_by_field_name("left") if node.type == "assignment_expression" else \
+            node.child_by_field_name("argument") if node.type == "update_expression" else None
+        if target is not None and target.type == "identifier":
+            out.append((node, _text(target)))
+    return out
+
+
+def _invariant_divisors(group: list[Node], reads: dict[str, list[int]], body: Node
+                        ) -> dict[int, dict[str, list[tuple[int, int, int]]]]:
+    """In each cached pass, `x / d` with d a float local the pass does not change: (expression start,
+    the end of x, expression end) per divisor, for one division before the pass and a product per value."""
+    floats = {_text(d.child_by_field_name("declarator")) for n in _walk(body) if n.type == "declaration"
+              and _text(n.child_by_field_name("type")) == "float"
+              for d in n.children if d.type == "init_declarator"}
+    passes = {p for at in reads.values() for p in at}
+    out: dict[int, dict[str, list[tuple[int, int, int]]]] = {}
+    for p in sorted(passes):
+        loop = group[p]
+        written = {target for _, target in _assignments(loop)}
+        for node in _walk(loop.child_by_field_name("body")):
+            if node.type != "binary_expression" or _text(node.child_by_field_name("operator")) != "/":
+                continue
+            right = node.child_by_field_name("right")
+            if right is None or right.type != "identifier" or _text(right) not in floats or _text(right) in written:
+                continue
+            left = node.child_by_field_name("left")
+            out.setdefault(p, {}).setdefault(_text(right), []).append((node.start_byte, left.end_byte, node.end_byte))
+    return out
 
 
 def _is_read_at(node: Node, counter: str, names: set[str]) -> bool:

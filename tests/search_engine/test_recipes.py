@@ -405,7 +405,7 @@ def test_below_a_cure_the_modifiers_start_on_top_of_that_very_variant_and_are_ex
     cure = warp_per_row_family(reference).render({"WARPS": 8})
     below = _below(generator, reference, cure)
     names = [p.candidate["name"] for p in below]
-    assert names[:3] == ["recipe warp-per-row[WARPS=8]+row-cache: CACHE=32",
+    assert names[:3] == ["recipe warp-per-row[WARPS=8]+row-cache: CACHE=32, RECIP=1",
                          "recipe warp-per-row[WARPS=8]+unroll: UNROLL=4",
                          "recipe warp-per-row[WARPS=8]+read-only-path: RESTRICT=1, LDG=1, MINB=0"]
     assert {"recipe warp-per-row: WARPS=4", "recipe warp-per-row: WARPS=16"} <= set(names)
@@ -748,6 +748,12 @@ STRIDED = """extern "C" __global__ void strided(const float* x, float* out, int 
 """
 
 
+# the same, dividing by a float fixed during the last pass (the reciprocal knob's case)
+SCALED = STRIDED.replace("    for (int c = lane; c < cols; c += 4) out[(long long)row * cols + c] = (in[c] - top) / (1.0f - total);",
+                         "    float scale = 1.0f - total;\n"
+                         "    for (int c = lane; c < cols; c += 4) out[(long long)row * cols + c] = (in[c] - top) / scale;")
+
+
 def _strided_expected(x: np.ndarray) -> np.ndarray:
     out = np.empty_like(x)
     for lane in range(4):
@@ -763,12 +769,16 @@ def _strided_expected(x: np.ndarray) -> np.ndarray:
 def test_the_softmax_passes_read_the_row_once_into_registers_and_keep_the_loop_for_longer_rows():
     _, reference = _reference(SOFTMAX)
     family = row_cache_family(warp_per_row_family(reference).render({"WARPS": 4}))
-    assert family.knobs == {"CACHE": [4, 8, 16, 32, 64]} and family.start == {"CACHE": 32}
-    source = family.render({"CACHE": 32})["source"]
+    assert family.knobs == {"CACHE": [4, 8, 16, 32, 64], "RECIP": [0, 1]} and family.start == {"CACHE": 32, "RECIP": 1}
+    source = family.render({"CACHE": 32, "RECIP": 1})["source"]
     assert "float kl_row_in[CACHE];" in source
     assert "const bool kl_fits = (cols) <= (kl_lane + (0)) + CACHE * (32);" in source
     assert source.count("kl_row_in[kl_k] = in[c];") == 1                  # loaded by the first pass only
-    assert source.count("kl_row_in[kl_k]") == 4                            # the load and the three passes
+    # the sum's exponentials are kept in the row's slots and the write pass reads them, once per row a division
+    assert "total += (kl_row_in[kl_k] = (__expf(kl_row_in[kl_k] - largest)));" in source
+    assert "const float kl_inv_total = 1.0f / (total);" in source
+    assert "result[c] = KL_DIV(kl_row_in[kl_k], total);" in source
+    assert "#if RECIP\n#define KL_DIV(x, d) ((x) * kl_inv_##d)\n#else\n#define KL_DIV(x, d) ((x) / (d))" in source
     assert source.count("} else for (int c = kl_lane + (0); c < cols; c += 32)") == 3
     assert source.count("in[c]") == 4                                      # the load and the three fallbacks
 
@@ -777,17 +787,25 @@ def test_the_softmax_passes_read_the_row_once_into_registers_and_keep_the_loop_f
 def test_on_the_cpu_the_row_cache_equals_numpy_where_the_row_fits_and_where_it_does_not(tmp_path):
     """Every CACHE, rows of 1 to 70 columns over 4 lanes: both the cached passes and the loops kept
     for rows longer than 4 * CACHE give NumPy's result, with no access outside the buffers."""
-    family = row_cache_family(_strided(STRIDED))
+    kept = row_cache_family(_strided(STRIDED))
+    # the sum pass keeps in[c] - top in the row's slot, the write pass reads it (no raw value is needed again)
+    assert "total += (kl_row_in[kl_k] = (kl_row_in[kl_k] - top));" in kept.template
+    assert "out[(long long)row * cols + c] = (kl_row_in[kl_k]) / (1.0f - total);" in kept.template
+    divided = row_cache_family(_strided(SCALED))
+    assert divided.knobs["RECIP"] == [0, 1] and "KL_DIV(" in divided.template
     rng = np.random.default_rng(2)
-    for cache in family.knobs["CACHE"]:
-        executable = host_cuda.build(family.render({"CACHE": cache})["source"], "strided",
+    points = [(kept, {"CACHE": c}) for c in kept.knobs["CACHE"]] + \
+        [(divided, {"CACHE": c, "RECIP": r}) for c in divided.knobs["CACHE"] for r in (0, 1)]
+    for family, knobs in points:
+        cache = knobs["CACHE"]
+        executable = host_cuda.build(family.render(knobs)["source"], "strided",
                                      ["in", "out", "int", "int"], tmp_path)
         for rows, cols in ((3, 1), (5, 7), (9, 16), (17, 33), (4, 70)):
             x = rng.standard_normal((rows, cols)).astype(np.float32)
             (out,) = host_cuda.run(executable, [x, ("out", (rows, cols)), rows, cols], ((rows * 4 + 63) // 64, 1),
                                    (64, 1), tmp_path)
             np.testing.assert_allclose(out, _strided_expected(x), rtol=1e-5, atol=1e-5,
-                                       err_msg=f"CACHE={cache} at {rows}x{cols}")
+                                       err_msg=f"{knobs} at {rows}x{cols}")
 
 
 def _strided(source: str) -> dict:
@@ -823,6 +841,17 @@ def test_every_row_cache_knob_point_on_the_warp_per_row_softmax_compiles_with_nv
     family = row_cache_family(warp_per_row_family(reference).render({"WARPS": 8}))
     runner = Runner(backend="static")
     for cache in family.knobs["CACHE"]:
-        report = runner.check(spec, RunnerCandidate.from_dict(family.render({"CACHE": cache}), spec))
-        assert report.ok, (cache, report.summary())
-        assert report.facts.spill_stores == 0, (cache, report.facts)
+        for recip in family.knobs["RECIP"]:
+            report = runner.check(spec, RunnerCandidate.from_dict(family.render({"CACHE": cache, "RECIP": recip}), spec))
+            assert report.ok, (cache, recip, report.summary())
+            assert report.facts.spill_stores == 0, (cache, recip, report.facts)
+
+
+def test_a_value_is_kept_only_where_no_later_pass_needs_the_raw_element_and_nothing_it_reads_changes():
+    raw_again = STRIDED.replace("/ (1.0f - total);", "/ (1.0f - total) + in[c];")
+    family = row_cache_family(_strided(raw_again))
+    assert "(kl_row_in[kl_k] = (" not in family.template                 # the raw row stays in the slots
+    assert "(kl_row_in[kl_k] - top) / (1.0f - total) + kl_row_in[kl_k];" in family.template
+    moved = STRIDED.replace("    for (int c = lane; c < cols; c += 4) out", "    top = top * 0.5f;\n"
+                            "    for (int c = lane; c < cols; c += 4) out")
+    assert "(kl_row_in[kl_k] = (" not in row_cache_family(_strided(moved)).template   # top changed in between
