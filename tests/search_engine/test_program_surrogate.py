@@ -356,3 +356,23 @@ def test_the_driver_revises_a_pytorch_runs_forecasts_with_the_level_of_its_first
     revised = [e for e in port.events if e["type"] == "forecast" and e.get("revised")]
     assert revised and any("revised after learning from 1 " in e["reason"] for e in revised)
     assert surrogate._measured_n >= 1 and surrogate._shift != 0
+
+
+def test_the_python_features_count_their_words_as_whole_identifiers_like_a_count_of_every_identifier():
+    """The alternation that finds the counted words gives the counts a Counter of every identifier
+    gives, on the bundled KernelBench-format programs and on the cases a word boundary gets wrong."""
+    from collections import Counter
+    from pathlib import Path
+
+    from search_engine.surrogates import program_features as pf
+
+    root = Path(__file__).resolve().parents[2] / "kernellab" / "problems"
+    programs = [p.read_text() for p in sorted(root.glob("kb_*/**/*.py"))]
+    programs.append("for_each = 1\nif x: stream_ = Stream()\nsome.load(y); load_inline(z)\ntl.load(a)  # try\n"
+                    "half2 = __half(1); x.half(); bfloat16x = 1; y = torch.float16\nfor i in range(2): pass\n")
+    assert len(programs) > 5
+    for program in programs:
+        python = pf._split(program)[0]
+        every = Counter(pf._IDENT.findall(python))
+        counted = Counter(pf._PYTHON_WORD.findall(python))
+        assert {w: counted.get(w, 0) for w in pf._PYTHON_WORDS} == {w: every.get(w, 0) for w in pf._PYTHON_WORDS}
