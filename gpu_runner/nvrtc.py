@@ -408,10 +408,17 @@ class ServerPool:
 
     def _take(self) -> _Server:
         with self._cond:
-            while not self._idle and self._count >= self.size:
+            while True:
+                # A server that died while idle is dropped here, so a retry after a death gets a live or
+                # a new one rather than the next dead one.
+                while self._idle and self._idle[-1].proc.poll() is not None:
+                    self._idle.pop().kill()
+                    self._count -= 1
+                if self._idle:
+                    return self._idle.pop()
+                if self._count < self.size:
+                    break
                 self._cond.wait()
-            if self._idle:
-                return self._idle.pop()
             self._count += 1
         try:
             return _Server(self.library, self.cuobjdump)

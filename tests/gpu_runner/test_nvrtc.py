@@ -3,6 +3,7 @@ nvcc's code, its servers, its diagnostics, and its fallback to nvcc. Real compil
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,31 @@ def test_a_server_that_dies_or_hangs_is_replaced():
     slow = compile_cubin(KERNEL + "\n// slow\n", use_cache=False, sass=False, timeout_s=0.001).report
     assert not slow.ok and "did not finish" in slow.log
     assert compile_cubin(KERNEL + "\n// after\n", use_cache=False, sass=False).report.ok
+
+
+@needs_both
+def test_when_every_idle_server_died_a_compile_still_gets_a_live_one():
+    """Two idle servers both dead: the request, and its one retry, must not land on dead ones (a
+    combined test run that had started two servers failed here when the retry took the second)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = nvrtc.server_pool()
+    if pool.size < 2:
+        pytest.skip("one compile server on this machine")
+    barrier = threading.Barrier(2)
+
+    def at_once(i):
+        barrier.wait()
+        return compile_cubin(KERNEL + f"\n// warm {i}\n", use_cache=False, sass=False).report
+
+    with ThreadPoolExecutor(2) as workers:
+        assert all(r.ok for r in workers.map(at_once, range(2)))
+    assert len(pool._idle) >= 2
+    for server in list(pool._idle):
+        server.proc.kill()
+        server.proc.wait()
+    report = compile_cubin(KERNEL + "\n// after both died\n", use_cache=False, sass=False).report
+    assert report.ok, report.log
 
 
 @needs_both
