@@ -325,8 +325,7 @@ def _pointer_parameters(kernel: Node) -> dict[str, str]:
         inner = parameter.child_by_field_name("declarator")
         if inner is None or inner.type != "pointer_declarator":
             continue
-        while inner is not None and inner.type != "identifier":
-            inner = inner.child_by_field_name("declarator")
+        inner = _declared_identifier(inner)
         type_node = parameter.child_by_field_name("type")
         if inner is not None and type_node is not None:
             found[_text(inner)] = _text(type_node)
@@ -882,9 +881,7 @@ def _parameter_names(kernel: Node) -> set[str]:
         declarator = declarator.child_by_field_name("declarator")
     names = set()
     for parameter in declarator.child_by_field_name("parameters").named_children:
-        inner = parameter.child_by_field_name("declarator")
-        while inner is not None and inner.type != "identifier":
-            inner = inner.child_by_field_name("declarator")
+        inner = _declared_identifier(parameter.child_by_field_name("declarator"))
         if inner is not None:
             names.add(_text(inner))
     return names
@@ -897,9 +894,7 @@ def _written_pointers(kernel: Node, pointers: dict[str, str]) -> set[str]:
     for node in _walk(kernel.child_by_field_name("body")):
         if node.type == "init_declarator" and node.child_by_field_name("declarator") is not None \
                 and node.child_by_field_name("declarator").type == "pointer_declarator":
-            inner = node.child_by_field_name("declarator")
-            while inner is not None and inner.type != "identifier":
-                inner = inner.child_by_field_name("declarator")
+            inner = _declared_identifier(node.child_by_field_name("declarator"))
             value = node.child_by_field_name("value")
             sources = {_text(n) for n in _walk(value) if n.type == "identifier" and _text(n) in pointers} if value else set()
             if inner is not None:
@@ -1644,9 +1639,7 @@ def read_only_family(parent: Candidate) -> RecipeFamily:
         inner = parameter.child_by_field_name("declarator")
         if parameter.type != "parameter_declaration" or inner is None or inner.type != "pointer_declarator":
             continue
-        name = inner
-        while name is not None and name.type != "identifier":
-            name = name.child_by_field_name("declarator")
+        name = _declared_identifier(inner)
         if name is None:
             continue
         edits.append((name.start_byte, name.start_byte, "KL_RESTRICT "))
@@ -1725,7 +1718,7 @@ def row_cache_family(parent: Candidate) -> RecipeFamily:
     written = _written_pointers(kernel, pointers)
     readable = {name for name in pointers if name not in written}
     readable |= {name for name, (_, sources) in local.items() if sources and not sources & written
-                 and name not in _assigned_names(body)}
+                 and name not in {target for _, target in _assignments(body)}}
     element_type = {**pointers, **{name: t for name, (t, _) in local.items()}}
     best: tuple[list[Node], str, str, dict[str, list[int]]] | None = None
     reason = "the loops that walk the same columns read no buffer the kernel never writes at their counter."
@@ -1740,15 +1733,12 @@ def row_cache_family(parent: Candidate) -> RecipeFamily:
             continue
         reads: dict[str, list[int]] = {}
         for position, loop in enumerate(group):
+            if any(target == counter for _, target in _assignments(loop.child_by_field_name("body"))):
+                raise CannotApply(f"the loop at line {loop.start_point[0] + 1} changes its counter {counter} in its body.")
             for node in _walk(loop.child_by_field_name("body")):
                 if node.type in _CONTROL_FLOW:
                     raise CannotApply(f"the loop at line {loop.start_point[0] + 1} leaves by {_text(node).split()[0]}, "
                                       "which its unrolled copy cannot do the same way.")
-                target = node.child_by_field_name("left") if node.type == "assignment_expression" else \
-                    node.child_by_field_name("argument") if node.type == "update_expression" else None
-                if target is not None and _text(target) == counter:
-                    raise CannotApply(f"the loop at line {loop.start_point[0] + 1} changes its counter {counter} "
-                                      "in its body.")
                 if _is_read_at(node, counter, readable):
                     name = _text(node.child_by_field_name("argument"))
                     if position not in reads.setdefault(name, []):
@@ -1770,7 +1760,7 @@ def row_cache_family(parent: Candidate) -> RecipeFamily:
     start = _text(next(c for c in declaration.children if c.type == "init_declarator").child_by_field_name("value"))
     fixed = {_text(n) for loop in group for f in ("initializer", "condition", "update")
              for n in _walk(loop.child_by_field_name(f)) if n.type == "identifier"} - {counter}
-    changed = fixed & _assigned_names(body)
+    changed = fixed & {target for _, target in _assignments(body)}
     if changed:
         raise CannotApply(f"{', '.join(sorted(changed))} changes between the loops, so they may not walk the same columns.")
     kept = _kept_expression(group, counter, reads, body)
@@ -1906,6 +1896,7 @@ def _kept_expression(group: list[Node], counter: str, reads: dict[str, list[int]
 
 
 def _assignments(body: Node) -> list[tuple[Node, str]]:
+    """Each assignment or step of a plain variable in `body` (`x = ...`, `x += ...`, `++x`), with its name."""
     out = []
     for node in _walk(body):
         target = node.child_by_field_name("left") if node.type == "assignment_expression" else \
@@ -1961,24 +1952,12 @@ def _local_pointers(body: Node) -> dict[str, tuple[str, set[str]]]:
             inner = declarator.child_by_field_name("declarator")
             if inner is None or inner.type != "pointer_declarator":
                 continue
-            while inner is not None and inner.type != "identifier":
-                inner = inner.child_by_field_name("declarator")
+            inner = _declared_identifier(inner)
             value = declarator.child_by_field_name("value")
             if inner is not None and value is not None:
                 found[_text(inner)] = (_text(node.child_by_field_name("type")),
                                        {_text(n) for n in _walk(value) if n.type == "identifier"})
     return found
-
-
-def _assigned_names(body: Node) -> set[str]:
-    """Plain variables the body assigns or steps after their declaration (`x = ...`, `x += ...`, `++x`)."""
-    names = set()
-    for node in _walk(body):
-        target = node.child_by_field_name("left") if node.type == "assignment_expression" else \
-            node.child_by_field_name("argument") if node.type == "update_expression" else None
-        if target is not None and target.type == "identifier":
-            names.add(_text(target))
-    return names
 
 
 # ---- shared by the recipes ----------------------------------------------------------------------
@@ -2208,6 +2187,13 @@ def _replace_number(expression: str, value: int, replacement: str) -> str:
             return node
 
     return ast.unparse(Replace().visit(ast.parse(expression.strip(), mode="eval")))
+
+
+def _declared_identifier(node: Node | None) -> Node | None:
+    """The name inside a declarator (`*p`, `p[4]`, `* const p`): the innermost identifier, or None."""
+    while node is not None and node.type != "identifier":
+        node = node.child_by_field_name("declarator")
+    return node
 
 
 def _mentions(node: Node | None, name: str) -> bool:

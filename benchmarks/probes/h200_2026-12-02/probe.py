@@ -1,14 +1,19 @@
 """Hand probes on the H200 (2026-12-02, not part of the project): what limits the own row softmax and column
-sum after the search (the searches' best kernels, best_*.cu, beside hand-written ones), timed with a 256 MiB
-flush and CUDA events, median of 30.
+sum after the search (the searches' best kernels, read from own_kernels_h200_2026-12-02.json, beside
+hand-written ones), timed with a 256 MiB flush and CUDA events, median of 30.
 
     cd benchmarks/probes/h200_2026-12-02 && OUT=. python3 probe.py   # needs cupy and a GPU
 
 Result: benchmarks/results/probe_softmax_column_sum_h200_2026-12-02.json."""
-import json, os, statistics, sys
+import json
+import os
+import statistics
+
 import cupy as cp
 import numpy as np
 
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "results", "own_kernels_h200_2026-12-02.json")
+FOUND = {k["name"]: k["best_source"] for k in json.load(open(RESULTS))["kernels"]}
 ROWS, COLS = 8192, 1024
 CR, CC = 4096, 4096
 flush = cp.empty(256 << 20, dtype=cp.uint8)
@@ -71,7 +76,7 @@ x = cp.random.standard_normal((ROWS, COLS), dtype=cp.float32); y = cp.empty_like
 ref = cp.exp(x - x.max(axis=1, keepdims=True)); ref /= ref.sum(axis=1, keepdims=True)
 sm_bytes = 2 * x.nbytes
 res = {}
-best = open(os.path.join(os.path.dirname(__file__), "best_row_softmax.cu")).read()
+best = FOUND["row_softmax"]
 k = cp.RawModule(code=best, options=("-std=c++17",)).get_function("row_softmax")
 res["found (warp-per-row WARPS=1 + row-cache 32)"] = timeit(lambda: k((ROWS,), (32,), (x, y, np.int32(ROWS), np.int32(COLS))))
 for name, code, fn, variants in (("scalar32 one pass exp kept", SM_S1, "sm_s1", [("", 128), ("", 32), ("", 256)]),
@@ -120,7 +125,7 @@ xc = cp.random.standard_normal((CR, CC), dtype=cp.float32); oc = cp.empty((CC,),
 refc = xc.sum(axis=0)
 cs_bytes = xc.nbytes + oc.nbytes
 res = {}
-best = open(os.path.join(os.path.dirname(__file__), "best_column_sum.cu")).read()
+best = FOUND["column_sum"]
 k = cp.RawModule(code=best, options=("-std=c++17",)).get_function("column_sum")
 res["found (column-tile 32x32 + read-only)"] = timeit(lambda: k((CC // 32, 1), (32, 32), (xc, oc, np.int32(CR), np.int32(CC))))
 for name, code, fn, per_block in (("float4 columns", CS_V4, "cs_v4", 128), ("scalar columns", CS_S, "cs_s", 32)):

@@ -67,7 +67,7 @@ def pack(problem_name: str, out: Path, jobs: int) -> int:
                   f"{facts.spill_stores}/{facts.spill_loads} B spilled, {facts.stack_bytes} B stack, "
                   f"HGMMA {sum(v for k, v in (facts.sass or {}).items() if k.startswith('HGMMA'))}, "
                   f"compile {report.compile_s:.0f} s", flush=True)
-            meta = {"variant": name, "options": list(candidate.compile_options), "arch": DEFAULT_ARCH, "sass": True}
+            meta = {"variant": name, "options": list(candidate.compile_options), "arch": DEFAULT_ARCH}
             entry = f"{problem_name}/{candidate.source_hash[:16]}"
             _add(tar, f"{entry}/meta.json", json.dumps(meta).encode())
             _add(tar, f"{entry}/source.cu", candidate.source.encode())
