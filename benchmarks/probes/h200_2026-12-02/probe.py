@@ -1,5 +1,5 @@
 """Hand probes on the H200 (2026-12-02, not part of the project): what limits the own row softmax and column
-sum after the search (the searches' best kernels, read from own_kernels_h200_2026-12-02.json, beside
+sum after the search (the searches' best kernels, read from own_kernels_h200_2026-12-02_first-call.json, beside
 hand-written ones), timed with a 256 MiB flush and CUDA events, median of 30.
 
     cd benchmarks/probes/h200_2026-12-02 && OUT=. python3 probe.py   # needs cupy and a GPU
@@ -12,7 +12,7 @@ import statistics
 import cupy as cp
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "results", "own_kernels_h200_2026-12-02.json")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "results", "own_kernels_h200_2026-12-02_first-call.json")
 FOUND = {k["name"]: k["best_source"] for k in json.load(open(RESULTS))["kernels"]}
 ROWS, COLS = 8192, 1024
 CR, CC = 4096, 4096
