@@ -580,12 +580,14 @@ def _measure_solution(guard: "_SettingsGuard", reference_source: str, solution_s
                 # medians of DO_BENCH_ROUNDS rounds of each, with each timer's spread beside it.
                 reps = len(samples[0])
                 rounds = []
-                for k in range(DO_BENCH_ROUNDS):
+                k = 0
+                while k < DO_BENCH_ROUNDS or (k < DO_BENCH_MAX_ROUNDS and _rounds_spread(rounds) > DO_BENCH_SPREAD):
                     ours = timer.run(sides[:1], reps, first_rep=2_000_000 + k * reps)[0]
                     theirs = do_bench(lambda: model(*working), warmup=25, rep=200, return_mode="all")
                     rounds.append({"ours_median_ms": statistics.median(ours), "ours_n": len(ours),
                                    "do_bench_median_ms": statistics.median(float(t) for t in theirs),
                                    "do_bench_n": len(theirs)})
+                    k += 1
                 evidence["do_bench_rounds"] = rounds
             except Exception as exc:  # noqa: BLE001
                 evidence.setdefault("baseline_errors", {})["do_bench"] = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -600,8 +602,23 @@ def _measure_solution(guard: "_SettingsGuard", reference_source: str, solution_s
     return evidence
 
 
-# Rounds of our timer and of do_bench, alternating, when the reference is timed beside do_bench.
+# Rounds of our timer and of do_bench, alternating, when the reference is timed beside do_bench: at least
+# DO_BENCH_ROUNDS; while either timer's own rounds spread by more than DO_BENCH_SPREAD (max - min over the
+# median), up to DO_BENCH_MAX_ROUNDS, so that a few-microsecond op's medians of rounds are compared on
+# enough rounds. The rule reads each timer's spread alone, never how far the two are apart.
 DO_BENCH_ROUNDS = 5
+DO_BENCH_MAX_ROUNDS = 25
+DO_BENCH_SPREAD = 0.03
+
+
+def _rounds_spread(rounds: list[dict]) -> float:
+    """The larger of the two timers' round spreads, (max - min) / median of their round medians."""
+    spreads = []
+    for key in ("ours_median_ms", "do_bench_median_ms"):
+        values = [r[key] for r in rounds]
+        middle = statistics.median(values) if values else 0.0
+        spreads.append((max(values) - min(values)) / middle if middle > 0 else 0.0)
+    return max(spreads)
 
 
 def _baseline_side(name: str, model, working: list, torch, evidence: dict) -> _ModuleSide | None:

@@ -94,3 +94,14 @@ def test_the_head_start_comes_before_the_flush_so_the_call_starts_right_after_it
     runs = [calls[i:i + 5] for i, c in enumerate(calls) if c == "head start"]
     assert len(runs) == 3
     assert all(run == ["head start", "flush", "record", "call", "record"] for run in runs), runs
+
+
+def test_more_do_bench_rounds_are_run_only_where_a_timer_is_noisy_by_itself():
+    from gpu_runner.pytorch_worker import DO_BENCH_SPREAD, _rounds_spread
+
+    steady = [{"ours_median_ms": 1.0, "do_bench_median_ms": 1.2}, {"ours_median_ms": 1.01, "do_bench_median_ms": 1.21}]
+    # 20% apart, each timer steady: no more rounds (the rule never reads how far the timers are apart)
+    assert _rounds_spread(steady) < DO_BENCH_SPREAD
+    noisy = steady + [{"ours_median_ms": 1.0, "do_bench_median_ms": 1.35}]
+    assert abs(_rounds_spread(noisy) - (1.35 - 1.2) / 1.21) < 1e-9
+    assert _rounds_spread(noisy) > DO_BENCH_SPREAD
