@@ -127,6 +127,14 @@ def candidate_rate(measured: int, elapsed: float | None, previous: Path) -> dict
     return dict(zip(keys, (measured, elapsed, round(measured / (elapsed / 60), 2) if elapsed else None)))
 
 
+def kept_from_last_call(key: str, new, previous: Path):
+    """A per-call figure (what the last call that re-measured anything found): a call that re-measured nothing
+    keeps the one before it."""
+    if not new and previous.is_file():
+        return json.loads(previous.read_text()).get(key, new)
+    return new
+
+
 def rounds_comparison(rounds: list[dict]) -> dict:
     """Our timer against do_bench over alternating rounds of both in one call: the median of each timer's
     round medians, their difference, and how far each timer's own rounds spread (max/min - 1)."""
@@ -582,7 +590,7 @@ def main() -> int:
         "cuda_l1_reference_vs_kernelbench": dict(Counter(agreement[t] for t in tasks if t in agreement)),
         "no_own_kernel_measured_before_builds_were_watched": dict(unwatched),
         **candidate_rate(last_call, elapsed, previous),
-        "remeasured_early_verdicts": dict(remeasured),
+        "remeasured_early_verdicts": kept_from_last_call("remeasured_early_verdicts", dict(remeasured), previous),
         "build_not_finished_or_deferred": dict(events),
         "torch_compile_baseline_missing": dict(not_compiled),
         "energy_recorded": sum(1 for r in out_lines if r["variant"] != "reference" and (r.get("energy") or {}).get("candidate", {}).get("j_per_call")),

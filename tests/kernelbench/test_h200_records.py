@@ -180,3 +180,16 @@ def test_ncu_runs_with_clocks_left_alone_and_profiles_a_reference_or_a_solution(
     fake.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM' >&2\nexit 1\n")
     failed = bench.ncu_metrics("class Model: pass", None, None, 30.0, tmp_path / "c")
     assert "ERR_NVGPUCTRPERM" in failed["error"] and "exited with 1" in failed["error"]
+
+
+def test_a_call_that_remeasured_nothing_keeps_the_last_calls_remeasured_verdicts(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    previous = tmp_path / "kernelbench_h200_2026-12-02.json"
+    earlier = {"rejected-guard: A PyTorch-level rewrite": 37}
+    previous.write_text(json.dumps({"remeasured_early_verdicts": earlier}))
+    # a do_bench-only call re-measures nothing: the figure of the call that did stays
+    assert summarize.kept_from_last_call("remeasured_early_verdicts", {}, previous) == earlier
+    # a call that re-measured something reports its own
+    assert summarize.kept_from_last_call("remeasured_early_verdicts", {"ok: x": 2}, previous) == {"ok: x": 2}
+    # no earlier result: what this call found, even if empty
+    assert summarize.kept_from_last_call("remeasured_early_verdicts", {}, tmp_path / "none.json") == {}
