@@ -245,8 +245,9 @@ class _TorchDevice:
     def head_start(self) -> None:
         """Keep the GPU busy ~HEAD_START_US before the flush (timing.Timer), so that the host has enqueued the
         timed call before the start event fires. (Until 2026-12-02 it slept between the flush and the start
-        event; with L2's dirty lines given 100 us to drain, the timed call started on a cleaner L2 than after
-        do_bench's flush: KernelBench 1:50, a 15 us conv, timed 4.1% under do_bench.) A PyTorch call costs tens of microseconds of host time (a torch.compile'd one with
+        event, so the timed call started 100 us after the flush rather than right after it, as a CUDA
+        candidate's and do_bench's do; KernelBench 1:50, a 15 us conv, timed 4.1% under do_bench then, 2.8% and
+        3.3% since.) A PyTorch call costs tens of microseconds of host time (a torch.compile'd one with
         its guards, more); when the queue ran dry, the events timed the host's launch: KernelBench 1:64 (a 25 us
         conv) timed 58 us, cv 0.72, interleaved with its baselines, and 24.6 us alone (do_bench: 24.5 us)."""
         if not hasattr(self, "_cycles"):

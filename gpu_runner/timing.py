@@ -56,8 +56,8 @@ class Timer:
         prepare_side(side, rep, rep_seed)
         head_start = getattr(self.device, "head_start", None)
         if head_start is not None:   # a device whose calls cost the host more than a launch (PyTorch programs)
-            # before the flush, not between it and the start event: the flush's dirty lines are then still in
-            # L2 when the call starts, as after any other side's flush and in triton's do_bench
+            # before the flush, not between it and the start event: the call starts right after the flush, on
+            # the L2 it leaves, as a CUDA side's does and as in triton's do_bench
             head_start()
         self.device.memset(self.flush.ptr, rep & 0xFF, self.flush.nbytes)
         start, end = self._event_pair(slot)

@@ -80,9 +80,9 @@ class _NoInputs:
 
 
 def test_the_head_start_comes_before_the_flush_so_the_call_starts_right_after_it():
-    """Sleeping between the flush and the start event let L2's dirty lines drain before the timed call, which
-    then started on a cleaner L2 than a CUDA candidate's or do_bench's (KernelBench 1:50 timed 4.1% under
-    do_bench). The flush must be the last thing before the start event."""
+    """With the sleep between the flush and the start event the timed call started 100 us after the flush, not
+    right after it as a CUDA candidate's or do_bench's does (KernelBench 1:50 timed 4.1% under do_bench). The
+    flush must be the last thing before the start event."""
     from gpu_runner.timing import Timer
 
     device = _LoggingDevice()
