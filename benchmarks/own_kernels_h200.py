@@ -2,6 +2,7 @@
 
   python3 benchmarks/own_kernels_h200.py [--budget 150] [--deadline-s 240] [--kernels gelu,column_sum]
                                          [--backend cupy|fake] [--out PATH]
+  python3 benchmarks/own_kernels_h200.py --floors-only [--best-from RESULT.json] [--kernels ...]
 
 For each kernel in tests/gpu_runner/own_kernels/ it runs the search the web app runs (the same driver,
 the recipes' cures with the template of the kernel's automatic knobs, the roofline surrogate, the GPU
@@ -19,6 +20,13 @@ at once before their measurements (`prepare_measurements`) and reported apart (`
 `sass_share_of_wall`); `measurement_phase_median_s` says where a measurement's own time goes. `app_vs_record_max_rel_diff` re-measures a sample of the bundled transpose family's
 recorded variants through Runner.measure (the app's verification path, nvcc cubins) and compares
 their speedups with the records.
+
+Beside the roofline, each kernel gets its protocol floor (`protocol_floor`, `protocol_ceiling_fraction_of_roofline`,
+`best_fraction_of_protocol_floor`): the fastest of a few plain float4 kernels that read the kernel's inputs once
+and write its outputs once, timed after the runner's L2 flush. That flush writes, so every timed run starts
+with L2 full of dirty lines; on a kernel that moves tens of MiB the write-back is much of its time, and the
+floor says how much of the roofline any kernel of that size can show under the protocol.
+`--floors-only [--best-from RESULT.json]` measures only the floors (a few seconds; own_kernels_floors_*.json).
 
 `--backend fake` is a CPU dry run: real compile checks with nvcc, and a "measurement" that is a
 deterministic function of the source hash (no GPU); its figures say nothing about speed, only that
@@ -168,6 +176,86 @@ def copy_bandwidth_gbs(repeats: int = 20, nbytes: int = 1 << 30) -> dict:
             "what": "cupy dst[...] = src, 1 GiB float32, 3 warm-ups, median of 20 CUDA-event timings"}
 
 
+# ---- the protocol's own ceiling ---------------------------------------------------------------------
+# The runner empties L2 by writing a buffer larger than it before every timed run (so does triton's
+# do_bench): a timed run starts with L2 full of dirty lines, which go back to memory while it runs. On a
+# 1 GiB copy that costs little; on a kernel that moves tens of MiB it is much of the time (a read of
+# 64 MiB: 25.5 us after that flush, 19.4 us after a clean one; benchmarks/probes/h200_2026-12-02). The
+# protocol floor is the fastest of a few plain float4 kernels that read the kernel's inputs once and
+# write its outputs once, timed after the same flush: no kernel of the problem can beat it by much.
+FLOOR_SOURCE = r"""
+extern "C" __global__ void kl_floor(const float4* __restrict__ in, float4* __restrict__ out, long long n_in,
+                                    long long n_out, float* __restrict__ partial) {
+    float kept = 0.0f;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n_in || i < n_out; i += stride) {
+        const float4 v = i < n_in ? __ldg(in + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < n_out) out[i] = v;
+        else kept += (v.x + v.y) + (v.z + v.w);
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) kept += __shfl_xor_sync(0xffffffffu, kept, offset);
+    if ((threadIdx.x & 31) == 0) partial[(blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5] = kept;
+}
+"""
+FLOOR_GRIDS_PER_SM = (4, 8, 16)
+FLOOR_BLOCK = 256
+
+
+def moved_bytes(spec) -> tuple[int, int]:
+    """(bytes read, bytes written) of the default size: every input read once, every output written once."""
+    env = dict(spec.default_case.sizes)
+    read = sum(a.nbytes(env) for a in spec.args_with_role("input", "inout"))
+    written = sum(a.nbytes(env) for a in spec.args_with_role("output", "inout"))
+    return read, written
+
+
+def protocol_floor(read_bytes: int, write_bytes: int, *, flush_bytes: int = 256 << 20, repeats: int = 30) -> dict:
+    """The floor kernel's median time after a write flush (the runner's), best over FLOOR_GRIDS_PER_SM."""
+    import cupy
+
+    n_in, n_out = -(-read_bytes // 16), -(-write_bytes // 16)
+    src = cupy.random.standard_normal(4 * max(n_in, 1), dtype=cupy.float32)
+    dst = cupy.empty(4 * max(n_out, 1), dtype=cupy.float32)
+    flush = cupy.empty(flush_bytes, dtype=cupy.uint8)
+    kernel = cupy.RawKernel(FLOOR_SOURCE, "kl_floor", options=("-std=c++17",))
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    medians = {}
+    for per_sm in FLOOR_GRIDS_PER_SM:
+        grid = sms * per_sm
+        partial = cupy.empty(grid * FLOOR_BLOCK // 32, dtype=cupy.float32)
+        args = (src, dst, cupy.int64(n_in), cupy.int64(n_out), partial)
+        times = []
+        for rep in range(3 + repeats):
+            flush.fill(rep & 0xFF)
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            kernel((grid,), (FLOOR_BLOCK,), args)
+            end.record()
+            end.synchronize()
+            if rep >= 3:
+                times.append(cupy.cuda.get_elapsed_time(start, end))
+        medians[grid] = statistics.median(times)
+    del src, dst, flush
+    cupy.get_default_memory_pool().free_all_blocks()
+    best = min(medians, key=medians.get)
+    return {"ms": medians[best], "grid": best, "block": FLOOR_BLOCK, "read_bytes": read_bytes,
+            "write_bytes": write_bytes, "ms_by_grid": {str(g): round(t, 6) for g, t in medians.items()},
+            "what": f"float4 read of the inputs and write of the outputs once, after a {flush_bytes >> 20} MiB "
+                    f"write flush, CUDA events, median of {repeats}, best of {len(medians)} grids"}
+
+
+def floor_figures(floor: dict | None, floor_ms: float, best_ms: float | None) -> dict:
+    """The protocol floor beside the roofline: the fraction of the roofline the floor itself reaches
+    (the most any kernel of this problem can show under the protocol) and the best kernel's fraction of
+    the floor."""
+    if not floor or not floor.get("ms"):
+        return {"protocol_floor": floor, "protocol_ceiling_fraction_of_roofline": None,
+                "best_fraction_of_protocol_floor": None}
+    return {"protocol_floor": floor,
+            "protocol_ceiling_fraction_of_roofline": round(floor_ms / floor["ms"], 4),
+            "best_fraction_of_protocol_floor": round(floor["ms"] / best_ms, 4) if best_ms else None}
+
+
 # ---- one kernel -----------------------------------------------------------------------------------
 def auto_knob_template(spec, folder: Path) -> tuple[TemplateGenerator | None, list[str]]:
     """The template generator of the kernel's automatic knobs (what the problem page proposes)."""
@@ -185,7 +273,8 @@ def auto_knob_template(spec, folder: Path) -> tuple[TemplateGenerator | None, li
 
 
 def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int, deadline: float,
-                  seed: int, *, children: int = 16, root_children: int = 32, per_step: int = 8) -> dict:
+                  seed: int, *, children: int = 16, root_children: int = 32, per_step: int = 8,
+                  floor_of=None) -> dict:
     folder = OWN / name
     spec = load_problem(folder)
     reference = reference_candidate(spec).to_dict()
@@ -196,6 +285,7 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
                "flops": float(spec.roofline.flops.evaluate(case)) if spec.roofline.flops is not None else None,
                "bytes": roofline_bytes, "tolerance_allows_fast_math": False}
     started = time.perf_counter()
+    floor = floor_of(*moved_bytes(spec)) if floor_of is not None else None
     reference_result = measure(spec, Candidate.from_dict(reference, spec))
     reference_ms = reference_result.candidate.median_ms if reference_result.candidate else None
     template, knobs_found = auto_knob_template(spec, folder)
@@ -270,6 +360,7 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         result["best_source"] = node.candidate["source"]
         result["best_launch"] = node.candidate["launch"]
     result["meets_goal"] = bool(result["best_fraction_of_roofline"] and result["best_fraction_of_roofline"] >= GOAL)
+    result.update(floor_figures(floor, floor_ms, best_ms))
     return result
 
 
@@ -321,7 +412,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--app-sample", type=int, default=12, help="recorded transpose variants re-measured")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--floors-only", action="store_true",
+                        help="only the protocol floor of each kernel (no search), into own_kernels_floors_<gpu>_<date>.json")
+    parser.add_argument("--best-from", help="with --floors-only: a result file whose best times are set beside the floors")
     args = parser.parse_args(argv)
+    if args.floors_only:
+        return floors_only(args, parser)
     started = time.perf_counter()
     end = started + args.deadline_s
     names = [k for k in args.kernels.split(",") if k]
@@ -362,7 +458,8 @@ def main(argv=None) -> dict:
         print(f"[{time.perf_counter() - started:6.1f} s] {name}: searching for up to {share:.0f} s", flush=True)
         try:
             doc["kernels"].append(search_kernel(name, runner, measure, bandwidth["gbs"], args.budget,
-                                                time.perf_counter() + share, args.seed))
+                                                time.perf_counter() + share, args.seed,
+                                                floor_of=None if args.backend == "fake" else protocol_floor))
         except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported, the others still run
             doc["kernels"].append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
         doc["wall_s"] = round(time.perf_counter() - started, 2)
@@ -375,14 +472,49 @@ def main(argv=None) -> dict:
     return doc
 
 
+def floors_only(args, parser) -> dict:
+    """The protocol floor of each kernel beside its roofline, and, from --best-from, the best time found."""
+    names = [k for k in args.kernels.split(",") if k]
+    if args.backend == "fake":
+        parser.error("--floors-only times kernels on a GPU; there is no dry run of it")
+    best_from = {}
+    if args.best_from:
+        best_from = {k["name"]: k for k in json.loads(Path(args.best_from).read_text())["kernels"] if "best_ms" in k}
+    bandwidth = copy_bandwidth_gbs()
+    doc = {"benchmark": "own_kernels_floors", "machine": "h200", "date": DATE, "copy_bandwidth": bandwidth,
+           "best_from": args.best_from, "kernels": []}
+    for name in names:
+        spec = load_problem(OWN / name)
+        case = dict(spec.default_case.sizes)
+        floor_ms = float(spec.roofline.bytes.evaluate(case)) / (bandwidth["gbs"] * 1e9) * 1e3
+        best = best_from.get(name, {})
+        row = {"name": name, "roofline_floor_ms": floor_ms, "best_ms": best.get("best_ms"),
+               "best_fraction_of_roofline": round(floor_ms / best["best_ms"], 4) if best.get("best_ms") else None}
+        row.update(floor_figures(protocol_floor(*moved_bytes(spec)), floor_ms, best.get("best_ms")))
+        doc["kernels"].append(row)
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"own_kernels_floors_h200_{DATE}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"copy bandwidth {bandwidth['gbs']:.0f} GB/s")
+    print(f"{'kernel':<13}{'floor us':>9}{'ceiling':>9}{'best':>7}{'of floor':>10}")
+    for k in doc["kernels"]:
+        print(f"{k['name']:<13}{k['protocol_floor']['ms'] * 1e3:>9.2f}{k['protocol_ceiling_fraction_of_roofline']:>9.1%}"
+              f"{k['best_fraction_of_roofline'] or 0:>7.1%}{k['best_fraction_of_protocol_floor'] or 0:>10.1%}")
+    print(f"wrote {out}")
+    return doc
+
+
 def print_table(doc: dict) -> None:
-    print(f"\ncopy bandwidth {doc['copy_bandwidth']['gbs']:.0f} GB/s; goal: best >= {GOAL:.0%} of roofline")
-    print(f"{'kernel':<13}{'ref':>7}{'best':>7}{'meas':>6}{'compile':>9}  winner")
+    print(f"\ncopy bandwidth {doc['copy_bandwidth']['gbs']:.0f} GB/s; goal: best >= {GOAL:.0%} of roofline; "
+          "ceiling: the protocol floor's fraction of the roofline")
+    print(f"{'kernel':<13}{'ref':>7}{'best':>7}{'ceiling':>9}{'meas':>6}{'compile':>9}  winner")
     for k in doc["kernels"]:
         if "reference_fraction_of_roofline" not in k:
             print(f"{k['name']:<13} {k.get('skipped') or k.get('error')}")
             continue
+        ceiling = k.get("protocol_ceiling_fraction_of_roofline")
         print(f"{k['name']:<13}{k['reference_fraction_of_roofline'] or 0:>7.0%}{k['best_fraction_of_roofline'] or 0:>7.0%}"
+              f"{f'{ceiling:.0%}' if ceiling else '-':>9}"
               f"{k['measurements']:>6}{k['compile_share_of_wall'] or 0:>9.0%}  {k['winning_recipe']} ({k['stopped_by']})")
     if doc.get("app_vs_record_max_rel_diff") is not None:
         print(f"app vs record (transpose): max rel diff {doc['app_vs_record_max_rel_diff']:.1%}")

@@ -40,6 +40,7 @@ def test_a_dry_run_search_spends_its_budget_and_reports_roofline_fractions_compi
     assert result["best_ms"] == min([m["candidate_ms"] for m in result["measured"]] + [result["reference_ms"]])
     assert any("warp-per-row recipe" in reason for reason in result["recipes_that_cannot_apply"])
     assert result["automatic_knobs"] == ["BLOCK (block, dimension x of the block of gelu)"]
+    assert result["protocol_floor"] is None and result["best_fraction_of_protocol_floor"] is None  # no GPU, no floor
 
 
 def test_a_search_past_its_deadline_stops_cleanly_with_what_it_has():
@@ -48,3 +49,30 @@ def test_a_search_past_its_deadline_stops_cleanly_with_what_it_has():
     result = bench.search_kernel("gelu", runner, bench.fake_measure, 4232.0, 150, 0.0, 0)
     assert result["stopped_by"] == "deadline" and result["measurements"] == 0
     assert result["best_fraction_of_roofline"] == result["reference_fraction_of_roofline"]
+
+
+def test_the_protocol_floor_moves_each_input_once_and_each_output_once_and_sits_beside_the_roofline():
+    bench = _bench()
+    from gpu_runner import load_problem
+
+    # the column sum reads the 4096 x 4096 matrix and writes one float a column
+    assert bench.moved_bytes(load_problem(bench.OWN / "column_sum")) == (4 * 4096 * 4096, 4 * 4096)
+    assert bench.moved_bytes(load_problem(bench.OWN / "gelu")) == (4 * 16777216, 4 * 16777216)
+    # a floor of 25.5 us against a roofline floor of 16 us: no kernel shows more than 62.7% under the protocol;
+    # a best of 25.8 us is 98.8% of the floor
+    figures = bench.floor_figures({"ms": 0.0255}, 0.016, 0.0258)
+    assert figures["protocol_ceiling_fraction_of_roofline"] == pytest.approx(0.016 / 0.0255, abs=1e-4)
+    assert figures["best_fraction_of_protocol_floor"] == pytest.approx(0.0255 / 0.0258, abs=1e-4)
+    # the dry run times nothing: no floor, and it says so rather than inventing one
+    assert bench.floor_figures(None, 0.016, 0.02) == {"protocol_floor": None, "protocol_ceiling_fraction_of_roofline": None,
+                                                       "best_fraction_of_protocol_floor": None}
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc is not installed here")
+def test_the_floor_kernel_compiles_without_spills():
+    bench = _bench()
+    from gpu_runner.compiler import compile_cubin
+
+    report = compile_cubin(bench.FLOOR_SOURCE, [], "sm_90", sass=False).report
+    assert report.ok, report.summary()
+    assert report.facts.spill_stores == 0 and report.facts.spill_loads == 0
