@@ -44,7 +44,6 @@ import datetime as dt
 import gzip
 import hashlib
 import json
-import os
 import random
 import statistics
 import sys
@@ -204,6 +203,12 @@ FLOOR_GRIDS_PER_SM = (4, 8, 16)
 FLOOR_BLOCK = 256
 
 
+def roofline_of(spec, bandwidth_gbs: float) -> tuple[float, float]:
+    """(the [roofline] bytes of the default size, the time they take at `bandwidth_gbs`, in ms)."""
+    nbytes = float(spec.roofline.bytes.evaluate(dict(spec.default_case.sizes)))
+    return nbytes, nbytes / (bandwidth_gbs * 1e9) * 1e3
+
+
 def moved_bytes(spec) -> tuple[int, int]:
     """(bytes read, bytes written) of the default size: every input read once, every output written once."""
     env = dict(spec.default_case.sizes)
@@ -282,8 +287,7 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
     spec = load_problem(folder)
     reference = reference_candidate(spec).to_dict()
     case = dict(spec.default_case.sizes)
-    roofline_bytes = float(spec.roofline.bytes.evaluate(case))
-    floor_ms = roofline_bytes / (bandwidth_gbs * 1e9) * 1e3
+    roofline_bytes, floor_ms = roofline_of(spec, bandwidth_gbs)
     problem = {"name": spec.name, "title": spec.title, "description": spec.description, "sizes": case,
                "flops": float(spec.roofline.flops.evaluate(case)) if spec.roofline.flops is not None else None,
                "bytes": roofline_bytes, "tolerance_allows_fast_math": False}
@@ -488,8 +492,7 @@ def floors_only(args, parser) -> dict:
            "best_from": args.best_from, "kernels": []}
     for name in names:
         spec = load_problem(OWN / name)
-        case = dict(spec.default_case.sizes)
-        floor_ms = float(spec.roofline.bytes.evaluate(case)) / (bandwidth["gbs"] * 1e9) * 1e3
+        _, floor_ms = roofline_of(spec, bandwidth["gbs"])
         best = best_from.get(name, {})
         row = {"name": name, "roofline_floor_ms": floor_ms, "best_ms": best.get("best_ms"),
                "best_fraction_of_roofline": round(floor_ms / best["best_ms"], 4) if best.get("best_ms") else None}

@@ -12,36 +12,20 @@ every element" funnels every warp's atomic into one address, so it is no ceiling
 """
 import json
 import os
-import statistics
 
 import cupy as cp
 import numpy as np
 
+from flushed import copy_bandwidth, timeit
+
 R, C = 4096, 4096
-flush = cp.empty(256 << 20, dtype=cp.uint8)
-
-
-def timeit(fn, reps=40):
-    ts = []
-    for _ in range(3):
-        fn()
-    for _ in range(reps):
-        flush.fill(1)
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record(); fn(); e.record(); e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e))
-    return statistics.median(ts)
-
-
-src = cp.ones((1 << 28,), dtype=cp.float32); dst = cp.empty_like(src)
-bw = 2 * src.nbytes / (timeit(lambda: dst.__setitem__(Ellipsis, src), 20) * 1e-3)
-del src, dst
+bw = copy_bandwidth()
 x = cp.random.standard_normal((R, C), dtype=cp.float32)
 out = cp.empty((C,), dtype=cp.float32)
 ref = x.sum(axis=0)
 nbytes = x.nbytes + out.nbytes
 small_dst = cp.empty_like(x)
-res = {"copy 64 MiB (read+write)": {"ms": timeit(lambda: small_dst.__setitem__(Ellipsis, x))}}
+res = {"copy 64 MiB (read+write)": {"ms": timeit(lambda: small_dst.__setitem__(Ellipsis, x), 40)}}
 res["copy 64 MiB (read+write)"]["gbs"] = 2 * x.nbytes / (res["copy 64 MiB (read+write)"]["ms"] * 1e-3) / 1e9
 
 CODE = r'''
@@ -83,7 +67,7 @@ for blocks_per_sm in (2, 4, 8):
         total.fill(0); k((grid,), (256,), (x, total, np.int64(x.size // 4)))
     run_all()
     ok = bool(abs(float(total[0]) - float(x.sum())) < 1.0)
-    ms = timeit(run_all)
+    ms = timeit(run_all, 40)
     res[f"sum of every element, {grid} blocks x 256 ok={ok}"] = {"ms": ms}
 for atomic in (1, 0):
     for unroll in (4, 8):
@@ -105,7 +89,7 @@ for atomic in (1, 0):
                 run()
                 ok = bool(cp.allclose(out, ref, rtol=1e-3, atol=1e-2))
                 how = "float4 atomics into zeroed out" if atomic else "partials + second kernel"
-                res[f"whole rows, {how}, block={block} splits={splits} unroll={unroll} ok={ok}"] = {"ms": timeit(run)}
+                res[f"whole rows, {how}, block={block} splits={splits} unroll={unroll} ok={ok}"] = {"ms": timeit(run, 40)}
 for key, v in res.items():
     v["fraction"] = nbytes / (v["ms"] * 1e-3) / bw
 result = {"copy_gbs": bw / 1e9, "column_sum_4096x4096": res}

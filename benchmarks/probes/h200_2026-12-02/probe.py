@@ -7,31 +7,17 @@ hand-written ones), timed with a 256 MiB flush and CUDA events, median of 30.
 Result: benchmarks/results/probe_softmax_column_sum_h200_2026-12-02.json."""
 import json
 import os
-import statistics
 
 import cupy as cp
 import numpy as np
+
+from flushed import copy_bandwidth, timeit
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "results", "own_kernels_h200_2026-12-02_first-call.json")
 FOUND = {k["name"]: k["best_source"] for k in json.load(open(RESULTS))["kernels"]}
 ROWS, COLS = 8192, 1024
 CR, CC = 4096, 4096
-flush = cp.empty(256 << 20, dtype=cp.uint8)
-
-def timeit(fn, reps=30):
-    ts = []
-    for _ in range(3): fn()
-    for _ in range(reps):
-        flush.fill(1)
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record(); fn(); e.record(); e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e))
-    return statistics.median(ts)
-
-src = cp.ones((1 << 28,), dtype=cp.float32); dst = cp.empty_like(src)
-copy_ms = timeit(lambda: dst.__setitem__(Ellipsis, src), 20)
-bw = 2 * src.nbytes / (copy_ms * 1e-3)
-del src, dst
+bw = copy_bandwidth()
 out = {"copy_gbs": bw / 1e9}
 
 COMMON = r'''

@@ -15,10 +15,11 @@ bytes / copy bandwidth, the found column sum 25.8 us; clean: 19.4 and 19.5 us, 8
 """
 import json
 import os
-import statistics
 
 import cupy as cp
 import numpy as np
+
+from flushed import copy_bandwidth, timeit, write_flush
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "..", "..", "results", "own_kernels_h200_2026-12-02_first-call.json")
@@ -26,7 +27,6 @@ FOUND = {k["name"]: k for k in json.load(open(RESULTS))["kernels"]}["column_sum"
 REFERENCE = open(os.path.join(HERE, "..", "..", "..", "tests", "gpu_runner", "own_kernels", "column_sum",
                               "reference.cu")).read()
 R, C = 4096, 4096
-flush = cp.empty(256 << 20, dtype=cp.uint8)
 other = cp.ones(256 << 20, dtype=cp.uint8)
 FLOOR = r'''
 extern "C" __global__ void read_floor(const float4* __restrict__ x, float* __restrict__ part, long long n4) {
@@ -45,30 +45,12 @@ touch = cp.RawModule(code=FLOOR.replace("UNROLL", "4"), options=("-std=c++17",))
 touch_part = cp.empty((4096,), dtype=cp.float32)
 
 
-def flush_dirty():
-    flush.fill(1)
-
-
 def flush_clean():
-    flush.fill(1)
+    write_flush()
     touch((1056,), (256,), (other, touch_part, np.int64(other.nbytes // 16)))
 
 
-def timeit(fn, before, reps=40):
-    ts = []
-    for _ in range(3):
-        before(); fn()
-    for _ in range(reps):
-        before()
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record(); fn(); e.record(); e.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(s, e))
-    return statistics.median(ts)
-
-
-big_src = cp.ones((1 << 28,), dtype=cp.float32); big_dst = cp.empty_like(big_src)
-bw = 2 * big_src.nbytes / (timeit(lambda: big_dst.__setitem__(Ellipsis, big_src), flush_dirty, 20) * 1e-3)
-del big_src, big_dst
+bw = copy_bandwidth()
 x = cp.random.standard_normal((R, C), dtype=cp.float32)
 out = cp.empty((C,), dtype=cp.float32)
 ref = x.sum(axis=0)
@@ -77,8 +59,8 @@ rows = {}
 
 
 def add(name, fn, nbytes):
-    for mode, before in (("dirty", flush_dirty), ("clean", flush_clean)):
-        ms = timeit(fn, before)
+    for mode, before in (("dirty", write_flush), ("clean", flush_clean)):
+        ms = timeit(fn, 40, before)
         rows.setdefault(name, {})[mode] = {"ms": ms, "fraction_of_copy_roofline": nbytes / (ms * 1e-3) / bw}
 
 
