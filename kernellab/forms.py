@@ -126,6 +126,10 @@ class RunCreateForm(forms.Form):
     confidence_threshold = forms.FloatField(min_value=0.125, max_value=1.0, initial=0.6, help_text="Forecasts at least this confident are trusted; the rest go to the GPU.")
     gpu_budget = forms.IntegerField(min_value=1, max_value=100000, initial=40, label="GPU budget (measurements)")
     children_per_step = forms.IntegerField(min_value=1, max_value=64, initial=4)
+    parents_per_step = forms.IntegerField(
+        min_value=1, max_value=16, initial=1, required=False, label="Parents expanded per step",
+        help_text="Their children are compiled together in one batch, so more parents make searches of "
+                  "nvcc-compiled kernels faster. Empty means 1.")
     screening_width = forms.IntegerField(
         min_value=0, max_value=4096, initial=0, required=False, label="Screening width at the root",
         help_text="Candidates proposed and forecast when the reference is expanded; the surrogate sends only the "
@@ -181,6 +185,9 @@ class RunCreateForm(forms.Form):
             generators = [g for g in GENERATORS if g != "replayed" or lab_dataset_solutions(problem=problem)]
         self.fields["generator"].choices = [(g, self._label(g)) for g in generators]
         self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
+
+    def clean_parents_per_step(self):
+        return self.cleaned_data.get("parents_per_step") or 1  # a page from before the field posts none
 
     @property
     def backends_unavailable(self) -> list:

@@ -162,6 +162,8 @@ class SearchRun(models.Model):
     gpu_budget = models.PositiveIntegerField(default=40)
     puct_c = models.FloatField(default=1.0)
     children_per_step = models.PositiveIntegerField(default=4)
+    # Parents expanded per step; the children of all of them are compile-checked in one batch.
+    parents_per_step = models.PositiveIntegerField(default=1)
     max_gpu_per_step = models.PositiveIntegerField(default=2)
     max_steps = models.PositiveIntegerField(default=60)
     approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.AUTO)

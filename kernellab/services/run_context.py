@@ -101,6 +101,7 @@ class RunContext:
             tree=TreeOptions(c=run.puct_c, log_rewards=True),
             children_per_expansion=run.children_per_step,
             root_children=run.screening_width,
+            parents_per_step=run.parents_per_step,
             discovery_ratio=run.discovery_threshold,
             seed=run.seed,
         )

@@ -40,6 +40,7 @@ def run_create(
     confidence_threshold: float = 0.6,
     gpu_budget: int = 40,
     children_per_step: int = 4,
+    parents_per_step: int = 1,
     screening_width: int | None = 0,
     max_gpu_per_step: int = 2,
     max_steps: int = 60,
@@ -67,6 +68,8 @@ def run_create(
         raise ServiceError("The GPU budget must be between 1 and 100,000 measurements.")
     if not 1 <= children_per_step <= 64:
         raise ServiceError("Children per step must be between 1 and 64.")
+    if not 1 <= parents_per_step <= 16:
+        raise ServiceError("Parents per step must be between 1 and 16.")
     if not 1 <= max_gpu_per_step <= 64:
         raise ServiceError("GPU measurements per step must be between 1 and 64.")
     screening_width = screening_width or 0
@@ -96,6 +99,7 @@ def run_create(
         confidence_threshold=confidence_threshold,
         gpu_budget=gpu_budget,
         children_per_step=children_per_step,
+        parents_per_step=parents_per_step,
         max_gpu_per_step=max_gpu_per_step,
         max_steps=max_steps,
         puct_c=puct_c,

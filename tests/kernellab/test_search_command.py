@@ -71,6 +71,19 @@ def test_a_time_budget_ends_the_run_and_says_so(lab):
     assert run.driver_state["step"] == 1
 
 
+def test_parents_per_step_is_passed_to_the_run_and_its_search(lab):
+    _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline", "--parents", "2")
+    run = SearchRun.objects.get()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert run.parents_per_step == 2 and run.driver_state["settings"]["parents_per_step"] == 2
+
+
+def test_parents_per_step_out_of_range_is_refused_by_the_command(lab):
+    with pytest.raises(CommandError, match="Parents per step must be between 1 and 16"):
+        _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--parents", "0")
+    assert not SearchRun.objects.exists()
+
+
 def test_a_changed_folder_with_the_name_of_an_uploaded_problem_is_refused(lab, tmp_path):
     _search(str(SAXPY), "--backend", "replay", "--budget", "1", "--surrogate", "roofline")
     changed = tmp_path / "saxpy"

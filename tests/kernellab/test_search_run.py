@@ -187,3 +187,53 @@ def test_a_screening_width_out_of_range_is_refused(saxpy, members, kwargs, messa
 
     with pytest.raises(ServiceError, match=message):
         run_create(problem=saxpy, user=members["engineer"], **{"generator": "template", **kwargs})
+
+
+@pytest.mark.parametrize("parents", [0, 17])
+def test_parents_per_step_out_of_range_is_refused(saxpy, members, parents):
+    from kernellab.services.errors import ServiceError
+
+    with pytest.raises(ServiceError, match="Parents per step must be between 1 and 16"):
+        run_create(problem=saxpy, user=members["engineer"], generator="template", parents_per_step=parents)
+    assert not type(saxpy).objects.get(pk=saxpy.pk).runs.exists()
+
+
+def test_a_run_expands_its_parents_per_step_and_keeps_them_in_its_saved_state(saxpy, members):
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.runs import run_transition
+
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=4, children_per_step=2, parents_per_step=3, start=False)
+    assert run.parents_per_step == 3
+    assert RunContext(run).search_settings().parents_per_step == 3
+    run_transition(run=run, user=members["engineer"], action="start")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert run.driver_state["settings"]["parents_per_step"] == 3  # a resumed run expands alike
+
+
+def test_a_run_saved_before_parents_per_step_resumes_with_one_parent_per_step(saxpy, members):
+    from search_engine.search_settings import SearchSettings
+
+    from kernellab.celery import app
+    from kernellab.services import search
+
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=30, children_per_step=2, start=False)
+    run.status = RunStatus.RUNNING
+    run.save()
+    search.STEPS_PER_ADVANCE, saved = 1, search.STEPS_PER_ADVANCE
+    try:
+        app.conf.task_always_eager = False  # advance by hand, one step at a time
+        run_advance(run_id=run.pk)
+        state = type(run).objects.get(pk=run.pk).driver_state
+        del state["settings"]["parents_per_step"]  # as a run saved before the setting existed
+        assert SearchSettings.from_dict(state["settings"]).parents_per_step == 1
+        type(run).objects.filter(pk=run.pk).update(driver_state=state)
+        run_advance(run_id=run.pk)
+        resumed = type(run).objects.get(pk=run.pk)
+        assert resumed.status != RunStatus.FAILED, resumed.status_reason
+        # The driver loaded the old state and saved it again with the default.
+        assert resumed.driver_state["settings"].get("parents_per_step") == 1
+    finally:
+        search.STEPS_PER_ADVANCE = saved

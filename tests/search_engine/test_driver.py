@@ -430,6 +430,21 @@ def test_a_port_that_checks_many_at_once_gets_each_steps_children_together_and_t
     assert batched.requests == single.requests
 
 
+def test_the_children_of_every_parent_of_a_step_are_checked_in_one_batch():
+    port = BatchPort()
+    driver = make_driver(port=port, seed=2, parents_per_step=3)
+    wide = 0
+    for _ in range(8):
+        before = len(port.batches)
+        report = driver.step()
+        if report.status != "expanded" or not report.created:
+            continue
+        assert len(port.batches) == before + 1                  # one batch, whatever the number of parents
+        assert sorted(port.batches[-1]) == sorted(report.created)
+        wide += len(report.expanded) > 1
+    assert wide                                                   # some steps did expand several parents
+
+
 class PreparingPort(FakePort):
     """A port whose measurements have a slow CPU part it would rather do for a whole step at once."""
 
