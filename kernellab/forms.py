@@ -130,6 +130,10 @@ class RunCreateForm(forms.Form):
         min_value=1, max_value=16, initial=1, required=False, label="Parents expanded per step",
         help_text="Their children are compiled together in one batch, so more parents make searches of "
                   "nvcc-compiled kernels faster. Empty means 1.")
+    min_children_per_step = forms.IntegerField(
+        min_value=0, max_value=256, initial=0, required=False, label="Children per step, at least",
+        help_text="A step expands more parents until it has this many children, so their compile checks run "
+                  "together on every core (0: off).")
     screening_width = forms.IntegerField(
         min_value=0, max_value=4096, initial=0, required=False, label="Screening width at the root",
         help_text="Candidates proposed and forecast when the reference is expanded; the surrogate sends only the "
@@ -188,6 +192,9 @@ class RunCreateForm(forms.Form):
 
     def clean_parents_per_step(self):
         return self.cleaned_data.get("parents_per_step") or 1  # a page from before the field posts none
+
+    def clean_min_children_per_step(self):
+        return self.cleaned_data.get("min_children_per_step") or 0  # a page from before the field posts none
 
     @property
     def backends_unavailable(self) -> list:

@@ -164,6 +164,8 @@ class SearchRun(models.Model):
     children_per_step = models.PositiveIntegerField(default=4)
     # Parents expanded per step; the children of all of them are compile-checked in one batch.
     parents_per_step = models.PositiveIntegerField(default=1)
+    # A step expands more parents until it has created at least this many children (0: off).
+    min_children_per_step = models.PositiveIntegerField(default=0)
     max_gpu_per_step = models.PositiveIntegerField(default=2)
     max_steps = models.PositiveIntegerField(default=60)
     approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.AUTO)

@@ -182,22 +182,26 @@ class SearchDriver:
         created: list[int] = []
         compiled: list[int] = []
         parents = self.tree.select(self.settings.parents_per_step)
+        wanted = self.settings.min_children_per_step
         for _ in range(self.MAX_EMPTY_EXPANSIONS):
             if not parents:
                 break
-            new = []
             for parent_id in parents:
-                new.extend(self._expand(parent_id))
+                created.extend(self._expand(parent_id))
                 expanded.append(parent_id)
-            # Every parent's children in one batch: a compile check's time is mostly the compiler's fixed
-            # start (nvcc ~0.4 s), so a step's checks cost one start on every core, not one per parent.
-            created.extend(new)
-            compiled.extend(self._compile(new))
             # A parent whose generator has nothing new is marked exhausted and costs no step: the
             # next one is tried at once (a generator that failed is not retried in the same step).
-            if created or not all(self.tree.nodes[p].exhausted for p in parents):
+            # With min_children_per_step, more parents are expanded until the step has that many children.
+            if created and len(created) >= wanted:
                 break
-            parents = self.tree.select(self.settings.parents_per_step)
+            if not created and not all(self.tree.nodes[p].exhausted for p in parents):
+                break
+            # the next parents: none on the line of a parent that gave children in this step
+            parents = self.tree.select(self.settings.parents_per_step,
+                                       taken=[p for p in expanded if not self.tree.nodes[p].exhausted])
+        # Every parent's children in one batch: a compile check's time is mostly the compiler's fixed
+        # start (nvcc ~0.4 s), so a step's checks cost one start on every core, not one per parent.
+        compiled.extend(self._compile(created))
         if not expanded or (not created and not parents):
             # Nothing left to expand: the most promising of what is parked is measured, or the run ends.
             requested = self._apply(self.policy.decide(self.tree, [], self.budget_left(), stalled=True))

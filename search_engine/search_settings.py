@@ -16,6 +16,9 @@ class SearchSettings:
     children_per_expansion: int = 4
     root_children: int = 0  # children per expansion of the root (the reference); 0: children_per_expansion
     parents_per_step: int = 1
+    # A step keeps expanding more parents (beyond parents_per_step) until it has created at least this many
+    # children, so its compile checks fill the machine's cores in one batch; 0 turns it off.
+    min_children_per_step: int = 0
     discovery_ratio: float = math.sqrt(2)
     seed: int = 0
     wait_for_measurements: bool = True

@@ -11,6 +11,7 @@ never holds two nodes on one ancestor line.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 
 from search_engine.candidates import Candidate, candidate_hash
@@ -243,14 +244,16 @@ class PUCTTree:
             out[nid] = q + self.options.c * scale * priors[nid] * root_t / (1 + node.visits)
         return out
 
-    def select(self, batch_size: int = 1) -> list[int]:
-        """Up to batch_size nodes by PUCT score, never two on one ancestor line."""
+    def select(self, batch_size: int = 1, taken: Iterable[int] = ()) -> list[int]:
+        """Up to batch_size nodes by PUCT score, never two on one ancestor line; `taken` (parents already
+        expanded in this step) are never chosen again, and nothing on their lines is chosen either."""
         scored = sorted(self.scores().items(), key=lambda kv: (-kv[1], kv[0]))
+        taken = list(taken)
         chosen: list[int] = []
         for nid, _ in scored:
             if len(chosen) >= batch_size:
                 break
-            if any(self.on_one_line(nid, other) for other in chosen):
+            if any(self.on_one_line(nid, other) for other in chosen + taken):
                 continue
             chosen.append(nid)
         return chosen

@@ -15,4 +15,9 @@ class Migration(migrations.Migration):
             name='parents_per_step',
             field=models.PositiveIntegerField(default=1),
         ),
+        migrations.AddField(
+            model_name='searchrun',
+            name='min_children_per_step',
+            field=models.PositiveIntegerField(default=0),
+        ),
     ]

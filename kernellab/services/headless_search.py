@@ -237,6 +237,7 @@ def search_headless(
     surrogate: str = "learned",
     children_per_step: int = 4,
     parents_per_step: int = 1,
+    min_children_per_step: int = 0,
     screening_width: int = 0,
     seed: int = 0,
     name: str = "",
@@ -253,7 +254,8 @@ def search_headless(
     clock = {"compile_s": 0.0, "measure_s": 0.0}
     run = run_create(problem=problem, user=user, name=name or "command-line search", generator=generator,
                      surrogate=surrogate, gpu_budget=gpu_budget, children_per_step=children_per_step,
-                     parents_per_step=parents_per_step, screening_width=screening_width,
+                     parents_per_step=parents_per_step, min_children_per_step=min_children_per_step,
+                     screening_width=screening_width,
                      approval_mode=ApprovalMode.AUTO, backend=backend, seed=seed, start=False)
     started = time.perf_counter()
     stopping = {"asked": False}

@@ -102,6 +102,7 @@ class RunContext:
             children_per_expansion=run.children_per_step,
             root_children=run.screening_width,
             parents_per_step=run.parents_per_step,
+            min_children_per_step=run.min_children_per_step,
             discovery_ratio=run.discovery_threshold,
             seed=run.seed,
         )

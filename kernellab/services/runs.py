@@ -41,6 +41,7 @@ def run_create(
     gpu_budget: int = 40,
     children_per_step: int = 4,
     parents_per_step: int = 1,
+    min_children_per_step: int = 0,
     screening_width: int | None = 0,
     max_gpu_per_step: int = 2,
     max_steps: int = 60,
@@ -70,6 +71,8 @@ def run_create(
         raise ServiceError("Children per step must be between 1 and 64.")
     if not 1 <= parents_per_step <= 16:
         raise ServiceError("Parents per step must be between 1 and 16.")
+    if not 0 <= min_children_per_step <= 256:
+        raise ServiceError("The minimum children per step must be between 0 (off) and 256.")
     if not 1 <= max_gpu_per_step <= 64:
         raise ServiceError("GPU measurements per step must be between 1 and 64.")
     screening_width = screening_width or 0
@@ -100,6 +103,7 @@ def run_create(
         gpu_budget=gpu_budget,
         children_per_step=children_per_step,
         parents_per_step=parents_per_step,
+        min_children_per_step=min_children_per_step,
         max_gpu_per_step=max_gpu_per_step,
         max_steps=max_steps,
         puct_c=puct_c,

@@ -84,6 +84,19 @@ def test_parents_per_step_out_of_range_is_refused_by_the_command(lab):
     assert not SearchRun.objects.exists()
 
 
+def test_the_minimum_children_per_step_is_passed_to_the_run_and_its_search(lab):
+    _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline", "--min-children", "8")
+    run = SearchRun.objects.get()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert run.min_children_per_step == 8 and run.driver_state["settings"]["min_children_per_step"] == 8
+
+
+def test_the_minimum_children_per_step_out_of_range_is_refused_by_the_command(lab):
+    with pytest.raises(CommandError, match="minimum children per step must be between 0"):
+        _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--min-children", "257")
+    assert not SearchRun.objects.exists()
+
+
 def test_a_changed_folder_with_the_name_of_an_uploaded_problem_is_refused(lab, tmp_path):
     _search(str(SAXPY), "--backend", "replay", "--budget", "1", "--surrogate", "roofline")
     changed = tmp_path / "saxpy"

@@ -212,6 +212,31 @@ def test_a_run_expands_its_parents_per_step_and_keeps_them_in_its_saved_state(sa
     assert run.driver_state["settings"]["parents_per_step"] == 3  # a resumed run expands alike
 
 
+@pytest.mark.parametrize("least", [-1, 257])
+def test_the_minimum_children_per_step_out_of_range_is_refused(saxpy, members, least):
+    from kernellab.services.errors import ServiceError
+
+    with pytest.raises(ServiceError, match="minimum children per step must be between 0 \\(off\\) and 256"):
+        run_create(problem=saxpy, user=members["engineer"], generator="template", min_children_per_step=least)
+    assert not type(saxpy).objects.get(pk=saxpy.pk).runs.exists()
+
+
+def test_a_run_keeps_its_minimum_children_per_step_in_its_settings_and_saved_state(saxpy, members):
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.runs import run_transition
+
+    default = run_create(problem=saxpy, user=members["engineer"], generator="template", start=False)
+    assert default.min_children_per_step == 0 and RunContext(default).search_settings().min_children_per_step == 0
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=4, children_per_step=2, min_children_per_step=16, start=False)
+    assert run.min_children_per_step == 16
+    assert RunContext(run).search_settings().min_children_per_step == 16
+    run_transition(run=run, user=members["engineer"], action="start")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert run.driver_state["settings"]["min_children_per_step"] == 16  # a resumed run expands alike
+
+
 def test_a_run_saved_before_parents_per_step_resumes_with_one_parent_per_step(saxpy, members):
     from search_engine.search_settings import SearchSettings
 

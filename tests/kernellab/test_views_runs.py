@@ -87,6 +87,31 @@ def test_the_form_refuses_parents_per_step_out_of_range_and_takes_none_as_one(cl
     assert response.status_code == 302 and SearchRun.objects.get().parents_per_step == 1
 
 
+def test_the_form_takes_the_minimum_children_per_step_and_the_run_stores_it(client, members, recorded, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    client.force_login(members["engineer"])
+    page = client.get(reverse("run-new", args=[recorded.pk]))
+    assert page.context["form"].fields["min_children_per_step"].initial == 0
+    assert "Children per step, at least" in page.content.decode()
+    data = {**_defaults(page.context["form"]), "min_children_per_step": 16}
+    response = client.post(reverse("run-new", args=[recorded.pk]), data)
+    run = SearchRun.objects.get()
+    assert response.status_code == 302 and run.min_children_per_step == 16
+
+
+def test_the_form_refuses_the_minimum_children_per_step_out_of_range_and_takes_none_as_off(client, members, recorded,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    client.force_login(members["engineer"])
+    defaults = _defaults(client.get(reverse("run-new", args=[recorded.pk])).context["form"])
+    response = client.post(reverse("run-new", args=[recorded.pk]), {**defaults, "min_children_per_step": 257})
+    assert response.status_code == 400 and not SearchRun.objects.exists()
+    assert "less than or equal to 256" in response.content.decode()
+    del defaults["min_children_per_step"]  # a page from before the field
+    response = client.post(reverse("run-new", args=[recorded.pk]), defaults)
+    assert response.status_code == 302 and SearchRun.objects.get().min_children_per_step == 0
+
+
 def test_an_uploaded_problem_without_a_gpu_worker_is_told_no_backend_can_measure_it(client, members, problem, monkeypatch):
     monkeypatch.setenv("KERNELLAB_GPU", "0")
     client.force_login(members["engineer"])

@@ -445,6 +445,31 @@ def test_the_children_of_every_parent_of_a_step_are_checked_in_one_batch():
     assert wide                                                   # some steps did expand several parents
 
 
+def test_a_step_expands_more_parents_until_it_has_the_children_it_wants_and_checks_them_in_one_batch():
+    port = BatchPort()
+    driver = make_driver(port=port, seed=3, min_children_per_step=9)
+    filled = 0
+    for _ in range(10):
+        before = len(port.batches)
+        report = driver.step()
+        if report.status != "expanded" or not report.created:
+            continue
+        assert len(port.batches) == before + 1
+        assert sorted(port.batches[-1]) == sorted(report.created)
+        assert len(set(report.expanded)) == len(report.expanded)          # no parent twice in a step
+        giving = [p for p in report.expanded if not driver.tree.nodes[p].exhausted]
+        for i, a in enumerate(giving):                                    # nor two on one ancestor line
+            assert not any(driver.tree.on_one_line(a, b) for b in giving[i + 1:])
+        if len(report.created) < 9:                                       # short only when no parent was left
+            assert not driver.tree.select(1, taken=giving)
+        filled += len(report.expanded) > 1
+    assert filled
+    # without the setting a step expands one parent (4 children per expansion here)
+    plain = make_driver(seed=3)
+    plain.step()
+    assert all(len(plain.step().expanded) == 1 for _ in range(5))
+
+
 class PreparingPort(FakePort):
     """A port whose measurements have a slow CPU part it would rather do for a whole step at once."""
 
