@@ -87,6 +87,7 @@ class RunnerPort:
         self.sass_s = 0.0
         self.measure_s = 0.0
         self.compile_checks = 0
+        self.compile_batches: list[dict] = []
         self.measured: list[dict] = []
 
     def compile(self, node_id, candidate):
@@ -104,12 +105,20 @@ class RunnerPort:
                 answers[i] = {"status": "failed-compile", "reason": f"The candidate does not fit the problem: {exc}",
                               "compiler": None}
         # no SASS counts, as the app's search port asks (forecasts read none; cuobjdump is ~0.45 s a cubin)
-        for i, report in zip(where, self.runner.check_many(self.spec, parsed, sass=False)):
+        reports = self.runner.check_many(self.spec, parsed, sass=False)
+        for i, report in zip(where, reports):
             facts = asdict(report.facts) if report.facts else None
             answers[i] = {"status": "ok" if report.ok else "failed-compile",
                           "reason": "" if report.ok else report.summary(), "compiler": facts}
         self.compile_checks += len(items)
-        self.compile_s += time.perf_counter() - started
+        wall = time.perf_counter() - started
+        self.compile_s += wall
+        # each check's own compile time (0 where the cache answered) beside the batch's wall time
+        each = sorted(r.compile_s for r in reports)
+        self.compile_batches.append({"n": len(items), "wall_s": round(wall, 4),
+                                     "slowest_s": round(each[-1], 4) if each else 0.0,
+                                     "median_s": round(each[len(each) // 2], 4) if each else 0.0,
+                                     "engines": sorted({(r.compiler or "").split(" ")[0] for r in reports})})
         return answers
 
     def prepare_measurements(self, items):
@@ -281,7 +290,8 @@ def auto_knob_template(spec, folder: Path) -> tuple[TemplateGenerator | None, li
 
 
 def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int, deadline: float,
-                  seed: int, *, children: int = 16, root_children: int = 32, per_step: int = 8,
+                  seed: int, *, children: int = 16, root_children: int = 32, per_step: int = 8, parents: int = 1,
+                  min_children: int = 0,
                   floor_of=None) -> dict:
     folder = OWN / name
     spec = load_problem(folder)
@@ -303,12 +313,15 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         # Wide steps: a step's compile checks run at once on every core, so more children and more
         # measurements per step spend less of the wall time waiting for nvcc.
         policy=PolicySettings(gpu_budget=budget, max_gpu_per_step=per_step, min_gpu_per_step=1),
-        tree=TreeOptions(log_rewards=True), children_per_expansion=children, root_children=root_children, seed=seed)
+        tree=TreeOptions(log_rewards=True), children_per_expansion=children, root_children=root_children, seed=seed,
+        # Several parents a step: their children are checked in one batch (one compiler start on every core).
+        parents_per_step=parents, min_children_per_step=min_children)
     driver = SearchDriver(port=port, generator=CombinedGenerator(generators), surrogate=RooflineSurrogate(),
                           reference=reference, hardware=hardware, problem=problem, settings=settings,
                           reference_ms=reference_ms)
     search_started = time.perf_counter()
     stopped = "budget"
+    steps: list[list[int]] = []   # per step: parents expanded, children created, measurements requested
     while True:
         if time.perf_counter() > deadline:
             stopped = "deadline"
@@ -317,6 +330,7 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         if report.status != "expanded":
             stopped = report.status
             break
+        steps.append([len(report.expanded), len(report.created), len(report.measured_requests)])
     wall = time.perf_counter() - search_started
     ok = [m for m in port.measured if m["status"] == "ok" and m["candidate_ms"]]
     best = min(ok, key=lambda m: m["candidate_ms"]) if ok else None
@@ -346,6 +360,8 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         "compile_checks": port.compile_checks,
         "compile_failures": driver.counters.compile_failures,
         "compile_s": round(port.compile_s, 3),
+        "compile_batches": port.compile_batches,
+        "steps": {"count": len(steps), "parents_children_measured": steps},
         "measure_s": round(port.measure_s, 3),
         "search_wall_s": round(wall, 3),
         "compile_share_of_wall": round(port.compile_s / wall, 4) if wall > 0 else None,
@@ -418,6 +434,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--backend", default="cupy", choices=["cupy", "pycuda", "fake"])
     parser.add_argument("--app-sample", type=int, default=12, help="recorded transpose variants re-measured")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--parents", type=int, default=4,
+                        help="parents expanded per step, their children compiled in one batch (1: one a step)")
+    parser.add_argument("--min-children", type=int, default=16,
+                        help="a step expands more parents until it has this many children (0: off)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--floors-only", action="store_true",
                         help="only the protocol floor of each kernel (no search), into own_kernels_floors_<gpu>_<date>.json")
@@ -445,7 +465,9 @@ def main(argv=None) -> dict:
         bandwidth = copy_bandwidth_gbs()
         bandwidth["reference_doc_gbs"] = 4232.0  # /work/shared/H200-REFERENCE.md, 2026-11-29, for comparison
     doc = {"benchmark": "own_kernels", "machine": machine, "date": DATE, "backend": args.backend,
-           "budget_per_kernel": args.budget, "deadline_s": args.deadline_s, "goal_fraction_of_roofline": GOAL,
+           "budget_per_kernel": args.budget, "parents_per_step": args.parents,
+           "min_children_per_step": args.min_children, "deadline_s": args.deadline_s,
+           "goal_fraction_of_roofline": GOAL,
            "copy_bandwidth": bandwidth, "settings": asdict(SETTINGS), "surrogate": "roofline",
            "generators": "recipes + template of the automatic knobs", "kernels": [],
            "app_vs_record_max_rel_diff": None}
@@ -465,7 +487,8 @@ def main(argv=None) -> dict:
         print(f"[{time.perf_counter() - started:6.1f} s] {name}: searching for up to {share:.0f} s", flush=True)
         try:
             doc["kernels"].append(search_kernel(name, runner, measure, bandwidth["gbs"], args.budget,
-                                                time.perf_counter() + share, args.seed,
+                                                time.perf_counter() + share, args.seed, parents=args.parents,
+                                                min_children=args.min_children,
                                                 floor_of=None if args.backend == "fake" else protocol_floor))
         except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported, the others still run
             doc["kernels"].append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
