@@ -9,7 +9,11 @@ threads through `compile_cubin` (the one compile path), the same nvcc batch with
 on /dev/shm and without the compile sandbox, and cuobjdump alone and in a batch. Prints a table and
 writes compile_batches.json under $OUT (or the folder given).
 
-    PYTHONPATH=<repo> python3 benchmarks/probes/h200_2026-12-02/compile_batches.py [OUT_DIR]
+    PYTHONPATH=<repo> python3 benchmarks/probes/h200_2026-12-02/compile_batches.py [OUT_DIR] [--nvrtc-warm]
+
+--nvrtc-warm: only NVRTC, with every server started before timing (the first run's NVRTC batches of 8
+and 16 threads included starting new servers), batches of 32 through compile_cubin and straight to the
+server pool, and the servers' CPU seconds per batch.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from gpu_runner import compiler  # noqa: E402
 from gpu_runner.compile_sandbox import sandbox_status  # noqa: E402
 from gpu_runner.nvrtc import choose_engine, close_servers, server_pool  # noqa: E402
 
-RESULT = ROOT / "benchmarks" / "results" / "own_kernels_h200_2026-12-02.json"
+RESULT = ROOT / "benchmarks" / "results" / "own_kernels_h200_2026-12-02_one-parent-a-step.json"
 KERNELS = {k["name"]: k["best_source"] for k in json.loads(RESULT.read_text())["kernels"]}
 SOURCES = {"nvcc": KERNELS["column_sum"], "nvrtc": KERNELS["row_rmsnorm"]}
 BATCH = 16
@@ -126,8 +130,62 @@ def machine() -> dict:
     return facts
 
 
+def _servers_cpu_s() -> float:
+    """User + system CPU seconds of this process's idle NVRTC servers (from /proc)."""
+    from gpu_runner import nvrtc
+
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for server in list(nvrtc.server_pool()._idle):
+        try:
+            fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def nvrtc_warm(out_dir: Path) -> None:
+    """NVRTC with every server already started: batches of 32 on 1..16 threads through compile_cubin and
+    straight to the server pool, with the servers' CPU seconds, so spawning is not in the figures."""
+    from gpu_runner import nvrtc
+
+    result: dict = {"probe": "compile_batches --nvrtc-warm", "machine": machine()}
+    for name in ("row_rmsnorm", "row_softmax"):
+        source = KERNELS[name]
+        batch(source, 16, n=48)  # starts all 16 servers
+        rows = []
+        for workers in WORKERS:
+            cpu = _servers_cpu_s()
+            row = batch(source, workers, n=32)
+            row["servers_cpu_s"] = round(_servers_cpu_s() - cpu, 3)
+            flags = nvrtc.nvrtc_flags((), "sm_90")
+            sources = [salted(source) for _ in range(32)]
+
+            def direct(text):
+                started = time.perf_counter()
+                nvrtc.server_pool().compile(text, "kernel.cu", flags, False, 120.0)
+                return time.perf_counter() - started
+
+            started = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                each = list(pool.map(direct, sources))
+            row["direct_wall_s"] = round(time.perf_counter() - started, 4)
+            row["direct_mean_s"] = round(statistics.mean(each), 4)
+            rows.append(row)
+            print(f"{name} {workers:>2}w: compile_cubin {row['wall_s']:.3f} s (mean {row['mean_compile_s']:.3f}, "
+                  f"servers' CPU {row['servers_cpu_s']:.2f} s), straight to the pool {row['direct_wall_s']:.3f} s",
+                  flush=True)
+        result[name] = rows
+    close_servers()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "compile_batches_nvrtc_warm.json").write_text(json.dumps(result, indent=1))
+
+
 def main() -> None:
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "."))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out_dir = Path(args[0] if args else os.environ.get("OUT", "."))
+    if "--nvrtc-warm" in sys.argv:
+        return nvrtc_warm(out_dir)
     result: dict = {"probe": "compile_batches", "machine": machine(), "batch": BATCH}
     server_pool()  # the NVRTC servers start before any timing
     for engine, source in SOURCES.items():
