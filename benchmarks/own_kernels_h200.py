@@ -115,8 +115,10 @@ class RunnerPort:
         self.compile_s += wall
         # each check's own compile time (0 where the cache answered) beside the batch's wall time
         each = sorted(r.compile_s for r in reports)
+        slowest = max(range(len(reports)), key=lambda j: reports[j].compile_s, default=None)
         self.compile_batches.append({"n": len(items), "wall_s": round(wall, 4),
                                      "slowest_s": round(each[-1], 4) if each else 0.0,
+                                     "slowest_name": parsed[slowest].name if slowest is not None else None,
                                      "median_s": round(each[len(each) // 2], 4) if each else 0.0,
                                      "engines": sorted({(r.compiler or "").split(" ")[0] for r in reports})})
         return answers
