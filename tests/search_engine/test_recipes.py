@@ -339,6 +339,30 @@ def test_unroll_puts_a_pragma_with_the_knobs_factor_on_each_loop_that_has_none()
     assert source.count("#pragma unroll 8") == 1
 
 
+def test_unroll_never_nests_two_unrolled_loops():
+    _, reference = _reference(OWN / "row_softmax")
+    strided = {**reference, **grid_stride_family(reference).render({"ITEMS": 4, "BLOCK": 128})}
+    source = unroll_family(strided).render({"UNROLL": 16})["source"]
+    # the three column loops are unrolled, not the grid-stride loop around them (16 x 16 copies: NVRTC
+    # took 4.5 s on that softmax on the H200 host)
+    assert source.count("#pragma unroll kl_unroll") == 3
+    assert "#pragma unroll kl_unroll\n    for (long long kl_element" not in source
+    # a loop inside a loop that is unrolled already is left alone
+    inner = reference["source"].replace("for (int c = 0; c < cols; ++c) largest",
+                                        "#pragma unroll 4\n    for (int c = 0; c < cols; ++c) largest")
+    outer = {**reference, "source": inner.replace(
+        "    float total = 0.0f;", "    float total = 0.0f;\n#pragma unroll 2\n    for (int t = 0; t < 1; ++t)")}
+    source = unroll_family(outer).render({"UNROLL": 8})["source"]
+    assert source.count("#pragma unroll kl_unroll") == 1          # only the write loop
+    assert "#pragma unroll kl_unroll\n    for (int c = 0; c < cols; ++c) result[c]" in source
+    # and where every bare loop sits inside an unrolled one, the recipe says so
+    only = {**reference, "source": "extern \"C\" __global__ void k(float* y, int n) {\n#pragma unroll\n"
+                                   "    for (int i = 0; i < 4; ++i) {\n        for (int j = 0; j < n; ++j) y[j] += i;\n    }\n}\n",
+            "launch": [{**reference["launch"][0], "kernel": "k"}]}
+    with pytest.raises(CannotApply, match="inside a loop that is unrolled already"):
+        unroll_family(only)
+
+
 def test_the_read_only_path_marks_buffers_restrict_and_reads_the_unwritten_ones_through_ldg():
     _, reference = _reference(OWN / "row_softmax")
     family = read_only_family(reference)
@@ -655,9 +679,11 @@ def test_every_row_block_knob_point_and_the_read_only_path_on_top_compile_with_n
     family = row_block_family(reference)
     variants = [family.render({"ROWS": rows, "BX": 64, "BY": 4}) for rows in family.knobs["ROWS"]]
     stacked = [p.candidate for p in _below(RecipeGenerator(), reference, variants[1], 4) if "+" in p.candidate["name"]]
-    assert [c["name"].split(":")[0] for c in stacked] == ["recipe row-block[ROWS=4,BX=64,BY=4]+unroll",
-                                                         "recipe row-block[ROWS=4,BX=64,BY=4]+read-only-path"]
-    assert "__ldg(&(value))" in stacked[1]["source"] and "for (int kl_r = 0; kl_r < ROWS; ++kl_r)" in stacked[1]["source"]
+    # no unroll on top: the stencil's loops sit inside the unrolled loop over the thread's rows
+    assert [c["name"].split(":")[0] for c in stacked] == ["recipe row-block[ROWS=4,BX=64,BY=4]+read-only-path"]
+    with pytest.raises(CannotApply, match="inside a loop that is unrolled already"):
+        unroll_family(variants[1])
+    assert "__ldg(&(value))" in stacked[0]["source"] and "for (int kl_r = 0; kl_r < ROWS; ++kl_r)" in stacked[0]["source"]
     candidates = [RunnerCandidate.from_dict(c, spec) for c in variants + stacked]
     for candidate, report in zip(candidates, Runner(backend="static").check_many(spec, candidates)):
         assert report.ok, (candidate.name, report.summary())
