@@ -125,7 +125,8 @@ class RunCreateForm(forms.Form):
     surrogate = forms.ChoiceField(choices=[(s, s) for s in SURROGATES])
     confidence_threshold = forms.FloatField(min_value=0.125, max_value=1.0, initial=0.6, help_text="Forecasts at least this confident are trusted; the rest go to the GPU.")
     gpu_budget = forms.IntegerField(min_value=1, max_value=100000, initial=40, label="GPU budget (measurements)")
-    children_per_step = forms.IntegerField(min_value=1, max_value=64, initial=4)
+    children_per_step = forms.IntegerField(min_value=1, max_value=64, initial=4, label="Children per parent",
+                                           help_text="Candidates the generator proposes for each parent a step expands.")
     parents_per_step = forms.IntegerField(
         min_value=1, max_value=16, initial=1, required=False, label="Parents expanded per step",
         help_text="Their children are compiled together in one batch, so more parents make searches of "
@@ -137,7 +138,7 @@ class RunCreateForm(forms.Form):
     screening_width = forms.IntegerField(
         min_value=0, max_value=4096, initial=0, required=False, label="Screening width at the root",
         help_text="Candidates proposed and forecast when the reference is expanded; the surrogate sends only the "
-                  "most promising to the GPU. 0 uses children per step. Forecasts are cheap: 256 is the "
+                  "most promising to the GPU. 0 uses children per parent. Forecasts are cheap: 256 is the "
                   "benchmarked setting for the template generator; it needed fewer measurements on 4 of 6 "
                   "bundled families and helped least where the learned surrogate knows no similar problem "
                   "(sgemm, docs/search.md).")

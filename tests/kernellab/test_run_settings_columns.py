@@ -54,7 +54,7 @@ def test_the_run_page_shows_parents_per_step_only_when_more_than_one(client, mem
     assert "parents per step" not in html
     SearchRun.objects.filter(pk=run.pk).update(parents_per_step=4)
     html = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
-    assert "children per step · 4 parents per step" in html
+    assert "children per parent · 4 parents per step" in html
 
 
 def test_the_run_page_shows_the_minimum_children_per_step_only_when_set(client, members, run):
@@ -63,7 +63,7 @@ def test_the_run_page_shows_the_minimum_children_per_step_only_when_set(client, 
     assert "at least" not in html
     SearchRun.objects.filter(pk=run.pk).update(parents_per_step=2, min_children_per_step=16)
     html = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
-    assert "children per step · 2 parents per step · at least 16 children per step" in html
+    assert "children per parent · 2 parents per step · at least 16 children per step" in html
 
 
 def test_the_panel_shows_the_latest_forecast_of_a_node_once_it_is_revised(client, members, node):
