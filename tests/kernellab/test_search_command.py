@@ -71,29 +71,21 @@ def test_a_time_budget_ends_the_run_and_says_so(lab):
     assert run.driver_state["step"] == 1
 
 
-def test_parents_per_step_is_passed_to_the_run_and_its_search(lab):
-    _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline", "--parents", "2")
+@pytest.mark.parametrize("option, field, value", [("--parents", "parents_per_step", 2),
+                                                   ("--min-children", "min_children_per_step", 8)])
+def test_a_step_width_option_is_passed_to_the_run_and_its_search(lab, option, field, value):
+    _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline", option, str(value))
     run = SearchRun.objects.get()
     assert run.status == RunStatus.FINISHED, run.status_reason
-    assert run.parents_per_step == 2 and run.driver_state["settings"]["parents_per_step"] == 2
+    assert getattr(run, field) == value and run.driver_state["settings"][field] == value
 
 
-def test_parents_per_step_out_of_range_is_refused_by_the_command(lab):
-    with pytest.raises(CommandError, match="Parents per step must be between 1 and 16"):
-        _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--parents", "0")
-    assert not SearchRun.objects.exists()
-
-
-def test_the_minimum_children_per_step_is_passed_to_the_run_and_its_search(lab):
-    _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline", "--min-children", "8")
-    run = SearchRun.objects.get()
-    assert run.status == RunStatus.FINISHED, run.status_reason
-    assert run.min_children_per_step == 8 and run.driver_state["settings"]["min_children_per_step"] == 8
-
-
-def test_the_minimum_children_per_step_out_of_range_is_refused_by_the_command(lab):
-    with pytest.raises(CommandError, match="minimum children per step must be between 0"):
-        _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--min-children", "257")
+@pytest.mark.parametrize("option, value, message", [("--parents", "0", "Parents per step must be between 1 and 16"),
+                                                    ("--min-children", "257",
+                                                     "minimum children per step must be between 0")])
+def test_a_step_width_option_out_of_range_is_refused_by_the_command(lab, option, value, message):
+    with pytest.raises(CommandError, match=message):
+        _search(str(SAXPY), "--backend", "replay", "--budget", "2", option, value)
     assert not SearchRun.objects.exists()
 
 

@@ -189,52 +189,34 @@ def test_a_screening_width_out_of_range_is_refused(saxpy, members, kwargs, messa
         run_create(problem=saxpy, user=members["engineer"], **{"generator": "template", **kwargs})
 
 
-@pytest.mark.parametrize("parents", [0, 17])
-def test_parents_per_step_out_of_range_is_refused(saxpy, members, parents):
+@pytest.mark.parametrize("field, value, message", [
+    ("parents_per_step", 0, "Parents per step must be between 1 and 16"),
+    ("parents_per_step", 17, "Parents per step must be between 1 and 16"),
+    ("min_children_per_step", -1, r"minimum children per step must be between 0 \(off\) and 256"),
+    ("min_children_per_step", 257, r"minimum children per step must be between 0 \(off\) and 256"),
+])
+def test_a_step_width_out_of_range_is_refused(saxpy, members, field, value, message):
     from kernellab.services.errors import ServiceError
 
-    with pytest.raises(ServiceError, match="Parents per step must be between 1 and 16"):
-        run_create(problem=saxpy, user=members["engineer"], generator="template", parents_per_step=parents)
+    with pytest.raises(ServiceError, match=message):
+        run_create(problem=saxpy, user=members["engineer"], generator="template", **{field: value})
     assert not type(saxpy).objects.get(pk=saxpy.pk).runs.exists()
 
 
-def test_a_run_expands_its_parents_per_step_and_keeps_them_in_its_saved_state(saxpy, members):
+@pytest.mark.parametrize("field, default, value", [("parents_per_step", 1, 3), ("min_children_per_step", 0, 16)])
+def test_a_run_keeps_its_step_width_in_its_settings_and_saved_state(saxpy, members, field, default, value):
     from kernellab.services.run_context import RunContext
     from kernellab.services.runs import run_transition
 
+    plain = run_create(problem=saxpy, user=members["engineer"], generator="template", start=False)
+    assert getattr(plain, field) == default and getattr(RunContext(plain).search_settings(), field) == default
     run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
-                     backend="replay", gpu_budget=4, children_per_step=2, parents_per_step=3, start=False)
-    assert run.parents_per_step == 3
-    assert RunContext(run).search_settings().parents_per_step == 3
+                     backend="replay", gpu_budget=4, children_per_step=2, start=False, **{field: value})
+    assert getattr(run, field) == value and getattr(RunContext(run).search_settings(), field) == value
     run_transition(run=run, user=members["engineer"], action="start")
     run.refresh_from_db()
     assert run.status == RunStatus.FINISHED, run.status_reason
-    assert run.driver_state["settings"]["parents_per_step"] == 3  # a resumed run expands alike
-
-
-@pytest.mark.parametrize("least", [-1, 257])
-def test_the_minimum_children_per_step_out_of_range_is_refused(saxpy, members, least):
-    from kernellab.services.errors import ServiceError
-
-    with pytest.raises(ServiceError, match="minimum children per step must be between 0 \\(off\\) and 256"):
-        run_create(problem=saxpy, user=members["engineer"], generator="template", min_children_per_step=least)
-    assert not type(saxpy).objects.get(pk=saxpy.pk).runs.exists()
-
-
-def test_a_run_keeps_its_minimum_children_per_step_in_its_settings_and_saved_state(saxpy, members):
-    from kernellab.services.run_context import RunContext
-    from kernellab.services.runs import run_transition
-
-    default = run_create(problem=saxpy, user=members["engineer"], generator="template", start=False)
-    assert default.min_children_per_step == 0 and RunContext(default).search_settings().min_children_per_step == 0
-    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
-                     backend="replay", gpu_budget=4, children_per_step=2, min_children_per_step=16, start=False)
-    assert run.min_children_per_step == 16
-    assert RunContext(run).search_settings().min_children_per_step == 16
-    run_transition(run=run, user=members["engineer"], action="start")
-    run.refresh_from_db()
-    assert run.status == RunStatus.FINISHED, run.status_reason
-    assert run.driver_state["settings"]["min_children_per_step"] == 16  # a resumed run expands alike
+    assert run.driver_state["settings"][field] == value  # a resumed run expands alike
 
 
 def test_a_run_saved_before_parents_per_step_resumes_with_one_parent_per_step(saxpy, members):

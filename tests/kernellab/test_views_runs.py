@@ -63,53 +63,37 @@ def test_the_form_offers_defaults_that_create_a_run(client, members, recorded, d
     assert run.status == "running" and run.generator == "transform" and run.backend == ("auto" if gpu == "1" else "replay")
 
 
-def test_the_form_takes_parents_per_step_and_the_run_stores_it(client, members, recorded, monkeypatch):
+# field, its initial value, its label, a value to store, one past its maximum and that maximum
+STEP_FIELDS = [("parents_per_step", 1, "Parents expanded per step", 4, 17, 16),
+               ("min_children_per_step", 0, "Children per step, at least", 16, 257, 256)]
+
+
+@pytest.mark.parametrize("field, initial, label, value, too_many, maximum", STEP_FIELDS)
+def test_the_form_takes_each_step_width_setting_and_the_run_stores_it(client, members, recorded, monkeypatch, field,
+                                                                      initial, label, value, too_many, maximum):
     monkeypatch.setenv("KERNELLAB_GPU", "0")
     client.force_login(members["engineer"])
     page = client.get(reverse("run-new", args=[recorded.pk]))
-    assert page.context["form"].fields["parents_per_step"].initial == 1
-    assert "Parents expanded per step" in page.content.decode()
-    data = {**_defaults(page.context["form"]), "parents_per_step": 4}
+    assert page.context["form"].fields[field].initial == initial
+    assert label in page.content.decode()
+    data = {**_defaults(page.context["form"]), field: value}
     response = client.post(reverse("run-new", args=[recorded.pk]), data)
-    run = SearchRun.objects.get()
-    assert response.status_code == 302 and run.parents_per_step == 4
+    assert response.status_code == 302 and getattr(SearchRun.objects.get(), field) == value
 
 
-def test_the_form_refuses_parents_per_step_out_of_range_and_takes_none_as_one(client, members, recorded, monkeypatch):
+@pytest.mark.parametrize("field, initial, label, value, too_many, maximum", STEP_FIELDS)
+def test_the_form_refuses_a_step_width_out_of_range_and_takes_none_as_its_default(client, members, recorded, monkeypatch,
+                                                                                  field, initial, label, value,
+                                                                                  too_many, maximum):
     monkeypatch.setenv("KERNELLAB_GPU", "0")
     client.force_login(members["engineer"])
     defaults = _defaults(client.get(reverse("run-new", args=[recorded.pk])).context["form"])
-    response = client.post(reverse("run-new", args=[recorded.pk]), {**defaults, "parents_per_step": 17})
+    response = client.post(reverse("run-new", args=[recorded.pk]), {**defaults, field: too_many})
     assert response.status_code == 400 and not SearchRun.objects.exists()
-    assert "less than or equal to 16" in response.content.decode()
-    del defaults["parents_per_step"]  # a page from before the field
+    assert f"less than or equal to {maximum}" in response.content.decode()
+    del defaults[field]  # a page from before the field
     response = client.post(reverse("run-new", args=[recorded.pk]), defaults)
-    assert response.status_code == 302 and SearchRun.objects.get().parents_per_step == 1
-
-
-def test_the_form_takes_the_minimum_children_per_step_and_the_run_stores_it(client, members, recorded, monkeypatch):
-    monkeypatch.setenv("KERNELLAB_GPU", "0")
-    client.force_login(members["engineer"])
-    page = client.get(reverse("run-new", args=[recorded.pk]))
-    assert page.context["form"].fields["min_children_per_step"].initial == 0
-    assert "Children per step, at least" in page.content.decode()
-    data = {**_defaults(page.context["form"]), "min_children_per_step": 16}
-    response = client.post(reverse("run-new", args=[recorded.pk]), data)
-    run = SearchRun.objects.get()
-    assert response.status_code == 302 and run.min_children_per_step == 16
-
-
-def test_the_form_refuses_the_minimum_children_per_step_out_of_range_and_takes_none_as_off(client, members, recorded,
-                                                                                         monkeypatch):
-    monkeypatch.setenv("KERNELLAB_GPU", "0")
-    client.force_login(members["engineer"])
-    defaults = _defaults(client.get(reverse("run-new", args=[recorded.pk])).context["form"])
-    response = client.post(reverse("run-new", args=[recorded.pk]), {**defaults, "min_children_per_step": 257})
-    assert response.status_code == 400 and not SearchRun.objects.exists()
-    assert "less than or equal to 256" in response.content.decode()
-    del defaults["min_children_per_step"]  # a page from before the field
-    response = client.post(reverse("run-new", args=[recorded.pk]), defaults)
-    assert response.status_code == 302 and SearchRun.objects.get().min_children_per_step == 0
+    assert response.status_code == 302 and getattr(SearchRun.objects.get(), field) == initial
 
 
 def test_an_uploaded_problem_without_a_gpu_worker_is_told_no_backend_can_measure_it(client, members, problem, monkeypatch):
