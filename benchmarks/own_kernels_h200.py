@@ -293,7 +293,7 @@ def auto_knob_template(spec, folder: Path) -> tuple[TemplateGenerator | None, li
 
 def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int, deadline: float,
                   seed: int, *, children: int = 16, root_children: int = 32, per_step: int = 8, parents: int = 1,
-                  min_children: int = 0,
+                  min_children: int = 0, compile_share: float = 0.0,
                   floor_of=None) -> dict:
     folder = OWN / name
     spec = load_problem(folder)
@@ -317,7 +317,9 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         policy=PolicySettings(gpu_budget=budget, max_gpu_per_step=per_step, min_gpu_per_step=1),
         tree=TreeOptions(log_rewards=True), children_per_expansion=children, root_children=root_children, seed=seed,
         # Several parents a step: their children are checked in one batch (one compiler start on every core).
-        parents_per_step=parents, min_children_per_step=min_children)
+        parents_per_step=parents, min_children_per_step=min_children,
+        # A step whose compile batch is costly against a measurement measures more of what it compiled.
+        compile_share_target=compile_share)
     driver = SearchDriver(port=port, generator=CombinedGenerator(generators), surrogate=RooflineSurrogate(),
                           reference=reference, hardware=hardware, problem=problem, settings=settings,
                           reference_ms=reference_ms)
@@ -364,6 +366,7 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         "compile_s": round(port.compile_s, 3),
         "compile_batches": port.compile_batches,
         "steps": {"count": len(steps), "parents_children_measured": steps},
+        "driver_times": driver.times.to_dict(),
         "measure_s": round(port.measure_s, 3),
         "search_wall_s": round(wall, 3),
         "compile_share_of_wall": round(port.compile_s / wall, 4) if wall > 0 else None,
@@ -440,6 +443,9 @@ def main(argv=None) -> dict:
                         help="parents expanded per step, their children compiled in one batch (1: one a step)")
     parser.add_argument("--min-children", type=int, default=16,
                         help="a step expands more parents until it has this many children (0: off)")
+    parser.add_argument("--compile-share", type=float, default=0.25,
+                        help="a step whose compile batch would take more than this share of its wall time "
+                             "measures more of what it compiled (0: off)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--floors-only", action="store_true",
                         help="only the protocol floor of each kernel (no search), into own_kernels_floors_<gpu>_<date>.json")
@@ -468,7 +474,8 @@ def main(argv=None) -> dict:
         bandwidth["reference_doc_gbs"] = 4232.0  # /work/shared/H200-REFERENCE.md, 2026-11-29, for comparison
     doc = {"benchmark": "own_kernels", "machine": machine, "date": DATE, "backend": args.backend,
            "budget_per_kernel": args.budget, "parents_per_step": args.parents,
-           "min_children_per_step": args.min_children, "deadline_s": args.deadline_s,
+           "min_children_per_step": args.min_children, "compile_share_target": args.compile_share,
+           "deadline_s": args.deadline_s,
            "goal_fraction_of_roofline": GOAL,
            "copy_bandwidth": bandwidth, "settings": asdict(SETTINGS), "surrogate": "roofline",
            "generators": "recipes + template of the automatic knobs", "kernels": [],
@@ -490,7 +497,7 @@ def main(argv=None) -> dict:
         try:
             doc["kernels"].append(search_kernel(name, runner, measure, bandwidth["gbs"], args.budget,
                                                 time.perf_counter() + share, args.seed, parents=args.parents,
-                                                min_children=args.min_children,
+                                                min_children=args.min_children, compile_share=args.compile_share,
                                                 floor_of=None if args.backend == "fake" else protocol_floor))
         except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported, the others still run
             doc["kernels"].append({"name": name, "error": f"{type(exc).__name__}: {exc}"})

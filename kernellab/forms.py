@@ -135,6 +135,11 @@ class RunCreateForm(forms.Form):
         min_value=0, max_value=256, initial=0, required=False, label="Children per step, at least",
         help_text="A step expands more parents until it has this many children, so their compile checks run "
                   "together on every core (0: off).")
+    compile_share_target = forms.FloatField(
+        min_value=0.0, max_value=0.9, initial=0.0, required=False, label="Compile share of a step, at most",
+        help_text="When a step's compile checks would take more than this share of its wall time (nvcc costs "
+                  "~0.5 s a batch, a measurement ~0.2 s), the step measures more of what it compiled, up to the "
+                  "GPU measurements per step. 0.25 is the benchmarked setting for your own kernels; 0: off.")
     screening_width = forms.IntegerField(
         min_value=0, max_value=4096, initial=0, required=False, label="Screening width at the root",
         help_text="Candidates proposed and forecast when the reference is expanded; the surrogate sends only the "
@@ -196,6 +201,12 @@ class RunCreateForm(forms.Form):
 
     def clean_min_children_per_step(self):
         return self.cleaned_data.get("min_children_per_step") or 0  # a page from before the field posts none
+
+    def clean_compile_share_target(self):
+        value = self.cleaned_data.get("compile_share_target") or 0.0  # a page from before the field posts none
+        if value and value < 0.05:
+            raise forms.ValidationError("Use 0 (off) or a share between 0.05 and 0.9.")
+        return value
 
     @property
     def backends_unavailable(self) -> list:

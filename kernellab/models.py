@@ -166,6 +166,9 @@ class SearchRun(models.Model):
     parents_per_step = models.PositiveIntegerField(default=1)
     # A step expands more parents until it has created at least this many children (0: off).
     min_children_per_step = models.PositiveIntegerField(default=0)
+    # A step whose compile batch costs more than this share of its wall time measures more of what it
+    # compiled, up to max_gpu_per_step (0: off).
+    compile_share_target = models.FloatField(default=0.0)
     max_gpu_per_step = models.PositiveIntegerField(default=2)
     max_steps = models.PositiveIntegerField(default=60)
     approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.AUTO)

@@ -39,3 +39,22 @@ class SearchCounters:
 
 
 _NAMES = frozenset(f.name for f in fields(SearchCounters))
+
+
+@dataclass
+class SearchTimes:
+    """What compiling and measuring have cost the search in wall time (settings.compile_share_target reads
+    them). Kept apart from the counters: two runs of the same search count alike but never time alike."""
+
+    compile_batches: int = 0
+    compile_s: float = 0.0
+    measurements_timed: int = 0
+    measure_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "SearchTimes":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})

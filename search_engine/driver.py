@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from search_engine import learning, saved_state
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.candidates import Candidate
-from search_engine.counters import SearchCounters
+from search_engine.counters import SearchCounters, SearchTimes
 from search_engine.events import (
     BestChanged,
     Discovery,
@@ -91,6 +92,7 @@ class SearchDriver:
         self.step_count = 0
         self.event_count = 0
         self.counters = SearchCounters()
+        self.times = SearchTimes()
         self.discoveries: list[dict] = []
         self.retrained_on: list[int] = []
         root = self.tree.add_root(reference, speedup=1.0)
@@ -183,11 +185,16 @@ class SearchDriver:
         compiled: list[int] = []
         parents = self.tree.select(self.settings.parents_per_step)
         wanted = self.settings.min_children_per_step
-        for _ in range(self.MAX_EMPTY_EXPANSIONS):
+        for round_ in range(self.MAX_EMPTY_EXPANSIONS):
             if not parents:
                 break
             for parent_id in parents:
-                created.extend(self._expand(parent_id))
+                # The parents beyond parents_per_step only fill the step up to min_children_per_step: more
+                # would overflow the batch that fills the cores into a second compile round.
+                room = wanted - len(created) if round_ > 0 and wanted > 0 else None
+                if room is not None and room <= 0:
+                    break
+                created.extend(self._expand(parent_id, at_most=room))
                 expanded.append(parent_id)
             # A parent whose generator has nothing new is marked exhausted and costs no step: the
             # next one is tried at once (a generator that failed is not retried in the same step).
@@ -201,7 +208,12 @@ class SearchDriver:
                                        taken=[p for p in expanded if not self.tree.nodes[p].exhausted])
         # Every parent's children in one batch: a compile check's time is mostly the compiler's fixed
         # start (nvcc ~0.4 s), so a step's checks cost one start on every core, not one per parent.
+        started = time.perf_counter()
         compiled.extend(self._compile(created))
+        batch_s = time.perf_counter() - started
+        if created:
+            self.times.compile_batches += 1
+            self.times.compile_s += batch_s
         if not expanded or (not created and not parents):
             # Nothing left to expand: the most promising of what is parked is measured, or the run ends.
             requested = self._apply(self.policy.decide(self.tree, [], self.budget_left(), stalled=True))
@@ -217,12 +229,32 @@ class SearchDriver:
         self._forecast(compiled)
         first = {nid for nid in compiled if nid in self._measure_first}
         self._measure_first.clear()
+        minimum, why = self._measurements_for_compile_share(batch_s)
         report.measured_requests = self._apply(self.policy.decide(self.tree, compiled, self.budget_left(),
-                                                                  measure_first=first))
+                                                                  measure_first=first, minimum=minimum,
+                                                                  minimum_reason=why))
         self._publish_step(report)
         return report
 
-    def _expand(self, parent_id: int) -> list[int]:
+    def _measurements_for_compile_share(self, batch_s: float) -> tuple[int | None, str]:
+        """The step's least number of measurements under settings.compile_share_target: enough that their
+        wall time (the run's mean so far) is (1 - target) / target times the step's compile batch, so the
+        batch's fixed cost is spread over more of what it compiled. (None, "") when it asks no more than
+        policy.min_gpu_per_step, or before the first measurement's time is known."""
+        target = self.settings.compile_share_target
+        timed = self.times.measurements_timed
+        if target <= 0 or batch_s <= 0 or timed == 0:
+            return None, ""
+        per = max(self.times.measure_s / timed, 1e-3)
+        wanted = math.ceil(batch_s * (1 - target) / target / per)
+        policy = self.settings.policy
+        if wanted <= policy.min_gpu_per_step:
+            return None, ""
+        wanted = min(wanted, policy.max_gpu_per_step)
+        return wanted, (f"the step's compile checks took {batch_s:.2f} s against {per:.2f} s a measurement, so it "
+                        f"measures {wanted} to keep compiling near {target:.0%} of the wall time")
+
+    def _expand(self, parent_id: int, at_most: int | None = None) -> list[int]:
         parent = self.tree.nodes[parent_id]
         context = ProposalContext(
             node_id=parent_id, parent=parent.candidate, reference=self.reference,
@@ -234,6 +266,8 @@ class SearchDriver:
         width = self.settings.children_per_expansion
         if parent.parent_id is None and self.settings.root_children > 0:
             width = self.settings.root_children
+        if at_most is not None:
+            width = max(1, min(width, at_most))
         proposals = self.generator.propose(context, width)
         self.tree.record_expansion(parent_id)
         created = []
@@ -337,7 +371,9 @@ class SearchDriver:
                 [d.node_id for d in decisions if d.action == "measure" and (verify is None or d.node_id != verify.node_id)]
             planned = planned[:max(0, self.budget_left())]
             if len(planned) > 1:
+                started = time.perf_counter()
                 prepare([(nid, self.tree.nodes[nid].candidate) for nid in planned])
+                self.times.measure_s += time.perf_counter() - started  # part of what measuring costs
         if verify is not None and self._request_measurement(self.tree.nodes[verify.node_id], verify.reason):
             requested.append(verify.node_id)
         for d in decisions:
@@ -358,9 +394,11 @@ class SearchDriver:
 
     def _enqueue(self, node: Node, reason: str) -> None:
         self._set_state(node, NodeState.QUEUED, reason)
+        started = time.perf_counter()
         outcome = self.port.request_measurement(node.id, node.candidate)
-        if outcome is not None:
-            self.on_measurement(node.id, outcome)
+        if outcome is not None:   # a port that measures at once: its wall time is what the measurement cost
+            self._time_measurement(time.perf_counter() - started)
+            self.on_measurement(node.id, outcome, _timed=True)
 
     # ---- callbacks from the outside -----------------------------------------------------------
     def approve(self, node_id: int) -> None:
@@ -418,13 +456,16 @@ class SearchDriver:
         if node.state == NodeState.QUEUED:
             self._set_state(node, NodeState.MEASURING, "the GPU runner started")
 
-    def on_measurement(self, node_id: int, result: dict) -> bool:
+    def on_measurement(self, node_id: int, result: dict, _timed: bool = False) -> bool:
         """A MeasurementResult dict for a queued node; returns False if the node was already done."""
         node = self.tree.nodes[node_id]
         if node.state not in (NodeState.QUEUED, NodeState.MEASURING):
             if node.state in (NodeState.MEASURED,) + FAILED_STATES:
                 return False
             raise ValueError(f"Node {node_id} is {node.state}; it has no measurement requested.")
+        total = (result.get("phase_s") or {}).get("total")
+        if not _timed and isinstance(total, (int, float)) and total >= 0:
+            self._time_measurement(float(total))   # a queued measurement: the worker's own time
         status = result.get("status", "ok")
         state = STATE_OF_MEASUREMENT_STATUS.get(status, NodeState.FAILED_CORRECTNESS)
         node.measurement = _summary(result)
@@ -483,6 +524,10 @@ class SearchDriver:
             self._publish(Discovery(type=EventKind.DISCOVERY, node_id=node.id, parent_id=parent.id, ratio=ratio,
                                     threshold=self.settings.discovery_ratio, forecast_prob=forecast_prob,
                                     note=f"measured {ratio:.2f}x faster than its parent"))
+
+    def _time_measurement(self, seconds: float) -> None:
+        self.times.measurements_timed += 1
+        self.times.measure_s += seconds
 
     def _fail(self, node: Node, state: NodeState, reason: str) -> None:
         if node.value_source is not None:

@@ -104,14 +104,18 @@ class SelectivePolicy:
 
     # ---- decisions --------------------------------------------------------------------------
     def decide(self, tree: PUCTTree, new_ids: list[int], budget_left: int, stalled: bool = False,
-               measure_first: set[int] | frozenset[int] = frozenset()) -> list[Decision]:
+               measure_first: set[int] | frozenset[int] = frozenset(), minimum: int | None = None,
+               minimum_reason: str = "") -> list[Decision]:
         """Decisions for newly forecast children and for parked ones that may now be measured.
 
         stalled: no node can be expanded; then, rather than end with GPU budget left, the most
-        promising parked children are measured even when they look unlikely to beat the best. The
-        same happens, for min_gpu_per_step of them, in a step where nothing else is measured.
+        promising parked children are measured even when they look unlikely to beat the best.
+        minimum (min_gpu_per_step unless given; the driver raises it when the step's compile checks were
+        costly, and says why in minimum_reason): a step that would measure fewer tops up with the most
+        promising parked children.
         """
         s = self.settings
+        minimum = s.min_gpu_per_step if minimum is None else max(0, min(minimum, s.max_gpu_per_step))
         best = tree.best_measured()
         best_speedup = best.speedup if best is not None else 1.0
         threshold = self.threshold(tree)
@@ -168,9 +172,11 @@ class SelectivePolicy:
                     to_measure.append(Decision(
                         node.id, "measure", f"parked earlier; P(beats best {best_speedup:.3g}x) = {p_beat:.2f}",
                         priority=p_beat))
-        if (stalled or (s.min_gpu_per_step > 0 and not s.measure_all)) and not to_measure:
+        short = minimum - len(to_measure) if not s.measure_all else 0
+        if (stalled and not to_measure) or short > 0:
             # This step's children just accepted or pruned are still "forecast" on the tree.
             settled = {d.node_id for d in decisions if d.action in ("accept", "prune")}
+            settled |= {d.node_id for d in to_measure}
             parked = []
             for node in tree.nodes.values():
                 if node.id in settled:
@@ -186,16 +192,28 @@ class SelectivePolicy:
                 expected = 0.0 if forecast.abstained else forecast.expected_log_speedup(self.bins)
                 parked.append((p_beat, expected, node.id))
             parked.sort(key=lambda t: (-t[0], -t[1], t[2]))
-            if stalled:
+            if stalled and not to_measure:
                 why = "nothing left to expand"
             else:
-                why = f"no candidate has P(beats best) >= {s.min_beat_prob:.2f}, and every step measures at least one"
-                parked = parked[:s.min_gpu_per_step]
-            to_measure = [Decision(nid, "measure", f"{why}; the most promising parked candidate "
-                                   f"(P(beats best) = {p:.2f}) is measured", priority=p) for p, _, nid in parked]
-            chosen = {d.node_id for d in to_measure}
+                if minimum_reason:
+                    why = minimum_reason
+                elif to_measure:
+                    why = f"every step measures at least {minimum}"
+                else:
+                    why = f"no candidate has P(beats best) >= {s.min_beat_prob:.2f}, and every step measures at least one"
+                parked = parked[:short]
+            topped = [Decision(nid, "measure", f"{why}; the most promising parked candidate "
+                               f"(P(beats best) = {p:.2f}) is measured", priority=p) for p, _, nid in parked]
+            chosen = {d.node_id for d in topped}
             decisions = [d for d in decisions if d.node_id not in chosen]  # parked a moment ago
-        to_measure.sort(key=lambda d: (-d.priority, d.node_id))
+            # the step's own choices keep their places ahead of a top-up (which keeps the order of parked)
+            ahead = sorted(to_measure, key=lambda d: (-d.priority, d.node_id))
+            to_measure = ahead + topped if ahead else topped
+            settled_order = bool(ahead)
+        else:
+            settled_order = False
+        if not settled_order:
+            to_measure.sort(key=lambda d: (-d.priority, d.node_id))
         slots = budget_left if s.measure_all else min(budget_left, s.max_gpu_per_step)
         for d in to_measure:
             if slots > 0:

@@ -16,7 +16,7 @@ import random
 import zlib
 from typing import TYPE_CHECKING
 
-from search_engine.counters import SearchCounters
+from search_engine.counters import SearchCounters, SearchTimes
 from search_engine.memory import SearchMemory
 from search_engine.node_states import NodeState
 from search_engine.tree import PUCTTree
@@ -46,6 +46,7 @@ def state_of(driver: "SearchDriver") -> dict:
         "step": driver.step_count,
         "event_count": driver.event_count,
         "counters": driver.counters.to_dict(),
+        "times": driver.times.to_dict(),
         "best_id": driver.best_id,
         "discoveries": list(driver.discoveries),
         "retrained_on": list(driver.retrained_on),
@@ -68,6 +69,7 @@ def restore(driver: "SearchDriver", state: dict) -> None:
     driver.step_count = state["step"]
     driver.event_count = state["event_count"]
     driver.counters = SearchCounters.from_dict(state["counters"])
+    driver.times = SearchTimes.from_dict(state.get("times"))   # a state saved before them has none
     driver.best_id = state.get("best_id")
     driver.discoveries = list(state.get("discoveries", []))
     driver.retrained_on = list(state.get("retrained_on", []))

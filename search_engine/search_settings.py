@@ -19,11 +19,19 @@ class SearchSettings:
     # A step keeps expanding more parents (beyond parents_per_step) until it has created at least this many
     # children, so its compile checks fill the machine's cores in one batch; 0 turns it off.
     min_children_per_step: int = 0
+    # When a step's compile checks cost more than this share of the wall time its measurements take, the
+    # step measures more of what it compiled (up to policy.max_gpu_per_step): a compile batch is a fixed
+    # cost (nvcc's start on every core), measuring more of its children spreads it. 0 turns it off.
+    compile_share_target: float = 0.0
     discovery_ratio: float = math.sqrt(2)
     seed: int = 0
     wait_for_measurements: bool = True
     retrain_every: int = 10
     memory_cap: int = 40
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.compile_share_target < 1.0:
+            raise ValueError("The compile share target must lie in [0, 1) (0 turns it off).")
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -238,6 +238,7 @@ def search_headless(
     children_per_step: int = 4,
     parents_per_step: int = 1,
     min_children_per_step: int = 0,
+    compile_share_target: float = 0.0,
     screening_width: int = 0,
     seed: int = 0,
     name: str = "",
@@ -255,6 +256,7 @@ def search_headless(
     run = run_create(problem=problem, user=user, name=name or "command-line search", generator=generator,
                      surrogate=surrogate, gpu_budget=gpu_budget, children_per_step=children_per_step,
                      parents_per_step=parents_per_step, min_children_per_step=min_children_per_step,
+                     compile_share_target=compile_share_target,
                      screening_width=screening_width,
                      approval_mode=ApprovalMode.AUTO, backend=backend, seed=seed, start=False)
     started = time.perf_counter()

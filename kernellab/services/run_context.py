@@ -103,6 +103,7 @@ class RunContext:
             root_children=run.screening_width,
             parents_per_step=run.parents_per_step,
             min_children_per_step=run.min_children_per_step,
+            compile_share_target=run.compile_share_target,
             discovery_ratio=run.discovery_threshold,
             seed=run.seed,
         )

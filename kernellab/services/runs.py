@@ -42,6 +42,7 @@ def run_create(
     children_per_step: int = 4,
     parents_per_step: int = 1,
     min_children_per_step: int = 0,
+    compile_share_target: float = 0.0,
     screening_width: int | None = 0,
     max_gpu_per_step: int = 2,
     max_steps: int = 60,
@@ -73,6 +74,8 @@ def run_create(
         raise ServiceError("Parents per step must be between 1 and 16.")
     if not 0 <= min_children_per_step <= 256:
         raise ServiceError("The minimum children per step must be between 0 (off) and 256.")
+    if not (compile_share_target == 0 or 0.05 <= compile_share_target <= 0.9):
+        raise ServiceError("The compile share target must be 0 (off) or between 0.05 and 0.9 of a step's wall time.")
     if not 1 <= max_gpu_per_step <= 64:
         raise ServiceError("GPU measurements per step must be between 1 and 64.")
     screening_width = screening_width or 0
@@ -104,6 +107,7 @@ def run_create(
         children_per_step=children_per_step,
         parents_per_step=parents_per_step,
         min_children_per_step=min_children_per_step,
+        compile_share_target=compile_share_target,
         max_gpu_per_step=max_gpu_per_step,
         max_steps=max_steps,
         puct_c=puct_c,

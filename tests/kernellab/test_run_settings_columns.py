@@ -64,6 +64,10 @@ def test_the_run_page_shows_the_minimum_children_per_step_only_when_set(client, 
     SearchRun.objects.filter(pk=run.pk).update(parents_per_step=2, min_children_per_step=16)
     html = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
     assert "children per parent · 2 parents per step · at least 16 children per step" in html
+    assert "compiling kept near" not in html
+    SearchRun.objects.filter(pk=run.pk).update(compile_share_target=0.25)
+    html = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    assert "at least 16 children per step · compiling kept near 25% of a step" in html
 
 
 def test_the_panel_shows_the_latest_forecast_of_a_node_once_it_is_revised(client, members, node):

@@ -72,7 +72,8 @@ def test_a_time_budget_ends_the_run_and_says_so(lab):
 
 
 @pytest.mark.parametrize("option, field, value", [("--parents", "parents_per_step", 2),
-                                                   ("--min-children", "min_children_per_step", 8)])
+                                                   ("--min-children", "min_children_per_step", 8),
+                                                   ("--compile-share", "compile_share_target", 0.25)])
 def test_a_step_width_option_is_passed_to_the_run_and_its_search(lab, option, field, value):
     _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline", option, str(value))
     run = SearchRun.objects.get()
@@ -82,7 +83,8 @@ def test_a_step_width_option_is_passed_to_the_run_and_its_search(lab, option, fi
 
 @pytest.mark.parametrize("option, value, message", [("--parents", "0", "Parents per step must be between 1 and 16"),
                                                     ("--min-children", "257",
-                                                     "minimum children per step must be between 0")])
+                                                     "minimum children per step must be between 0"),
+                                                    ("--compile-share", "1.5", "compile share target must be 0")])
 def test_a_step_width_option_out_of_range_is_refused_by_the_command(lab, option, value, message):
     with pytest.raises(CommandError, match=message):
         _search(str(SAXPY), "--backend", "replay", "--budget", "2", option, value)

@@ -194,6 +194,8 @@ def test_a_screening_width_out_of_range_is_refused(saxpy, members, kwargs, messa
     ("parents_per_step", 17, "Parents per step must be between 1 and 16"),
     ("min_children_per_step", -1, r"minimum children per step must be between 0 \(off\) and 256"),
     ("min_children_per_step", 257, r"minimum children per step must be between 0 \(off\) and 256"),
+    ("compile_share_target", 0.01, r"compile share target must be 0 \(off\) or between 0.05 and 0.9"),
+    ("compile_share_target", 1.0, r"compile share target must be 0 \(off\) or between 0.05 and 0.9"),
 ])
 def test_a_step_width_out_of_range_is_refused(saxpy, members, field, value, message):
     from kernellab.services.errors import ServiceError
@@ -203,7 +205,8 @@ def test_a_step_width_out_of_range_is_refused(saxpy, members, field, value, mess
     assert not type(saxpy).objects.get(pk=saxpy.pk).runs.exists()
 
 
-@pytest.mark.parametrize("field, default, value", [("parents_per_step", 1, 3), ("min_children_per_step", 0, 16)])
+@pytest.mark.parametrize("field, default, value", [("parents_per_step", 1, 3), ("min_children_per_step", 0, 16),
+                                                   ("compile_share_target", 0.0, 0.25)])
 def test_a_run_keeps_its_step_width_in_its_settings_and_saved_state(saxpy, members, field, default, value):
     from kernellab.services.run_context import RunContext
     from kernellab.services.runs import run_transition

@@ -65,7 +65,8 @@ def test_the_form_offers_defaults_that_create_a_run(client, members, recorded, d
 
 # field, its initial value, its label, a value to store, one past its maximum and that maximum
 STEP_FIELDS = [("parents_per_step", 1, "Parents expanded per step", 4, 17, 16),
-               ("min_children_per_step", 0, "Children per step, at least", 16, 257, 256)]
+               ("min_children_per_step", 0, "Children per step, at least", 16, 257, 256),
+               ("compile_share_target", 0.0, "Compile share of a step, at most", 0.25, 0.95, 0.9)]
 
 
 @pytest.mark.parametrize("field, initial, label, value, too_many, maximum", STEP_FIELDS)

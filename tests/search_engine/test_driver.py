@@ -42,6 +42,11 @@ def test_it_measures_every_candidate_when_asked_to():
     assert driver.counters["forecasts"] == 0
 
 
+def _search_state(driver) -> dict:
+    """The saved state without its wall-clock times, the one part two runs of one search never share."""
+    return {k: v for k, v in driver.state_dict().items() if k != "times"}
+
+
 def test_a_resumed_run_continues_exactly_where_it_stopped():
     straight_port = FakePort()
     straight = make_driver(port=straight_port, seed=7)
@@ -54,7 +59,7 @@ def test_a_resumed_run_continues_exactly_where_it_stopped():
     resumed = reopen(first, port=second_port)
     resumed.run(max_steps=5)
 
-    assert resumed.state_dict() == straight.state_dict()
+    assert _search_state(resumed) == _search_state(straight)
     assert first_port.events + second_port.events == straight_port.events
 
 
@@ -114,7 +119,7 @@ def test_the_same_seed_gives_the_same_search_and_another_seed_another():
     a, b, c = make_driver(seed=1), make_driver(seed=1), make_driver(seed=2)
     for d in (a, b, c):
         d.run(max_steps=6)
-    assert a.state_dict() == b.state_dict()
+    assert _search_state(a) == _search_state(b)
     hashes = lambda d: [n.candidate_hash for n in d.tree.nodes.values()]
     assert hashes(a) != hashes(c)
 
@@ -460,6 +465,7 @@ def test_a_step_expands_more_parents_until_it_has_the_children_it_wants_and_chec
         giving = [p for p in report.expanded if not driver.tree.nodes[p].exhausted]
         for i, a in enumerate(giving):                                    # nor two on one ancestor line
             assert not any(driver.tree.on_one_line(a, b) for b in giving[i + 1:])
+        assert len(report.created) <= 9        # the parents that fill up get only the room left (4 + 4 + 1)
         if len(report.created) < 9:                                       # short only when no parent was left
             assert not driver.tree.select(1, taken=giving)
         filled += len(report.expanded) > 1
@@ -498,3 +504,91 @@ def test_a_port_gets_each_steps_measurements_at_once_before_they_are_requested_a
             assert measured_next == list(entry[1])            # prepared, then measured in that order
     assert all(len(batch) > 1 for batch in port.prepared)    # a single measurement needs no batch
     assert sum(len(b) for b in port.prepared) <= 7
+
+
+class ClockedPort(BatchPort):
+    """A port whose compile batches and measurements take set times on a fake clock (the driver's)."""
+
+    def __init__(self, clock, batch_s, measure_s, asynchronous=False):
+        super().__init__()
+        self.clock, self.batch_s, self.measure_s = clock, batch_s, measure_s
+        self.asynchronous = asynchronous
+        self.pending: list[tuple[int, dict]] = []
+
+    def compile_many(self, items):
+        self.clock[0] += self.batch_s
+        return super().compile_many(items)
+
+    def request_measurement(self, node_id, candidate):
+        self.clock[0] += self.measure_s
+        outcome = super().request_measurement(node_id, candidate)
+        if outcome is not None:
+            return outcome
+        # the web app's way: the result arrives later, with the worker's own time in it
+        self.pending.append((node_id, {**self.result(candidate), "phase_s": {"total": self.measure_s}}))
+        return None
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("search_engine.driver.time.perf_counter", lambda: now[0])
+    return now
+
+
+def _measured_per_step(driver, port, steps, deliver=False):
+    counts = []
+    for _ in range(steps):
+        report = driver.step()
+        if deliver:
+            for node_id, result in port.pending:
+                driver.on_measurement(node_id, result)
+            port.pending.clear()
+        if report.status == "expanded" and report.created:
+            counts.append(len(report.measured_requests))
+    return counts
+
+
+def test_a_step_whose_compile_checks_cost_much_measures_more_of_what_it_compiled(clock):
+    # compile batches of 1 s against 0.1 s a measurement: under a 25% target a step wants 30 measurements,
+    # and takes the most a step may (6)
+    port = ClockedPort(clock, batch_s=1.0, measure_s=0.1)
+    driver = make_driver(port=port, seed=5, gpu_budget=200, threshold=0.99, max_gpu_per_step=6,
+                         compile_share_target=0.25, min_children_per_step=8)
+    counts = _measured_per_step(driver, port, 6)
+    assert counts[0] < 6                      # the first step knows no measurement's time yet
+    assert counts[1:] and all(c == 6 for c in counts[1:])
+    queued = [e["reason"] for e in port.events if e["type"] == "state-changed" and e["state"] == "queued"]
+    topped = [r for r in queued if "compile checks took 1.00 s against 0.10 s a measurement" in r]
+    assert topped and "measures 6" in topped[0]
+    assert driver.times.compile_batches == len(counts)
+    assert driver.times.compile_s == pytest.approx(1.0 * len(counts))
+    assert driver.times.measure_s == pytest.approx(0.1 * driver.times.measurements_timed)
+    # the same run without the target measures what the policy alone asks
+    plain_port = ClockedPort(clock, batch_s=1.0, measure_s=0.1)
+    plain = make_driver(port=plain_port, seed=5, gpu_budget=200, threshold=0.99, max_gpu_per_step=6,
+                        min_children_per_step=8)
+    plain_counts = _measured_per_step(plain, plain_port, 6)
+    assert sum(plain_counts[1:]) < sum(counts[1:])
+
+
+def test_cheap_compile_checks_leave_the_policy_alone_and_a_queued_measurement_is_timed_by_its_worker(clock):
+    # 0.1 s batches against 0.1 s measurements: 3 wanted under 25%; a 0.01 s batch: none beyond the policy's
+    cheap = ClockedPort(clock, batch_s=0.01, measure_s=0.1, asynchronous=True)
+    driver = make_driver(port=cheap, seed=5, gpu_budget=200, threshold=0.99, max_gpu_per_step=6,
+                         compile_share_target=0.25, min_children_per_step=8)
+    _measured_per_step(driver, cheap, 5, deliver=True)
+    assert driver.times.measurements_timed == driver.counters.measurements_done > 0
+    assert driver.times.measure_s == pytest.approx(0.1 * driver.counters.measurements_done)
+    assert not [e for e in cheap.events if "compile checks took" in e.get("reason", "")]
+    # the counters survive a restart
+    again = reopen(driver, port=cheap)
+    assert again.times == driver.times
+
+
+def test_the_compile_share_target_is_checked():
+    from search_engine.search_settings import SearchSettings
+
+    with pytest.raises(ValueError, match="compile share target"):
+        SearchSettings(compile_share_target=1.0)
+    assert SearchSettings.from_dict(SearchSettings(compile_share_target=0.25).to_dict()).compile_share_target == 0.25

@@ -71,6 +71,25 @@ def test_a_step_where_nothing_clears_the_bar_still_measures_its_most_promising_c
         PolicySettings(max_gpu_per_step=1, min_gpu_per_step=2)
 
 
+def test_a_step_asked_for_more_measurements_tops_up_with_its_most_promising_parked_children():
+    unlikely = [Forecast.from_probabilities([0.3, 0.55, 0.1, 0.05, 0, 0, 0, 0]),
+                Forecast.from_probabilities([0.2, 0.5, 0.2, 0.1, 0, 0, 0, 0]),
+                Forecast.from_probabilities([0.6, 0.3, 0.1, 0, 0, 0, 0, 0])]
+    tree, ids = tree_with_children([forecast_on(7, 0.4)] + unlikely)
+    policy = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=3))
+    decisions = policy.decide(tree, ids, 10, minimum=3, minimum_reason="the compile checks were slow")
+    measured = [d for d in decisions if d.action == "measure"]
+    # the child that clears the bar first, then the two most promising of the rest
+    assert [d.node_id for d in measured] == [ids[0], ids[2], ids[1]]
+    assert "compile checks were slow" in measured[1].reason and "compile" not in measured[0].reason
+    assert [d.action for d in decisions if d.node_id == ids[3]] == ["park"]
+    # never past the most a step may measure, nor the budget
+    assert len([d for d in policy.decide(tree, ids, 10, minimum=9) if d.action == "measure"]) == 3
+    assert len([d for d in policy.decide(tree, ids, 2, minimum=3) if d.action == "measure"]) == 2
+    # without the minimum, the child that clears the bar alone
+    assert [d.node_id for d in policy.decide(tree, ids, 10) if d.action == "measure"] == [ids[0]]
+
+
 def test_an_abstention_is_deferred_to_the_gpu():
     tree, ids = tree_with_children([Forecast.abstention("garbled answer")])
     decisions = SelectivePolicy(PolicySettings()).decide(tree, ids, 10)

@@ -38,6 +38,9 @@ class Command(BaseCommand):
         parser.add_argument("--min-children", type=int, default=0,
                             help="a step expands more parents until it has at least N children, compiled in one "
                                  "batch (0: off)")
+        parser.add_argument("--compile-share", type=float, default=0.0,
+                            help="a step whose compile checks would take more than this share of its wall time "
+                                 "measures more of what it compiled (0.25 suits nvcc-compiled kernels; 0: off)")
         parser.add_argument("--screening-width", type=int, default=0, help="candidates proposed at the root (0: off)")
         parser.add_argument("--auto-knobs", action="store_true",
                             help="a problem without knobs gets the ones found in its kernel (as confirmed on its knobs page)")
@@ -47,7 +50,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", help="folder for report.json and report.txt (default: print the text report only)")
 
     def handle(self, *args, problem, budget, seconds, backend, generator, surrogate, children, parents,
-               min_children, screening_width, seed, workspace, user, out, auto_knobs, **options):
+               min_children, compile_share, screening_width, seed, workspace, user, out, auto_knobs, **options):
         try:
             target = lab_workspace_for_command(workspace)
             person = self._user(target, user)
@@ -63,6 +66,7 @@ class Command(BaseCommand):
             report = search_headless(problem=found, user=person, gpu_budget=budget, seconds=seconds, backend=backend,
                                      generator=generator, surrogate=surrogate, children_per_step=children,
                                      parents_per_step=parents, min_children_per_step=min_children,
+                                     compile_share_target=compile_share,
                                      screening_width=screening_width, seed=seed,
                                      on_progress=self._progress_printer())
         except ServiceError as exc:

@@ -1,0 +1,144 @@
+"""Issue 19 probe: why our reference time of a few small KernelBench ops sits under triton's do_bench.
+
+  python3 benchmarks/probes/h200_2026-12-02/do_bench_gap.py --cuda-l1 PATH/h100.jsonl [--tasks 50,84,20,64]
+                                                            [--rounds 8] [--out FILE.json]
+
+The references are the level-1 programs CUDA-L1's rows carry (`ref_code`, KernelBench's sizes of its time,
+as benchmarks/kernelbench_h200.py measured them); `--kernelbench PATH/level1` takes today's KernelBench files
+instead (larger sizes: 1:50 is a 2 ms conv there, 15 us in CUDA-L1's).
+
+For each task, the reference module is timed in alternating rounds by:
+  ours              gpu_runner.timing.Timer with the PyTorch worker's device, as a measurement does
+                    (fresh inputs, head start, a uint8 fill_ of the flush buffer with the repetition's byte)
+  ours_zero         the same with the flush written as zeros (uint8 zero_)
+  ours_int32_zero   the same with the flush written as do_bench does it (an int32 buffer, zero_)
+  ours_no_head      the same without the head start
+  ours_same_inputs  the same without fresh inputs before each run (do_bench times one input set)
+  do_bench          triton.testing.do_bench(warmup=25, rep=200, return_mode="all")
+Every timer's round gives a median; the table shows the median of rounds and each over do_bench.
+Which change closes the gap says where it comes from. Needs torch, triton and a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from gpu_runner import pytorch_worker as pw  # noqa: E402
+from gpu_runner.timing import Timer, time_sides  # noqa: E402
+
+
+def _reference(args, number: int) -> tuple[str, str]:
+    """(name, program) of level-1 task `number`."""
+    if args.cuda_l1:
+        with open(args.cuda_l1) as rows:
+            for line in rows:
+                row = json.loads(line)
+                if row["level_id"] == 1 and row["task_id"] == number:
+                    return f"1_{number}", row["ref_code"]
+        raise SystemExit(f"no level-1 task {number} in {args.cuda_l1}")
+    found = sorted(Path(args.kernelbench).glob(f"{number}_*.py"))
+    if not found:
+        raise SystemExit(f"no task {number} in {args.kernelbench}")
+    return found[0].stem, found[0].read_text()
+
+
+class _ZeroDevice(pw._TorchDevice):
+    def memset(self, ptr, byte, nbytes):
+        self.tensors[ptr].zero_()
+
+
+class _Int32ZeroDevice(pw._TorchDevice):
+    def memset(self, ptr, byte, nbytes):
+        view = self.tensors.get(("int32", ptr))
+        if view is None:
+            view = self.tensors[ptr].view(self.torch.int32)
+            self.tensors[("int32", ptr)] = view
+        view.zero_()
+
+
+class _NoHeadDevice(pw._TorchDevice):
+    head_start = None
+
+
+class _SameInputs:
+    def fill(self, seed):
+        pass
+
+
+def probe_task(name: str, program: str, rounds: int, torch) -> dict:
+    from triton.testing import do_bench
+
+    module, _ = pw._load_program(program, name, None)
+    model = module.Model(*module.get_init_inputs()).cuda().eval()
+    draws = [pw._draw_inputs(module, seed, torch) for seed in range(2)]
+    working = [t.clone() if isinstance(t, torch.Tensor) else t for t in draws[0]]
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    nbytes = max(256 << 20, 4 * l2)
+    timers = {}
+    for label, device_class, fresh in (("ours", pw._TorchDevice, True), ("ours_zero", _ZeroDevice, True),
+                                       ("ours_int32_zero", _Int32ZeroDevice, True),
+                                       ("ours_no_head", _NoHeadDevice, True),
+                                       ("ours_same_inputs", pw._TorchDevice, False)):
+        device = device_class(torch)
+        flush = pw._Flush(device, nbytes)
+        inputs = pw._DrawInputs(working, draws) if fresh else _SameInputs()
+        timers[label] = Timer(device, inputs, flush, 1234, 10.0)
+    side = pw._ModuleSide("reference", model, working)
+    with torch.no_grad():
+        # the measurement's own warm-up and repetitions: the count each round of ours uses
+        first = time_sides(timers["ours"], [side], warmup=5, min_reps=20, max_reps=2000, target_ms=200.0)[0]
+        reps = len(first)
+        rows: dict[str, list[float]] = {k: [] for k in list(timers) + ["do_bench"]}
+        for r in range(rounds):
+            for label, timer in timers.items():
+                samples = timer.run([side], reps, first_rep=3_000_000 + r * reps)[0]
+                rows[label].append(statistics.median(samples))
+            theirs = do_bench(lambda: model(*working), warmup=25, rep=200, return_mode="all")
+            rows["do_bench"].append(statistics.median(float(t) for t in theirs))
+    medians = {k: statistics.median(v) for k, v in rows.items()}
+    spread = {k: (max(v) - min(v)) / medians[k] for k, v in rows.items()}
+    return {"task": name, "reps": reps, "rounds": rows, "median_of_rounds_ms": medians,
+            "round_spread": spread,
+            "over_do_bench": {k: medians[k] / medians["do_bench"] - 1 for k in medians if k != "do_bench"}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--cuda-l1", help="a CUDA-L1 rows file (jsonl): its level-1 ref_code programs")
+    source.add_argument("--kernelbench", help="KernelBench's level1 folder")
+    parser.add_argument("--tasks", default="50,84,20,64")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    import torch
+
+    started = time.perf_counter()
+    results = []
+    for number in [int(t) for t in args.tasks.split(",") if t]:
+        result = probe_task(*_reference(args, number), args.rounds, torch)
+        results.append(result)
+        cells = "  ".join(f"{k} {v * 1e3:7.2f} us ({result['over_do_bench'].get(k, 0.0):+.1%})"
+                          for k, v in result["median_of_rounds_ms"].items())
+        print(f"1:{number:<4} reps {result['reps']:<5} {cells}", flush=True)
+    doc = {"probe": "do_bench_gap", "date": dt.date.today().isoformat(), "gpu": torch.cuda.get_device_name(0),
+           "torch": torch.__version__, "rounds": args.rounds,
+           "references": "CUDA-L1 ref_code" if args.cuda_l1 else "KernelBench files", "tasks": results,
+           "seconds": round(time.perf_counter() - started, 1)}
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"probe_do_bench_gap_h200_{doc['date']}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
