@@ -443,6 +443,9 @@ def main(argv=None) -> dict:
                         help="parents expanded per step, their children compiled in one batch (1: one a step)")
     parser.add_argument("--min-children", type=int, default=16,
                         help="a step expands more parents until it has this many children (0: off)")
+    parser.add_argument("--gpu-per-step", type=int, default=8,
+                        help="the most GPU measurements a step makes (the policy's cap; the compile share target "
+                             "asks for more where a step's compile batch is costly)")
     parser.add_argument("--compile-share", type=float, default=0.25,
                         help="a step whose compile batch would take more than this share of its wall time "
                              "measures more of what it compiled (0: off)")
@@ -475,6 +478,7 @@ def main(argv=None) -> dict:
     doc = {"benchmark": "own_kernels", "machine": machine, "date": DATE, "backend": args.backend,
            "budget_per_kernel": args.budget, "parents_per_step": args.parents,
            "min_children_per_step": args.min_children, "compile_share_target": args.compile_share,
+           "max_gpu_per_step": args.gpu_per_step,
            "deadline_s": args.deadline_s,
            "goal_fraction_of_roofline": GOAL,
            "copy_bandwidth": bandwidth, "settings": asdict(SETTINGS), "surrogate": "roofline",
@@ -498,6 +502,7 @@ def main(argv=None) -> dict:
             doc["kernels"].append(search_kernel(name, runner, measure, bandwidth["gbs"], args.budget,
                                                 time.perf_counter() + share, args.seed, parents=args.parents,
                                                 min_children=args.min_children, compile_share=args.compile_share,
+                                                per_step=args.gpu_per_step,
                                                 floor_of=None if args.backend == "fake" else protocol_floor))
         except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported, the others still run
             doc["kernels"].append({"name": name, "error": f"{type(exc).__name__}: {exc}"})

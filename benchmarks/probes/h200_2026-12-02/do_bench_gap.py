@@ -14,6 +14,8 @@ For each task, the reference module is timed in alternating rounds by:
   ours_int32_zero   the same with the flush written as do_bench does it (an int32 buffer, zero_)
   ours_no_head      the same without the head start
   ours_same_inputs  the same without fresh inputs before each run (do_bench times one input set)
+  ours_flush_rw     the flush read and written (an int32 add_ of the buffer) instead of only written
+  ours_no_head_same neither head start nor fresh inputs
   do_bench          triton.testing.do_bench(warmup=25, rep=200, return_mode="all")
 Every timer's round gives a median; the table shows the median of rounds and each over do_bench.
 Which change closes the gap says where it comes from. Needs torch, triton and a GPU.
@@ -68,6 +70,22 @@ class _NoHeadDevice(pw._TorchDevice):
     head_start = None
 
 
+class _ReadWriteDevice(pw._TorchDevice):
+    def memset(self, ptr, byte, nbytes):
+        view = self.tensors.get(("int32", ptr))
+        if view is None:
+            view = self.tensors[ptr].view(self.torch.int32)
+            self.tensors[("int32", ptr)] = view
+        view.add_(1)
+
+
+def _trimmed_mean(values, cut=0.1):
+    ordered = sorted(values)
+    k = int(len(ordered) * cut)
+    kept = ordered[k:len(ordered) - k] or ordered
+    return statistics.fmean(kept)
+
+
 class _SameInputs:
     def fill(self, seed):
         pass
@@ -86,7 +104,9 @@ def probe_task(name: str, program: str, rounds: int, torch) -> dict:
     for label, device_class, fresh in (("ours", pw._TorchDevice, True), ("ours_zero", _ZeroDevice, True),
                                        ("ours_int32_zero", _Int32ZeroDevice, True),
                                        ("ours_no_head", _NoHeadDevice, True),
-                                       ("ours_same_inputs", pw._TorchDevice, False)):
+                                       ("ours_same_inputs", pw._TorchDevice, False),
+                                       ("ours_flush_rw", _ReadWriteDevice, True),
+                                       ("ours_no_head_same", _NoHeadDevice, False)):
         device = device_class(torch)
         flush = pw._Flush(device, nbytes)
         inputs = pw._DrawInputs(working, draws) if fresh else _SameInputs()
@@ -97,16 +117,37 @@ def probe_task(name: str, program: str, rounds: int, torch) -> dict:
         first = time_sides(timers["ours"], [side], warmup=5, min_reps=20, max_reps=2000, target_ms=200.0)[0]
         reps = len(first)
         rows: dict[str, list[float]] = {k: [] for k in list(timers) + ["do_bench"]}
+        means: dict[str, list[float]] = {k: [] for k in rows}
+        trimmed: dict[str, list[float]] = {k: [] for k in rows}
+        histograms: dict[str, dict] = {}
+
+        def keep(label, samples, r):
+            rows[label].append(statistics.median(samples))
+            means[label].append(statistics.fmean(samples))
+            trimmed[label].append(_trimmed_mean(samples))
+            if r == 0:   # one round's samples, binned at 0.05 us, to see their modes
+                bins: dict[str, int] = {}
+                for t in samples:
+                    key = f"{round(t * 1e3 / 0.05) * 0.05:.2f}"
+                    bins[key] = bins.get(key, 0) + 1
+                histograms[label] = dict(sorted(bins.items(), key=lambda kv: float(kv[0])))
+
         for r in range(rounds):
             for label, timer in timers.items():
-                samples = timer.run([side], reps, first_rep=3_000_000 + r * reps)[0]
-                rows[label].append(statistics.median(samples))
+                keep(label, timer.run([side], reps, first_rep=3_000_000 + r * reps)[0], r)
             theirs = do_bench(lambda: model(*working), warmup=25, rep=200, return_mode="all")
-            rows["do_bench"].append(statistics.median(float(t) for t in theirs))
+            keep("do_bench", [float(t) for t in theirs], r)
     medians = {k: statistics.median(v) for k, v in rows.items()}
     spread = {k: (max(v) - min(v)) / medians[k] for k, v in rows.items()}
+    mean_of = {k: statistics.median(v) for k, v in means.items()}
+    trimmed_of = {k: statistics.median(v) for k, v in trimmed.items()}
     return {"task": name, "reps": reps, "rounds": rows, "median_of_rounds_ms": medians,
-            "round_spread": spread,
+            "round_spread": spread, "round_means": means, "round_trimmed_means": trimmed,
+            "trimmed_spread": {k: (max(v) - min(v)) / trimmed_of[k] for k, v in trimmed.items()},
+            "trimmed_over_do_bench": {k: trimmed_of[k] / trimmed_of["do_bench"] - 1 for k in trimmed_of
+                                      if k != "do_bench"},
+            "mean_over_do_bench": {k: mean_of[k] / mean_of["do_bench"] - 1 for k in mean_of if k != "do_bench"},
+            "first_round_histogram_us": histograms,
             "over_do_bench": {k: medians[k] / medians["do_bench"] - 1 for k in medians if k != "do_bench"}}
 
 
@@ -129,6 +170,9 @@ def main(argv=None) -> int:
         cells = "  ".join(f"{k} {v * 1e3:7.2f} us ({result['over_do_bench'].get(k, 0.0):+.1%})"
                           for k, v in result["median_of_rounds_ms"].items())
         print(f"1:{number:<4} reps {result['reps']:<5} {cells}", flush=True)
+        print("        10%-trimmed means over do_bench: " + "  ".join(
+            f"{k} {v:+.1%} (rounds spread {result['trimmed_spread'][k]:.1%})"
+            for k, v in result["trimmed_over_do_bench"].items()), flush=True)
     doc = {"probe": "do_bench_gap", "date": dt.date.today().isoformat(), "gpu": torch.cuda.get_device_name(0),
            "torch": torch.__version__, "rounds": args.rounds,
            "references": "CUDA-L1 ref_code" if args.cuda_l1 else "KernelBench files", "tasks": results,
