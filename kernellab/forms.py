@@ -167,9 +167,12 @@ class RunCreateForm(forms.Form):
         # proposed; the learned surrogate reads them with the program surrogate.
         pytorch = problem is not None and reference_kind(problem.spec_toml) == "pytorch"
         if problem is not None and not self.is_bound:
-            self.fields["generator"].initial = "replayed" if pytorch else "template" if problem.family_source else "transform"
-            self.fields["screening_width"].initial = 256 if problem.family_source else 0
-            self.fields["surrogate"].initial = "learned"
+            from kernellab.services.runs import run_defaults
+
+            for name, value in run_defaults(problem=problem).items():
+                self.fields[name].initial = value
+            if problem.family_source and not pytorch:
+                self.fields["screening_width"].initial = 256
         # Only backends that can measure this problem now are offered; the others say why not.
         self.backend_choices = []
         if problem is not None:

@@ -234,31 +234,33 @@ def search_headless(
     seconds: float | None = None,
     backend: str = "auto",
     generator: str | None = None,
-    surrogate: str = "learned",
-    children_per_step: int = 4,
-    parents_per_step: int = 1,
-    min_children_per_step: int = 0,
-    compile_share_target: float = 0.0,
-    screening_width: int = 0,
+    surrogate: str | None = None,
+    children_per_step: int | None = None,
+    parents_per_step: int | None = None,
+    min_children_per_step: int | None = None,
+    compile_share_target: float | None = None,
+    screening_width: int | None = None,
+    max_gpu_per_step: int | None = None,
     seed: int = 0,
     name: str = "",
     on_progress: Callable[[SearchProgress], None] | None = None,
 ) -> SearchReport:
-    """Search `problem` to the end of its budget in this process and report what was found."""
-    from kernellab.services.runs import run_create, run_transition
+    """Search `problem` to the end of its budget in this process and report what was found. A setting left
+    None is the problem's default (runs.run_defaults, as on the run form), else run_create's."""
+    from kernellab.services.runs import run_create, run_defaults, run_transition
 
     if seconds is not None and seconds <= 0:
         raise ServiceError("The time budget must be a positive number of seconds.")
     if gpu_budget is None:
         gpu_budget = UNBOUNDED_GPU_BUDGET if seconds else DEFAULT_GPU_BUDGET
-    generator = generator or ("template" if problem.family_source else "transform")
+    given = {"generator": generator, "surrogate": surrogate, "children_per_step": children_per_step,
+             "parents_per_step": parents_per_step, "min_children_per_step": min_children_per_step,
+             "compile_share_target": compile_share_target, "screening_width": screening_width,
+             "max_gpu_per_step": max_gpu_per_step}
+    chosen = {**run_defaults(problem=problem), **{k: v for k, v in given.items() if v is not None}}
     clock = {"compile_s": 0.0, "measure_s": 0.0}
-    run = run_create(problem=problem, user=user, name=name or "command-line search", generator=generator,
-                     surrogate=surrogate, gpu_budget=gpu_budget, children_per_step=children_per_step,
-                     parents_per_step=parents_per_step, min_children_per_step=min_children_per_step,
-                     compile_share_target=compile_share_target,
-                     screening_width=screening_width,
-                     approval_mode=ApprovalMode.AUTO, backend=backend, seed=seed, start=False)
+    run = run_create(problem=problem, user=user, name=name or "command-line search", gpu_budget=gpu_budget,
+                     approval_mode=ApprovalMode.AUTO, backend=backend, seed=seed, start=False, **chosen)
     started = time.perf_counter()
     stopping = {"asked": False}
 

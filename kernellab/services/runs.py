@@ -17,6 +17,29 @@ OBJECTIVES = ("time", "energy", "time-energy-cap")
 FEEDBACK = ("notes", "raw", "none")
 
 
+# A CUDA kernel without knobs (a user's own) is searched by the recipes (the cures of the experts'
+# diagnoses), with the step settings that benchmarks/own_kernels_h200.py measured on the H200: wide steps whose
+# children are compile-checked in one batch, and more measurements where that batch is costly (nvcc). Five
+# naive kernels reached 71-91% of their roofline within 150 measurements there, compiling for 17-42% of
+# each search (docs/search.md, "Your own kernel on the H200").
+OWN_KERNEL_DEFAULTS = {
+    "generator": "recipes", "surrogate": "roofline", "children_per_step": 16, "screening_width": 32,
+    "parents_per_step": 4, "min_children_per_step": 16, "max_gpu_per_step": 8, "compile_share_target": 0.25,
+}
+
+
+def run_defaults(*, problem: Problem) -> dict:
+    """The settings a new run of `problem` starts from (the run form's initial values, ./kl search's defaults)
+    where they differ from run_create's own: a kernel without knobs gets OWN_KERNEL_DEFAULTS."""
+    from gpu_runner.spec import reference_kind
+
+    if reference_kind(problem.spec_toml) == "pytorch":
+        return {"generator": "replayed", "surrogate": "learned"}
+    if problem.family_source:
+        return {"generator": "template", "surrogate": "learned"}
+    return dict(OWN_KERNEL_DEFAULTS)
+
+
 def _require_measurable(run: SearchRun) -> None:
     choice = backend_choice(problem=run.problem, backend=run.backend, target_gpu=run.target_gpu)
     if not choice.available:

@@ -163,3 +163,21 @@ def test_auto_knobs_give_a_problem_without_a_family_knobs_the_template_generator
     assert run.generator == "template" and "[[family.launch]]" in run.problem.spec_toml
     blocks = {n.kernel.as_candidate()["launch"][0]["block"][0] for n in Node.objects.filter(run=run).exclude(origin="root")}
     assert len(blocks) > 1
+
+
+def test_a_kernel_without_knobs_is_searched_by_the_recipes_with_the_own_kernel_settings(lab, tmp_path):
+    from kernellab.services.runs import OWN_KERNEL_DEFAULTS
+
+    folder = tmp_path / "saxpy"
+    shutil.copytree(SAXPY, folder)
+    (folder / "family.cu").unlink()
+    spec = (folder / "problem.toml").read_text()
+    (folder / "problem.toml").write_text(spec[:spec.index("[family]")])
+    _search(str(folder), "--backend", "replay", "--budget", "2", "--parents", "2")
+    run = SearchRun.objects.get()
+    for field, value in OWN_KERNEL_DEFAULTS.items():       # what was not given is the problem's default
+        assert getattr(run, field) == (2 if field == "parents_per_step" else value), field
+    settings = run.driver_state["settings"]
+    assert settings["compile_share_target"] == 0.25 and settings["policy"]["max_gpu_per_step"] == 8
+    names = [n.kernel.as_candidate()["name"] for n in Node.objects.filter(run=run).exclude(origin="root")]
+    assert names and all(name.startswith("recipe ") for name in names)

@@ -54,24 +54,41 @@ def test_the_form_offers_defaults_that_create_a_run(client, members, recorded, d
     client.force_login(members["engineer"])
     page = client.get(reverse("run-new", args=[recorded.pk]))
     data = _defaults(page.context["form"])
-    assert data["generator"] == "transform"  # the problem has no knobs, so no template generator
+    # the problem has no knobs: the recipes, with the step settings measured on own kernels
+    assert data["generator"] == "recipes" and data["surrogate"] == "roofline"
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(reverse("run-new", args=[recorded.pk]), data)
     run = SearchRun.objects.get()
     assert response.status_code == 302 and response["Location"] == reverse("run-explorer", args=[run.pk])
     # Without a GPU here, only replay has a worker (the local one) to answer verifications.
-    assert run.status == "running" and run.generator == "transform" and run.backend == ("auto" if gpu == "1" else "replay")
+    assert run.status == "running" and run.generator == "recipes" and run.backend == ("auto" if gpu == "1" else "replay")
+    assert (run.children_per_step, run.screening_width, run.parents_per_step, run.min_children_per_step,
+            run.max_gpu_per_step, run.compile_share_target) == (16, 32, 4, 16, 8, 0.25)
 
 
-# field, its initial value, its label, a value to store, one past its maximum and that maximum
-STEP_FIELDS = [("parents_per_step", 1, "Parents expanded per step", 4, 17, 16),
-               ("min_children_per_step", 0, "Children per step, at least", 16, 257, 256),
-               ("compile_share_target", 0.0, "Compile share of a step, at most", 0.25, 0.95, 0.9)]
+def test_a_problem_with_knobs_keeps_the_template_and_the_plain_step_settings(client, members, recorded):
+    from kernellab.models import Problem
+
+    Problem.objects.filter(pk=recorded.pk).update(family_source="#define BLOCK 256\n")
+    client.force_login(members["engineer"])
+    form = client.get(reverse("run-new", args=[recorded.pk])).context["form"]
+    initial = {name: field.initial for name, field in form.fields.items()}
+    assert initial["generator"] == "template" and initial["surrogate"] == "learned"
+    assert (initial["children_per_step"], initial["screening_width"], initial["parents_per_step"],
+            initial["min_children_per_step"], initial["max_gpu_per_step"], initial["compile_share_target"]) == \
+        (4, 256, 1, 0, 2, 0.0)
 
 
-@pytest.mark.parametrize("field, initial, label, value, too_many, maximum", STEP_FIELDS)
+# field, its initial value for a kernel without knobs (runs.OWN_KERNEL_DEFAULTS), what a page from before the
+# field stores (run_create's default), its label, a value to store, one past its maximum and that maximum
+STEP_FIELDS = [("parents_per_step", 4, 1, "Parents expanded per step", 2, 17, 16),
+               ("min_children_per_step", 16, 0, "Children per step, at least", 8, 257, 256),
+               ("compile_share_target", 0.25, 0.0, "Compile share of a step, at most", 0.5, 0.95, 0.9)]
+
+
+@pytest.mark.parametrize("field, initial, empty, label, value, too_many, maximum", STEP_FIELDS)
 def test_the_form_takes_each_step_width_setting_and_the_run_stores_it(client, members, recorded, monkeypatch, field,
-                                                                      initial, label, value, too_many, maximum):
+                                                                      initial, empty, label, value, too_many, maximum):
     monkeypatch.setenv("KERNELLAB_GPU", "0")
     client.force_login(members["engineer"])
     page = client.get(reverse("run-new", args=[recorded.pk]))
@@ -82,9 +99,9 @@ def test_the_form_takes_each_step_width_setting_and_the_run_stores_it(client, me
     assert response.status_code == 302 and getattr(SearchRun.objects.get(), field) == value
 
 
-@pytest.mark.parametrize("field, initial, label, value, too_many, maximum", STEP_FIELDS)
+@pytest.mark.parametrize("field, initial, empty, label, value, too_many, maximum", STEP_FIELDS)
 def test_the_form_refuses_a_step_width_out_of_range_and_takes_none_as_its_default(client, members, recorded, monkeypatch,
-                                                                                  field, initial, label, value,
+                                                                                  field, initial, empty, label, value,
                                                                                   too_many, maximum):
     monkeypatch.setenv("KERNELLAB_GPU", "0")
     client.force_login(members["engineer"])
@@ -94,7 +111,7 @@ def test_the_form_refuses_a_step_width_out_of_range_and_takes_none_as_its_defaul
     assert f"less than or equal to {maximum}" in response.content.decode()
     del defaults[field]  # a page from before the field
     response = client.post(reverse("run-new", args=[recorded.pk]), defaults)
-    assert response.status_code == 302 and getattr(SearchRun.objects.get(), field) == initial
+    assert response.status_code == 302 and getattr(SearchRun.objects.get(), field) == empty
 
 
 def test_an_uploaded_problem_without_a_gpu_worker_is_told_no_backend_can_measure_it(client, members, problem, monkeypatch):

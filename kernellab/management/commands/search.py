@@ -29,19 +29,25 @@ class Command(BaseCommand):
         parser.add_argument("--budget", type=int, help="GPU measurements to spend (default 40, or unbounded with --seconds)")
         parser.add_argument("--seconds", type=float, help="stop after this many seconds of searching")
         parser.add_argument("--backend", default="auto", choices=BACKENDS)
+        # Unset settings are the problem's defaults, as on the run form: a kernel without knobs gets the
+        # recipes and the own-kernel step settings (kernellab.services.runs.OWN_KERNEL_DEFAULTS).
         parser.add_argument("--generator", choices=tuple(GENERATOR_BUILDERS),
-                            help="default: template for a problem with knobs, else transform")
-        parser.add_argument("--surrogate", default="learned", choices=tuple(SURROGATE_BUILDERS))
-        parser.add_argument("--children", type=int, default=4, help="candidates per expansion")
-        parser.add_argument("--parents", type=int, default=1,
-                            help="parents expanded per step; their children are compiled in one batch")
-        parser.add_argument("--min-children", type=int, default=0,
+                            help="default: template for a problem with knobs, recipes for a kernel without")
+        parser.add_argument("--surrogate", choices=tuple(SURROGATE_BUILDERS),
+                            help="default: learned, roofline for a kernel without knobs")
+        parser.add_argument("--children", type=int, help="candidates per expansion (default 4; 16 for a kernel "
+                                                         "without knobs)")
+        parser.add_argument("--parents", type=int,
+                            help="parents expanded per step; their children are compiled in one batch (default 1; 4)")
+        parser.add_argument("--min-children", type=int,
                             help="a step expands more parents until it has at least N children, compiled in one "
-                                 "batch (0: off)")
-        parser.add_argument("--compile-share", type=float, default=0.0,
+                                 "batch (default 0: off; 16)")
+        parser.add_argument("--compile-share", type=float,
                             help="a step whose compile checks would take more than this share of its wall time "
-                                 "measures more of what it compiled (0.25 suits nvcc-compiled kernels; 0: off)")
-        parser.add_argument("--screening-width", type=int, default=0, help="candidates proposed at the root (0: off)")
+                                 "measures more of what it compiled (default 0: off; 0.25)")
+        parser.add_argument("--gpu-per-step", type=int, help="the most GPU measurements a step makes (default 2; 8)")
+        parser.add_argument("--screening-width", type=int,
+                            help="candidates proposed at the root (default 0: off; 32)")
         parser.add_argument("--auto-knobs", action="store_true",
                             help="a problem without knobs gets the ones found in its kernel (as confirmed on its knobs page)")
         parser.add_argument("--seed", type=int, default=0)
@@ -50,7 +56,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", help="folder for report.json and report.txt (default: print the text report only)")
 
     def handle(self, *args, problem, budget, seconds, backend, generator, surrogate, children, parents,
-               min_children, compile_share, screening_width, seed, workspace, user, out, auto_knobs, **options):
+               min_children, compile_share, gpu_per_step, screening_width, seed, workspace, user, out, auto_knobs, **options):
         try:
             target = lab_workspace_for_command(workspace)
             person = self._user(target, user)
@@ -66,7 +72,7 @@ class Command(BaseCommand):
             report = search_headless(problem=found, user=person, gpu_budget=budget, seconds=seconds, backend=backend,
                                      generator=generator, surrogate=surrogate, children_per_step=children,
                                      parents_per_step=parents, min_children_per_step=min_children,
-                                     compile_share_target=compile_share,
+                                     compile_share_target=compile_share, max_gpu_per_step=gpu_per_step,
                                      screening_width=screening_width, seed=seed,
                                      on_progress=self._progress_printer())
         except ServiceError as exc:
