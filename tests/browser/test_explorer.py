@@ -109,7 +109,9 @@ def test_an_engineer_starts_a_run_with_the_default_settings(server, feed, browse
     page = browser_as("engineer")
     page.goto(f"{server.url}/problems/{server.world['problem']}/")
     page.click("text=Start a search run")
-    expect(page.locator("select[name=generator]")).to_have_value("transform")
+    # a kernel without knobs: the recipes, with the step settings measured on own kernels
+    expect(page.locator("select[name=generator]")).to_have_value("recipes")
+    expect(page.locator("input[name=compile_share_target]")).to_have_value("0.25")
     expect(page.locator("select[name=backend]")).to_have_value("cupy")  # the only kind a listening worker answers
     page.fill("input[name=name]", "browser run")
     page.click("button:has-text('Create run')")
