@@ -19,6 +19,9 @@ For each task, the reference module is timed in alternating rounds by:
   do_bench          triton.testing.do_bench(warmup=25, rep=200, return_mode="all")
 Every timer's round gives a median; the table shows the median of rounds and each over do_bench.
 Which change closes the gap says where it comes from. Needs torch, triton and a GPU.
+
+`--per-rep [--draws N] [--rounds R] [--tasks 20]` times only ours, keeping every run's time with the input set
+it used, to see whether a run's time follows its set, the set before it, or the round.
 """
 from __future__ import annotations
 
@@ -151,6 +154,58 @@ def probe_task(name: str, program: str, rounds: int, torch) -> dict:
             "over_do_bench": {k: medians[k] / medians["do_bench"] - 1 for k in medians if k != "do_bench"}}
 
 
+class _LoggedInputs(pw._DrawInputs):
+    """Fresh inputs that note which drawn set each run got."""
+
+    def __init__(self, working, draws):
+        super().__init__(working, draws)
+        self.picked: list[int] = []
+
+    def fill(self, seed: int) -> None:
+        self.picked.append(seed % len(self.draws))
+        super().fill(seed)
+
+
+def per_rep(name: str, program: str, rounds: int, draws_n: int, torch) -> dict:
+    """Our timer's every run of a few rounds with the input set it used: does a run's time follow its set,
+    the set before it, or the round?"""
+    module, _ = pw._load_program(program, name, None)
+    model = module.Model(*module.get_init_inputs()).cuda().eval()
+    draws = [pw._draw_inputs(module, seed, torch) for seed in range(draws_n)]
+    working = [t.clone() if isinstance(t, torch.Tensor) else t for t in draws[0]]
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    device = pw._TorchDevice(torch)
+    flush = pw._Flush(device, max(256 << 20, 4 * l2))
+    inputs = _LoggedInputs(working, draws)
+    timer = Timer(device, inputs, flush, 1234, 10.0)
+    side = pw._ModuleSide("reference", model, working)
+    out = []
+    with torch.no_grad():
+        timer.run([side], 200, first_rep=1_000_000)
+        for r in range(rounds):
+            inputs.picked.clear()
+            samples = timer.run([side], 2000, first_rep=3_000_000 + r * 2000)[0]
+            picked = list(inputs.picked)
+            by_set = {i: [t for t, k in zip(samples, picked) if k == i] for i in range(draws_n)}
+            same = [t for j, t in enumerate(samples) if j and picked[j] == picked[j - 1]]
+            other = [t for j, t in enumerate(samples) if j and picked[j] != picked[j - 1]]
+            halves = [samples[:1000], samples[1000:]]
+            out.append({"round": r, "median_us": statistics.median(samples) * 1e3,
+                        "mean_us": statistics.fmean(samples) * 1e3,
+                        "median_by_set_us": {i: statistics.median(v) * 1e3 for i, v in by_set.items() if v},
+                        "runs_by_set": {i: len(v) for i, v in by_set.items()},
+                        "median_after_same_set_us": statistics.median(same) * 1e3 if same else None,
+                        "median_after_other_set_us": statistics.median(other) * 1e3 if other else None,
+                        "median_by_half_us": [statistics.median(h) * 1e3 for h in halves],
+                        "samples_us": [round(t * 1e3, 3) for t in samples], "sets": picked})
+            print(f"{name} round {r}: median {out[-1]['median_us']:.2f} us; by set "
+                  + ", ".join(f"{i}: {v:.2f}" for i, v in out[-1]["median_by_set_us"].items())
+                  + f"; after the same set {out[-1]['median_after_same_set_us']:.2f}, after another "
+                  f"{out[-1]['median_after_other_set_us']:.2f}; halves "
+                  + ", ".join(f"{h:.2f}" for h in out[-1]["median_by_half_us"]), flush=True)
+    return {"task": name, "draws": draws_n, "rounds": out}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -158,9 +213,22 @@ def main(argv=None) -> int:
     source.add_argument("--kernelbench", help="KernelBench's level1 folder")
     parser.add_argument("--tasks", default="50,84,20,64")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--per-rep", action="store_true",
+                        help="instead: every run of our timer in a few rounds, with the input set it used")
+    parser.add_argument("--draws", type=int, default=2, help="with --per-rep: input sets drawn")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     import torch
+
+    if args.per_rep:
+        results = [per_rep(*_reference(args, int(t)), args.rounds, args.draws, torch)
+                   for t in args.tasks.split(",") if t]
+        doc = {"probe": "do_bench_gap per run", "date": dt.date.today().isoformat(),
+               "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "tasks": results}
+        out = Path(args.out or ROOT / "benchmarks" / "results" / f"probe_do_bench_gap_per_run_h200_{doc['date']}.json")
+        out.write_text(json.dumps(doc))
+        print(f"wrote {out}")
+        return 0
 
     started = time.perf_counter()
     results = []
