@@ -198,10 +198,13 @@ def per_rep(name: str, program: str, rounds: int, draws_n: int, torch) -> dict:
                         "median_after_other_set_us": statistics.median(other) * 1e3 if other else None,
                         "median_by_half_us": [statistics.median(h) * 1e3 for h in halves],
                         "samples_us": [round(t * 1e3, 3) for t in samples], "sets": picked})
+            def us(value):
+                return "-" if value is None else f"{value:.2f}"
+
             print(f"{name} round {r}: median {out[-1]['median_us']:.2f} us; by set "
                   + ", ".join(f"{i}: {v:.2f}" for i, v in out[-1]["median_by_set_us"].items())
-                  + f"; after the same set {out[-1]['median_after_same_set_us']:.2f}, after another "
-                  f"{out[-1]['median_after_other_set_us']:.2f}; halves "
+                  + f"; after the same set {us(out[-1]['median_after_same_set_us'])}, after another "
+                  f"{us(out[-1]['median_after_other_set_us'])}; halves "
                   + ", ".join(f"{h:.2f}" for h in out[-1]["median_by_half_us"]), flush=True)
     return {"task": name, "draws": draws_n, "rounds": out}
 
