@@ -406,7 +406,21 @@ def run_dashboard(*, run: SearchRun) -> dict:
             "forecast_measured_pairs": len(pairs),
             "accuracy": (sum(correct) / len(correct)) if correct else None,
         },
+        "times": _search_times(run),
     }
+
+
+def _search_times(run: SearchRun) -> dict | None:
+    """Where the driver's wall time went: its compile batches and the measurements it timed (the saved
+    state's SearchTimes), with compiling's share of the two; None before the first batch."""
+    times = (run.driver_state or {}).get("times") or {}
+    compile_s, measure_s = float(times.get("compile_s") or 0.0), float(times.get("measure_s") or 0.0)
+    if not times.get("compile_batches"):
+        return None
+    total = compile_s + measure_s
+    return {"compile_s": compile_s, "compile_batches": int(times["compile_batches"]), "measure_s": measure_s,
+            "measurements_timed": int(times.get("measurements_timed") or 0),
+            "compile_share": compile_s / total if total > 0 else None}
 
 
 def bin_midpoints() -> list[float]:

@@ -319,6 +319,18 @@ def test_the_dashboard_computes_calibration_from_forecasts_and_measurements(clie
     assert "bin accuracy 0.67" in response.content.decode()
 
 
+def test_the_dashboard_says_where_the_searchs_time_went(client, members, run):
+    client.force_login(members["viewer"])
+    assert "Compile checks took" not in client.get(reverse("run-dashboard", args=[run.pk])).content.decode()
+    SearchRun.objects.filter(pk=run.pk).update(
+        compile_share_target=0.25,
+        driver_state={"times": {"compile_batches": 19, "compile_s": 12.0, "measurements_timed": 150, "measure_s": 36.0}})
+    response = client.get(reverse("run-dashboard", args=[run.pk]))
+    assert response.context["dashboard"]["times"]["compile_share"] == pytest.approx(0.25)
+    assert ("Compile checks took 12.0 s in 19 batches, measurements 36.0 s for 150 timed: compiling was 25% of the "
+            "two (the run keeps it near 25% by measuring more of a costly batch).") in response.content.decode()
+
+
 def test_an_empty_dashboard_says_so(client, members, run):
     client.force_login(members["viewer"])
     response = client.get(reverse("run-dashboard", args=[run.pk]))
