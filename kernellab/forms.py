@@ -138,7 +138,7 @@ class RunCreateForm(forms.Form):
     compile_share_target = forms.FloatField(
         min_value=0.0, max_value=0.9, initial=0.0, required=False, label="Compile share of a step, at most",
         help_text="When a step's compile checks would take more than this share of its wall time (nvcc costs "
-                  "~0.5 s a batch, a measurement ~0.2 s), the step measures more of what it compiled, up to the "
+                  "~0.5 s a batch, a measurement ~0.1 s on an H200), the step measures more of what it compiled, up to the "
                   "GPU measurements per step. 0.25 is the benchmarked setting for your own kernels; 0: off.")
     screening_width = forms.IntegerField(
         min_value=0, max_value=4096, initial=0, required=False, label="Screening width at the root",
