@@ -172,6 +172,8 @@ class RunCreateForm(forms.Form):
             for name, value in run_defaults(problem=problem).items():
                 self.fields[name].initial = value
             if problem.family_source and not pytorch:
+                # the form's own: 256 screened at the root, the setting benchmarked for the template generator
+                # (./kl search keeps run_create's 0, since every screened candidate is a compile check)
                 self.fields["screening_width"].initial = 256
         # Only backends that can measure this problem now are offered; the others say why not.
         self.backend_choices = []

@@ -151,12 +151,18 @@ def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, t
     assert report["winning_recipe"] is None
 
 
-def test_auto_knobs_give_a_problem_without_a_family_knobs_the_template_generator_explores(lab, tmp_path):
+def _saxpy_without_family(tmp_path):
+    """saxpy's folder without its [family] and family.cu: a kernel without knobs, as a user's own is."""
     folder = tmp_path / "saxpy"
     shutil.copytree(SAXPY, folder)
     (folder / "family.cu").unlink()
     spec = (folder / "problem.toml").read_text()
     (folder / "problem.toml").write_text(spec[:spec.index("[family]")])
+    return folder
+
+
+def test_auto_knobs_give_a_problem_without_a_family_knobs_the_template_generator_explores(lab, tmp_path):
+    folder = _saxpy_without_family(tmp_path)
     printed = _search(str(folder), "--backend", "replay", "--budget", "3", "--surrogate", "roofline", "--auto-knobs")
     assert "Knobs found in the kernel: BLOCK [64, 96, 128, 192, 256, 384, 512, 768, 1024]" in printed
     run = SearchRun.objects.get()
@@ -168,11 +174,7 @@ def test_auto_knobs_give_a_problem_without_a_family_knobs_the_template_generator
 def test_a_kernel_without_knobs_is_searched_by_the_recipes_with_the_own_kernel_settings(lab, tmp_path):
     from kernellab.services.runs import OWN_KERNEL_DEFAULTS
 
-    folder = tmp_path / "saxpy"
-    shutil.copytree(SAXPY, folder)
-    (folder / "family.cu").unlink()
-    spec = (folder / "problem.toml").read_text()
-    (folder / "problem.toml").write_text(spec[:spec.index("[family]")])
+    folder = _saxpy_without_family(tmp_path)
     _search(str(folder), "--backend", "replay", "--budget", "2", "--parents", "2")
     run = SearchRun.objects.get()
     for field, value in OWN_KERNEL_DEFAULTS.items():       # what was not given is the problem's default

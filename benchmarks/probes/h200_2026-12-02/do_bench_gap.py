@@ -61,25 +61,28 @@ class _ZeroDevice(pw._TorchDevice):
 
 
 class _Int32ZeroDevice(pw._TorchDevice):
-    def memset(self, ptr, byte, nbytes):
+    """The flush written as do_bench writes its buffer: an int32 zero_."""
+
+    def int32(self, ptr):
         view = self.tensors.get(("int32", ptr))
         if view is None:
             view = self.tensors[ptr].view(self.torch.int32)
             self.tensors[("int32", ptr)] = view
-        view.zero_()
+        return view
+
+    def memset(self, ptr, byte, nbytes):
+        self.int32(ptr).zero_()
 
 
 class _NoHeadDevice(pw._TorchDevice):
     head_start = None
 
 
-class _ReadWriteDevice(pw._TorchDevice):
+class _ReadWriteDevice(_Int32ZeroDevice):
+    """The flush read and written: an int32 add_."""
+
     def memset(self, ptr, byte, nbytes):
-        view = self.tensors.get(("int32", ptr))
-        if view is None:
-            view = self.tensors[ptr].view(self.torch.int32)
-            self.tensors[("int32", ptr)] = view
-        view.add_(1)
+        self.int32(ptr).add_(1)
 
 
 def _trimmed_mean(values, cut=0.1):
