@@ -6,7 +6,10 @@ benchmarks/results/kernelbench_h200_<date>.json.
         [--cuda-l1 CUDA_L1_DIR] [--base kernellab/problems/kernelbench/records/h200.jsonl.gz] [--date YYYY-MM-DD]
 
 Several records files (device calls) are merged; a later file's measurement of the same task and variant
-replaces an earlier one's. --base starts from already summarized records (the raw files of earlier calls
+replaces an earlier one's, except the alternating rounds of our timer and do_bench: every call's rounds of a
+reference are kept (`do_bench_rounds_by_call`) and compared pooled, since on a few-microsecond op the two
+timers' levels move from one worker process to the next by more than the 3% compared, one way in one call and
+the other way in the next. --base starts from already summarized records (the raw files of earlier calls
 being gone): their recorded verdicts are kept, except that a solution found correct, unchanged and timed
 (recorded "ok", or rejected for running no kernel of its own) is judged again by the current kernel rule
 from its recorded kernels, ops and builds; a reference keeps its do_bench check, energy, baseline errors and
@@ -66,6 +69,7 @@ def base_rows(path: Path) -> list[dict]:
                 # what the summary keeps of a reference's evidence at the record's top level, put back
                 for key, value in (("do_bench", record.get("do_bench")), ("timed_again", record.get("timed_again")),
                                    ("do_bench_rounds", record.get("do_bench_rounds")),
+                                   ("do_bench_rounds_by_call", record.get("do_bench_rounds_by_call")),
                                    ("do_bench_reference", record.get("do_bench_reference")),
                                    ("baseline_errors", record.get("baseline_errors")),
                                    ("energy", {"reference": record["energy"]} if record.get("energy") else None),
@@ -103,10 +107,31 @@ def carry_do_bench(earlier: dict | None, row: dict) -> dict:
         beside = old.get("do_bench_reference") or (old.get("timing") or {}).get("reference")
         if beside:
             carried = {"do_bench": old["do_bench"], "do_bench_reference": beside}
-            if old.get("do_bench_rounds"):
-                carried["do_bench_rounds"] = old["do_bench_rounds"]
+            for key in ("do_bench_rounds", "do_bench_rounds_by_call"):
+                if old.get(key):
+                    carried[key] = old[key]
             row = {**row, "evidence": {**evidence, **carried}}
     return row
+
+
+def rounds_by_call(evidence: dict) -> list[list[dict]]:
+    """Every call's alternating rounds of a reference, oldest first (a record from before calls were kept
+    apart holds one call's rounds as do_bench_rounds)."""
+    if evidence.get("do_bench_rounds_by_call"):
+        return evidence["do_bench_rounds_by_call"]
+    return [evidence["do_bench_rounds"]] if evidence.get("do_bench_rounds") else []
+
+
+def pool_rounds(earlier: dict | None, row: dict, merged_row: dict) -> dict:
+    """The merged reference with this call's rounds added to the earlier calls' (a call summarized twice, the
+    same rounds again, is not counted twice)."""
+    new = (row.get("evidence") or {}).get("do_bench_rounds")
+    prior = rounds_by_call((earlier or {}).get("evidence") or {})
+    if row.get("variant") != "reference" or not new or not prior:
+        return merged_row
+    calls = prior if new in prior else [*prior, new]
+    return {**merged_row, "evidence": {**merged_row["evidence"], "do_bench_rounds": new,
+                                       "do_bench_rounds_by_call": calls}}
 
 
 def pick_ncu(new: dict | None, earlier: dict | None) -> dict | None:
@@ -135,14 +160,19 @@ def kept_from_last_call(key: str, new, previous: Path):
     return new
 
 
-def rounds_comparison(rounds: list[dict]) -> dict:
-    """Our timer against do_bench over alternating rounds of both in one call: the median of each timer's
-    round medians, their difference, and how far each timer's own rounds spread (max/min - 1)."""
+def rounds_comparison(calls: list[list[dict]]) -> dict:
+    """Our timer against do_bench over alternating rounds of both, every call's rounds pooled: the median of each
+    timer's round medians, their difference, how far each timer's own rounds spread (max/min - 1), and each
+    call's own signed difference (ours over do_bench - 1) beside them."""
+    rounds = [r for call in calls for r in call]
     ours = [r["ours_median_ms"] for r in rounds]
     theirs = [r["do_bench_median_ms"] for r in rounds]
     ours_ms, theirs_ms = statistics.median(ours), statistics.median(theirs)
-    return {"rounds": len(rounds), "rounds_ours_median_ms": ours_ms, "rounds_do_bench_median_ms": theirs_ms,
-            "rounds_rel_diff": abs(ours_ms - theirs_ms) / theirs_ms,
+    per_call = [statistics.median(r["ours_median_ms"] for r in call)
+                / statistics.median(r["do_bench_median_ms"] for r in call) - 1 for call in calls]
+    return {"rounds": len(rounds), "calls": len(calls), "rounds_ours_median_ms": ours_ms,
+            "rounds_do_bench_median_ms": theirs_ms, "rounds_rel_diff": abs(ours_ms - theirs_ms) / theirs_ms,
+            "per_call_signed_rel_diff": per_call,
             "ours_round_spread": max(ours) / min(ours) - 1, "do_bench_round_spread": max(theirs) / min(theirs) - 1}
 
 
@@ -195,10 +225,14 @@ def figures(lines: list[dict], imported: int, in_cuda_l1: dict[tuple[int, int], 
         "references_timed_again_ratio_range": [min(a["ratio"] for a in again), max(a["ratio"] for a in again)]
         if again else None,
         "reference_vs_do_bench_tasks": len(do_bench_diffs),
-        # over alternating rounds where the call ran them (every compared task since the second 2026-12-01
-        # session), else one do_bench call against our one timing
+        # over alternating rounds, every call's pooled, where calls ran them (every compared task since the
+        # second 2026-12-01 session), else one do_bench call against our one timing
         "reference_vs_do_bench_max_rel_diff": max((d.get("rounds_rel_diff", d["rel_diff"]) for d in do_bench_diffs),
                                                   default=None),
+        # the worst one call's rounds gave, for the calls pooled above
+        "reference_vs_do_bench_max_rel_diff_worst_call": max((abs(x) for d in do_bench_diffs
+                                                              for x in d.get("per_call_signed_rel_diff", [])),
+                                                             default=None),
         "reference_vs_do_bench_max_rel_diff_single_call": max((d["rel_diff"] for d in do_bench_diffs), default=None),
         "do_bench_max_round_spread": max((d["do_bench_round_spread"] for d in do_bench_diffs
                                           if "do_bench_round_spread" in d), default=None),
@@ -317,6 +351,10 @@ CALLS = (
     "python3 benchmarks/kernelbench_h200.py .kb-data/cuda-l1 OUT --levels 1 --skip-recorded R --do-bench-again 1:4 "
     "1:10 1:20 1:50 1:64 1:78 1:80 1:82 1:84 1:86 --compile-workers 0 --ncu-sample 0 --max-reps 400 --deadline-s 200 "
     "(2026-12-02; the same, with up to 25 rounds of both timers where either one's rounds spread by more than 3%)",
+    "python3 benchmarks/kernelbench_h200.py .kb-data/cuda-l1 OUT --levels 1 --skip-recorded R --do-bench-again 1:4 "
+    "1:10 1:20 1:50 1:64 1:78 1:80 1:82 1:84 1:86 --compile-workers 0 --ncu-sample 0 --max-reps 400 --deadline-s 200, "
+    "twice in one device call with benchmarks/probes/h200_2026-12-02/do_bench_gap.py between them (2026-12-02, 53 s "
+    "and 58 s; from these on, every call's rounds are pooled with the earlier calls')",
 )
 # Why an extension did not build, by the compiler's message (the verdict's reason holds it).
 BUILD_FAILURES = (
@@ -472,7 +510,8 @@ def main() -> int:
             elif "variant" in row:
                 key = (row["level"], row["task"], row["variant"])
                 earlier = merged.get(key)
-                merged[key] = timed_again(earlier, carry_do_bench(earlier, {**row, "_hardware": hardware}))
+                merged[key] = pool_rounds(earlier, row,
+                                          timed_again(earlier, carry_do_bench(earlier, {**row, "_hardware": hardware})))
                 if earlier and earlier.get("_ncu") and not merged[key].get("_ncu"):
                     # a program measured again keeps the Nsight Compute reading of an earlier call (a later
                     # call's own reading of it, merged below, wins); the 2026-12-01 re-timings dropped all three
@@ -539,11 +578,14 @@ def main() -> int:
                                        "mean_vs_our_median_rel_diff": abs(ours - evidence["do_bench"]["mean_ms"])
                                        / evidence["do_bench"]["mean_ms"]})
             rounds = evidence.get("do_bench_rounds")
-            if evidence.get("do_bench") and beside and rounds:
-                do_bench_diffs[-1].update(rounds_comparison(rounds))
+            calls = rounds_by_call(evidence)
+            if evidence.get("do_bench") and beside and calls:
+                do_bench_diffs[-1].update(rounds_comparison(calls))
             record["do_bench"] = evidence.get("do_bench")
             if rounds:
                 record["do_bench_rounds"] = rounds
+            if len(calls) > 1:
+                record["do_bench_rounds_by_call"] = calls
             if evidence.get("do_bench_reference"):
                 record["do_bench_reference"] = evidence["do_bench_reference"]
             if evidence.get("timed_again"):
@@ -600,7 +642,9 @@ def main() -> int:
                                       "return_mode='all'); where the call ran alternating rounds of both timers "
                                       "(gpu_runner.pytorch_worker: at least DO_BENCH_ROUNDS, up to DO_BENCH_MAX_ROUNDS while either "
                                       "timer's own rounds spread by more than DO_BENCH_SPREAD), the median of each "
-                                      "timer's round medians (rounds_rel_diff), since one do_bench call's median on a "
+                                      "timer's round medians over every call's rounds pooled (rounds_rel_diff; each "
+                                      "call's own in per_call_signed_rel_diff, the worst in "
+                                      "reference_vs_do_bench_max_rel_diff_worst_call), since one do_bench call's median on a "
                                       "few-us op moves by more than 3% from call to call (do_bench_round_spread); the first "
                                       "figure compared our median with do_bench's default mean (kept as "
                                       "reference_vs_do_bench_mean_earlier)",

@@ -116,12 +116,54 @@ def test_rounds_compare_the_median_of_each_timers_rounds_and_report_each_timers_
     summarize = _module("kernelbench_h200_summarize")
     rounds = [{"ours_median_ms": o, "do_bench_median_ms": d}
               for o, d in ((5.09, 5.02), (5.12, 5.65), (5.15, 5.02), (5.10, 5.04), (5.11, 5.03))]
-    out = summarize.rounds_comparison(rounds)
-    assert out["rounds"] == 5
+    out = summarize.rounds_comparison([rounds])
+    assert out["rounds"] == 5 and out["calls"] == 1
     assert out["rounds_ours_median_ms"] == pytest.approx(5.11) and out["rounds_do_bench_median_ms"] == pytest.approx(5.03)
     assert out["rounds_rel_diff"] == pytest.approx(0.08 / 5.03)
+    assert out["per_call_signed_rel_diff"] == [pytest.approx(5.11 / 5.03 - 1)]
     assert out["do_bench_round_spread"] == pytest.approx(5.65 / 5.02 - 1)
     assert out["ours_round_spread"] == pytest.approx(5.15 / 5.09 - 1)
+
+
+def _rounds(ours, theirs):
+    return [{"ours_median_ms": ours, "do_bench_median_ms": theirs}] * 3
+
+
+def test_every_calls_rounds_are_pooled_so_calls_that_differ_either_way_are_compared_together(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    earlier = summarize.base_rows(_summarized(tmp_path))[0]
+    first, second, third = _rounds(1.03, 1.00), _rounds(0.97, 1.00), _rounds(1.00, 1.01)
+    earlier["evidence"]["do_bench_rounds"] = first                  # a base record of one call
+    row = {"level": 1, "task": 4, "variant": "reference",
+           "evidence": {"timing": {"reference": {"median_ms": 1.0}}, "do_bench": DO_BENCH, "do_bench_rounds": second}}
+    merged = summarize.pool_rounds(earlier, row, summarize.timed_again(earlier, summarize.carry_do_bench(earlier, row)))
+    assert merged["evidence"]["do_bench_rounds_by_call"] == [first, second]
+    assert merged["evidence"]["do_bench_rounds"] == second
+    # the same call summarized again is not counted twice; a third call is added
+    assert summarize.pool_rounds(merged, row, merged)["evidence"]["do_bench_rounds_by_call"] == [first, second]
+    third_row = {**row, "evidence": {**row["evidence"], "do_bench_rounds": third}}
+    calls = summarize.pool_rounds(merged, third_row, merged)["evidence"]["do_bench_rounds_by_call"]
+    assert calls == [first, second, third]
+    out = summarize.rounds_comparison(calls)
+    assert (out["rounds"], out["calls"]) == (9, 3)
+    assert out["rounds_rel_diff"] == pytest.approx(0.0)             # medians of 0.97/1.00/1.03 and 1.00/1.00/1.01
+    assert out["per_call_signed_rel_diff"] == [pytest.approx(0.03), pytest.approx(-0.03), pytest.approx(1 / 1.01 - 1)]
+    figures = summarize.figures([], 1, {}, [{"level": 1, "rel_diff": 0.05, **out}])
+    assert figures["reference_vs_do_bench_max_rel_diff"] == pytest.approx(0.0)
+    assert figures["reference_vs_do_bench_max_rel_diff_worst_call"] == pytest.approx(0.03)
+    # a candidate's rows and a reference without rounds are left as they are
+    assert summarize.pool_rounds(earlier, {**row, "variant": "cuda-l1:a"}, row) is row
+    assert summarize.pool_rounds(None, row, row) is row
+
+
+def test_a_reference_timed_again_without_do_bench_keeps_every_calls_rounds(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    earlier = summarize.base_rows(_summarized(tmp_path))[0]
+    calls = [_rounds(1.03, 1.00), _rounds(0.97, 1.00)]
+    earlier["evidence"].update(do_bench_rounds=calls[1], do_bench_rounds_by_call=calls)
+    again = {"level": 1, "task": 4, "variant": "reference", "evidence": {"timing": {"reference": {"median_ms": 1.0}}}}
+    kept = summarize.carry_do_bench(earlier, again)
+    assert summarize.rounds_by_call(kept["evidence"]) == calls
 
 
 def test_figures_per_level_count_tasks_not_reached_against_cuda_l1_not_against_a_fixed_number():
