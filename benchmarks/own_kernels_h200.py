@@ -1,7 +1,7 @@
 """Issue 21's goal on the H200: a new user's own naive kernels, searched for real, against their roofline.
 
   python3 benchmarks/own_kernels_h200.py [--budget 150] [--deadline-s 240] [--kernels gelu,column_sum]
-                                         [--backend cupy|fake] [--out PATH]
+                                         [--backend cupy|fake] [--no-overlap] [--out PATH]
   python3 benchmarks/own_kernels_h200.py --floors-only [--best-from RESULT.json] [--kernels ...]
 
 For each kernel in tests/gpu_runner/own_kernels/ it runs the search the web app runs (the same driver,
@@ -15,7 +15,12 @@ bandwidth measured in the same run (a 1 GiB device-to-device copy, CUDA events, 
 `reference_fraction_of_roofline` and `best_fraction_of_roofline` are that bound over the measured
 median times (the runner's timing, L2 flushed between runs). Compile time is every compile check's
 wall time in the search (a measurement's own compile is a cache hit); its share is of the search's
-wall time. The SASS counts of a step's measured children (cuobjdump, for the experts' notes) are taken
+wall time. With --overlap (the default, as a run from the web form) a step's SASS counts and measurements
+run on a thread of their own while the driver expands the next step and compile-checks its children
+(settings.prefetch_while_measuring); `compile_share_of_wall` is then the compile time the search waited for
+(`compile_exposed_s`: the batches' wall time during which no measuring ran), and
+`compile_batches_share_of_wall` all of the batches' wall time. --no-overlap: one after the other, and the two
+shares are the same. The SASS counts of a step's measured children (cuobjdump, for the experts' notes) are taken
 at once before their measurements (`prepare_measurements`) and reported apart (`sass_counts_s`,
 `sass_share_of_wall`); `measurement_phase_median_s` says where a measurement's own time goes. `app_vs_record_max_rel_diff` re-measures a sample of the bundled transpose family's
 recorded variants through Runner.measure (the app's verification path, nvcc cubins) and compares
@@ -47,6 +52,7 @@ import json
 import random
 import statistics
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -81,20 +87,34 @@ SETTINGS = MeasureSettings(validation_sets=2, warmup=2, min_reps=5, max_reps=40,
 
 # ---- the port: compile checks and measurements through gpu_runner, timed ----------------------
 class RunnerPort:
-    def __init__(self, runner, spec, measure):
+    """`asynchronous`: a step's SASS counts and measurements run on a thread of their own (started by
+    `start_measuring` once the step has asked for them all), as the app's GPU worker runs beside its search
+    worker, so the driver can compile the next step meanwhile (settings.prefetch_while_measuring); the
+    results reach the driver through `deliver`. Every compile batch's wall time is kept with the part of it
+    that no measuring ran beside (`exposed_s`)."""
+
+    def __init__(self, runner, spec, measure, *, asynchronous: bool = False):
         self.runner, self.spec, self.measure = runner, spec, measure
+        self.asynchronous = asynchronous
         self.compile_s = 0.0
         self.sass_s = 0.0
         self.measure_s = 0.0
         self.compile_checks = 0
         self.compile_batches: list[dict] = []
         self.measured: list[dict] = []
+        self.measuring: list[tuple[float, float]] = []   # when the measuring thread worked (perf_counter)
+        self._compiling: list[tuple[float, float]] = []   # when each compile batch ran
+        self._to_prepare: list = []
+        self._to_measure: list[tuple[int, dict]] = []
+        self._results: list[tuple[int, dict]] = []
+        self._thread: threading.Thread | None = None
 
     def compile(self, node_id, candidate):
         return self.compile_many([(node_id, candidate)])[0]
 
     def compile_many(self, items):
         started = time.perf_counter()
+        overlapped = self._thread is not None
         answers: list[dict | None] = [None] * len(items)
         parsed, where = [], []
         for i, (_, candidate) in enumerate(items):
@@ -116,7 +136,8 @@ class RunnerPort:
         # each check's own compile time (0 where the cache answered) beside the batch's wall time
         each = sorted(r.compile_s for r in reports)
         slowest = max(range(len(reports)), key=lambda j: reports[j].compile_s, default=None)
-        self.compile_batches.append({"n": len(items), "wall_s": round(wall, 4),
+        self._compiling.append((started, started + wall))
+        self.compile_batches.append({"n": len(items), "wall_s": round(wall, 4), "beside_measuring": overlapped,
                                      "slowest_s": round(each[-1], 4) if each else 0.0,
                                      "slowest_name": parsed[slowest].name if slowest is not None else None,
                                      "median_s": round(each[len(each) // 2], 4) if each else 0.0,
@@ -126,6 +147,12 @@ class RunnerPort:
     def prepare_measurements(self, items):
         """The step's measured children get their SASS counts at once, one cuobjdump per core, into the
         compile cache their measurements then read (each would otherwise wait ~0.5 s for its own)."""
+        if self.asynchronous:
+            self._to_prepare = list(items)
+            return
+        self._prepare(items)
+
+    def _prepare(self, items):
         started = time.perf_counter()
         parsed = []
         for _, candidate in items:
@@ -137,6 +164,51 @@ class RunnerPort:
         self.sass_s += time.perf_counter() - started
 
     def request_measurement(self, node_id, candidate):
+        if self.asynchronous:
+            self._to_measure.append((node_id, candidate))
+            return None
+        return self._measure(node_id, candidate)
+
+    def start_measuring(self) -> bool:
+        """The step's SASS counts and measurements, on the measuring thread; False when none were asked for."""
+        if not self._to_measure:
+            return False
+        prepare, batch = self._to_prepare, self._to_measure
+        self._to_prepare, self._to_measure = [], []
+
+        def work():
+            began = time.perf_counter()
+            try:
+                if prepare:
+                    self._prepare(prepare)
+                for node_id, candidate in batch:
+                    self._results.append((node_id, self._measure(node_id, candidate)))
+            finally:
+                self.measuring.append((began, time.perf_counter()))
+
+        self._thread = threading.Thread(target=work, name="measuring", daemon=True)
+        self._thread.start()
+        return True
+
+    def deliver(self, driver) -> int:
+        """Wait for the measuring thread, then hand its results to the driver; how many."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        results, self._results = self._results, []
+        for node_id, result in results:
+            driver.on_measurement(node_id, result)
+        return len(results)
+
+    def exposed_compile_s(self) -> float:
+        """The compile batches' wall time during which no measuring ran (what the search waited for them)."""
+        total = 0.0
+        for started, ended in self._compiling:
+            overlap = sum(max(0.0, min(ended, end) - max(started, begin)) for begin, end in self.measuring)
+            total += max(0.0, ended - started - overlap)
+        return total
+
+    def _measure(self, node_id, candidate):
         started = time.perf_counter()
         result = self.measure(self.spec, Candidate.from_dict(candidate, self.spec))
         self.measure_s += time.perf_counter() - started
@@ -293,7 +365,7 @@ def auto_knob_template(spec, folder: Path) -> tuple[TemplateGenerator | None, li
 
 def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int, deadline: float,
                   seed: int, *, children: int = 16, root_children: int = 32, per_step: int = 8, parents: int = 1,
-                  min_children: int = 0, compile_share: float = 0.0,
+                  min_children: int = 0, compile_share: float = 0.0, overlap: bool = False,
                   floor_of=None) -> dict:
     folder = OWN / name
     spec = load_problem(folder)
@@ -309,7 +381,7 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
     reference_ms = reference_result.candidate.median_ms if reference_result.candidate else None
     template, knobs_found = auto_knob_template(spec, folder)
     generators = [RecipeGenerator()] + ([template] if template is not None else [])
-    port = RunnerPort(runner, spec, measure)
+    port = RunnerPort(runner, spec, measure, asynchronous=overlap)
     hardware = asdict(runner.hardware(spec)) if hasattr(runner, "hardware") and runner.hardware(spec) else {}
     settings = SearchSettings(
         # Wide steps: a step's compile checks run at once on every core, so more children and more
@@ -319,7 +391,9 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         # Several parents a step: their children are checked in one batch (one compiler start on every core).
         parents_per_step=parents, min_children_per_step=min_children,
         # A step whose compile batch is costly against a measurement measures more of what it compiled.
-        compile_share_target=compile_share)
+        compile_share_target=compile_share,
+        # With the measuring thread: the next step's children compile while the GPU measures this step's.
+        prefetch_while_measuring=overlap)
     driver = SearchDriver(port=port, generator=CombinedGenerator(generators), surrogate=RooflineSurrogate(),
                           reference=reference, hardware=hardware, problem=problem, settings=settings,
                           reference_ms=reference_ms)
@@ -331,11 +405,17 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
             stopped = "deadline"
             break
         report = driver.step()
+        if report.status in ("prefetched", "waiting"):
+            port.deliver(driver)       # this step's children are compiled; now its results are needed
+            continue
         if report.status != "expanded":
             stopped = report.status
             break
         steps.append([len(report.expanded), len(report.created), len(report.measured_requests)])
+        port.start_measuring()
+    port.deliver(driver)               # what a deadline left on the measuring thread still counts
     wall = time.perf_counter() - search_started
+    exposed = port.exposed_compile_s()
     ok = [m for m in port.measured if m["status"] == "ok" and m["candidate_ms"]]
     best = min(ok, key=lambda m: m["candidate_ms"]) if ok else None
     failed_proposals = sorted({p["reason"] for n in driver.tree.nodes.values() for p in n.failed_proposals})
@@ -369,7 +449,11 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
         "driver_times": driver.times.to_dict(),
         "measure_s": round(port.measure_s, 3),
         "search_wall_s": round(wall, 3),
-        "compile_share_of_wall": round(port.compile_s / wall, 4) if wall > 0 else None,
+        # the share the goal reads: compile time the search waited for (all of it without --overlap)
+        "compile_share_of_wall": round(exposed / wall, 4) if wall > 0 else None,
+        "compile_exposed_s": round(exposed, 3),
+        "compile_batches_share_of_wall": round(port.compile_s / wall, 4) if wall > 0 else None,
+        "overlap": overlap,
         "sass_counts_s": round(port.sass_s, 3),
         "sass_share_of_wall": round(port.sass_s / wall, 4) if wall > 0 else None,
         "measurement_phase_median_s": _phase_medians(port.measured),
@@ -449,6 +533,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--compile-share", type=float, default=0.25,
                         help="a step whose compile batch would take more than this share of its wall time "
                              "measures more of what it compiled (0: off)")
+    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure on a thread of its own and compile the next step meanwhile "
+                             "(settings.prefetch_while_measuring, as a run from the web form does with its GPU "
+                             "worker); --no-overlap: each step compiles only once the one before is measured")
     parser.add_argument("--out", default=None)
     parser.add_argument("--floors-only", action="store_true",
                         help="only the protocol floor of each kernel (no search), into own_kernels_floors_<gpu>_<date>.json")
@@ -478,7 +566,7 @@ def main(argv=None) -> dict:
     doc = {"benchmark": "own_kernels", "machine": machine, "date": DATE, "backend": args.backend,
            "budget_per_kernel": args.budget, "parents_per_step": args.parents,
            "min_children_per_step": args.min_children, "compile_share_target": args.compile_share,
-           "max_gpu_per_step": args.gpu_per_step,
+           "max_gpu_per_step": args.gpu_per_step, "overlap": args.overlap,
            "deadline_s": args.deadline_s,
            "goal_fraction_of_roofline": GOAL,
            "copy_bandwidth": bandwidth, "settings": asdict(SETTINGS), "surrogate": "roofline",
@@ -502,7 +590,7 @@ def main(argv=None) -> dict:
             doc["kernels"].append(search_kernel(name, runner, measure, bandwidth["gbs"], args.budget,
                                                 time.perf_counter() + share, args.seed, parents=args.parents,
                                                 min_children=args.min_children, compile_share=args.compile_share,
-                                                per_step=args.gpu_per_step,
+                                                per_step=args.gpu_per_step, overlap=args.overlap,
                                                 floor_of=None if args.backend == "fake" else protocol_floor))
         except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported, the others still run
             doc["kernels"].append({"name": name, "error": f"{type(exc).__name__}: {exc}"})

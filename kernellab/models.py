@@ -169,6 +169,9 @@ class SearchRun(models.Model):
     # A step whose compile batch costs more than this share of its wall time measures more of what it
     # compiled, up to max_gpu_per_step (0: off).
     compile_share_target = models.FloatField(default=0.0)
+    # While the GPU measures a step, the next step's children are expanded and compile-checked
+    # (SearchSettings.prefetch_while_measuring); off for runs made before it existed.
+    prefetch_while_measuring = models.BooleanField(default=False)
     max_gpu_per_step = models.PositiveIntegerField(default=2)
     max_steps = models.PositiveIntegerField(default=60)
     approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.AUTO)

@@ -48,6 +48,9 @@ class SearchTimes:
 
     compile_batches: int = 0
     compile_s: float = 0.0
+    # of those, the batches compiled while the GPU measured the step before (settings.prefetch_while_measuring)
+    prefetched_batches: int = 0
+    prefetched_compile_s: float = 0.0
     measurements_timed: int = 0
     measure_s: float = 0.0
 

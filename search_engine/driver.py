@@ -46,10 +46,32 @@ from search_engine.tree import Node, PUCTTree
 @dataclass
 class StepReport:
     step: int
-    status: str  # expanded | waiting | budget-exhausted | exhausted | stopped
+    status: str  # expanded | prefetched | waiting | budget-exhausted | exhausted | stopped
     expanded: list[int] = field(default_factory=list)
     created: list[int] = field(default_factory=list)
     measured_requests: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ExpansionBatch:
+    """A step's first half: the parents expanded, the children they gave, those that compiled, and how long
+    their compile checks took. Made by the step itself, or ahead of it while the GPU measures the step
+    before (settings.prefetch_while_measuring)."""
+
+    expanded: list[int] = field(default_factory=list)
+    created: list[int] = field(default_factory=list)
+    compiled: list[int] = field(default_factory=list)
+    measure_first: list[int] = field(default_factory=list)
+    parents_left: bool = False
+    batch_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"expanded": self.expanded, "created": self.created, "compiled": self.compiled,
+                "measure_first": self.measure_first, "parents_left": self.parents_left, "batch_s": self.batch_s}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ExpansionBatch | None":
+        return cls(**data) if data else None
 
 
 class SearchDriver:
@@ -82,6 +104,7 @@ class SearchDriver:
         self.reference_ms = reference_ms
         self.reference_compiler_facts = reference_compiler_facts
         self._measure_first: set[int] = set()  # this step's children whose generator asked the GPU first
+        self.prefetched: ExpansionBatch | None = None  # the next step's children, compiled while the GPU measured
         if _state is not None:
             saved_state.restore(self, _state)
             learning.relearn(self)
@@ -177,12 +200,53 @@ class SearchDriver:
 
     def step(self) -> StepReport:
         if self.settings.wait_for_measurements and self.pending():
+            if self._may_prefetch():
+                return self._prefetch()
             return StepReport(step=self.step_count, status="waiting")
         if self.budget_left() <= 0:
             return StepReport(step=self.step_count, status="budget-exhausted")
+        batch, self.prefetched = self.prefetched or self._expand_and_compile(), None
+        expanded, created, compiled = batch.expanded, batch.created, batch.compiled
+        if not expanded or (not created and not batch.parents_left):
+            # Nothing left to expand: the most promising of what is parked is measured, or the run ends.
+            requested = self._apply(self.policy.decide(self.tree, [], self.budget_left(), stalled=True))
+            if not requested and not expanded:
+                return StepReport(step=self.step_count, status="exhausted")
+            self.step_count += 1
+            report = StepReport(step=self.step_count, status="expanded", expanded=expanded,
+                                measured_requests=requested)
+            self._publish_step(report)
+            return report
+        self.step_count += 1
+        report = StepReport(step=self.step_count, status="expanded", expanded=expanded, created=created)
+        self._forecast(compiled)
+        first = set(batch.measure_first)
+        minimum, why = self._measurements_for_compile_share(batch.batch_s)
+        report.measured_requests = self._apply(self.policy.decide(self.tree, compiled, self.budget_left(),
+                                                                  measure_first=first, minimum=minimum,
+                                                                  minimum_reason=why))
+        self._publish_step(report)
+        return report
+
+    def _may_prefetch(self) -> bool:
+        """settings.prefetch_while_measuring: while the step before is on the GPU, the next step's parents (among
+        the nodes already measured: one being measured is not expandable) are expanded and their children
+        compile-checked, once; the step then forecasts and decides with that step's results in."""
+        return (self.settings.prefetch_while_measuring and self.prefetched is None and self.budget_left() > 0
+                and self.settings.policy.approval != "manual" and bool(self.tree.select(1)))
+
+    def _prefetch(self) -> StepReport:
+        batch = self._expand_and_compile()
+        if not batch.created:
+            return StepReport(step=self.step_count, status="waiting", expanded=batch.expanded)
+        self.times.prefetched_batches += 1
+        self.times.prefetched_compile_s += batch.batch_s
+        self.prefetched = batch
+        return StepReport(step=self.step_count, status="prefetched", expanded=batch.expanded, created=batch.created)
+
+    def _expand_and_compile(self) -> ExpansionBatch:
         expanded: list[int] = []
         created: list[int] = []
-        compiled: list[int] = []
         parents = self.tree.select(self.settings.parents_per_step)
         wanted = self.settings.min_children_per_step
         for round_ in range(self.MAX_EMPTY_EXPANSIONS):
@@ -209,32 +273,15 @@ class SearchDriver:
         # Every parent's children in one batch: a compile check's time is mostly the compiler's fixed
         # start (nvcc ~0.4 s), so a step's checks cost one start on every core, not one per parent.
         started = time.perf_counter()
-        compiled.extend(self._compile(created))
+        compiled = self._compile(created)
         batch_s = time.perf_counter() - started
         if created:
             self.times.compile_batches += 1
             self.times.compile_s += batch_s
-        if not expanded or (not created and not parents):
-            # Nothing left to expand: the most promising of what is parked is measured, or the run ends.
-            requested = self._apply(self.policy.decide(self.tree, [], self.budget_left(), stalled=True))
-            if not requested and not expanded:
-                return StepReport(step=self.step_count, status="exhausted")
-            self.step_count += 1
-            report = StepReport(step=self.step_count, status="expanded", expanded=expanded,
-                                measured_requests=requested)
-            self._publish_step(report)
-            return report
-        self.step_count += 1
-        report = StepReport(step=self.step_count, status="expanded", expanded=expanded, created=created)
-        self._forecast(compiled)
-        first = {nid for nid in compiled if nid in self._measure_first}
+        first = [nid for nid in compiled if nid in self._measure_first]
         self._measure_first.clear()
-        minimum, why = self._measurements_for_compile_share(batch_s)
-        report.measured_requests = self._apply(self.policy.decide(self.tree, compiled, self.budget_left(),
-                                                                  measure_first=first, minimum=minimum,
-                                                                  minimum_reason=why))
-        self._publish_step(report)
-        return report
+        return ExpansionBatch(expanded=expanded, created=created, compiled=compiled, measure_first=first,
+                              parents_left=bool(parents), batch_s=batch_s)
 
     def _measurements_for_compile_share(self, batch_s: float) -> tuple[int | None, str]:
         """The step's least number of measurements under settings.compile_share_target: enough that their

@@ -47,6 +47,7 @@ def state_of(driver: "SearchDriver") -> dict:
         "event_count": driver.event_count,
         "counters": driver.counters.to_dict(),
         "times": driver.times.to_dict(),
+        **({"prefetched": driver.prefetched.to_dict()} if driver.prefetched is not None else {}),
         "best_id": driver.best_id,
         "discoveries": list(driver.discoveries),
         "retrained_on": list(driver.retrained_on),
@@ -70,6 +71,9 @@ def restore(driver: "SearchDriver", state: dict) -> None:
     driver.event_count = state["event_count"]
     driver.counters = SearchCounters.from_dict(state["counters"])
     driver.times = SearchTimes.from_dict(state.get("times"))   # a state saved before them has none
+    from search_engine.driver import ExpansionBatch   # the driver imports this module
+
+    driver.prefetched = ExpansionBatch.from_dict(state.get("prefetched"))
     driver.best_id = state.get("best_id")
     driver.discoveries = list(state.get("discoveries", []))
     driver.retrained_on = list(state.get("retrained_on", []))

@@ -23,6 +23,12 @@ class SearchSettings:
     # step measures more of what it compiled (up to policy.max_gpu_per_step): a compile batch is a fixed
     # cost (nvcc's start on every core), measuring more of its children spreads it. 0 turns it off.
     compile_share_target: float = 0.0
+    # While a step's measurements are on the GPU (a port that answers later: the app's Celery workers, a
+    # benchmark's measuring thread), the next step's parents are expanded and their children compile-checked,
+    # so compiling overlaps measuring; that step's forecasts and decisions wait for the results. The parents
+    # are chosen among nodes already measured (one still on the GPU cannot be expanded). Off: each step
+    # expands only once the step before is measured.
+    prefetch_while_measuring: bool = False
     discovery_ratio: float = math.sqrt(2)
     seed: int = 0
     wait_for_measurements: bool = True

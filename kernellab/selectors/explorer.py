@@ -420,7 +420,10 @@ def _search_times(run: SearchRun) -> dict | None:
     total = compile_s + measure_s
     return {"compile_s": compile_s, "compile_batches": int(times["compile_batches"]), "measure_s": measure_s,
             "measurements_timed": int(times.get("measurements_timed") or 0),
-            "compile_share": compile_s / total if total > 0 else None}
+            "compile_share": compile_s / total if total > 0 else None,
+            # batches compiled while the GPU measured the step before (their time overlapped measuring)
+            "prefetched_batches": int(times.get("prefetched_batches") or 0),
+            "prefetched_compile_s": float(times.get("prefetched_compile_s") or 0.0)}
 
 
 def bin_midpoints() -> list[float]:

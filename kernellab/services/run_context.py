@@ -104,6 +104,7 @@ class RunContext:
             parents_per_step=run.parents_per_step,
             min_children_per_step=run.min_children_per_step,
             compile_share_target=run.compile_share_target,
+            prefetch_while_measuring=run.prefetch_while_measuring,
             discovery_ratio=run.discovery_threshold,
             seed=run.seed,
         )

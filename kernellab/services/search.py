@@ -262,7 +262,7 @@ def _advance_leased(run_id: int) -> str:
         return f"run is {run.status}"
     if status == "expanded":
         return "stepped"  # run_advance enqueues the next advance once the lease is let go
-    if status == "waiting":
+    if status in ("waiting", "prefetched"):   # prefetched: the next step is compiled, its measurements are out
         if run.status == RunStatus.RUNNING:
             run_transition(run=run, action="wait", reason="waiting for GPU measurements or approvals")
         return "waiting"

@@ -247,3 +247,30 @@ def test_a_run_saved_before_parents_per_step_resumes_with_one_parent_per_step(sa
         assert resumed.driver_state["settings"].get("parents_per_step") == 1
     finally:
         search.STEPS_PER_ADVANCE = saved
+
+
+def test_a_run_compiles_its_next_step_while_its_measurements_wait_for_the_gpu_worker(saxpy, members, monkeypatch):
+    from kernellab import tasks
+
+    held: list[int] = []   # verifications sent to the GPU worker's queue, run here only when the test says so
+    monkeypatch.setattr(tasks.verification_execute, "apply_async", lambda args, queue=None, **kw: held.append(args[0]))
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=8, children_per_step=3, max_gpu_per_step=2,
+                     prefetch_while_measuring=True)
+    run.refresh_from_db()
+    # the first step's measurements are out; the next step's children are made and compiled meanwhile
+    assert held and run.status == RunStatus.WAITING
+    prefetched = run.driver_state["prefetched"]
+    assert prefetched["created"] and run.driver_state["times"]["prefetched_batches"] == 1
+    keys = {str(n) for n in prefetched["created"]}
+    assert Node.objects.filter(run=run, key__in=keys).count() == len(keys)
+    assert not Node.objects.filter(run=run, key__in=keys, state__in=[NodeState.QUEUED, NodeState.MEASURED]).exists()
+    while held:
+        for pk in held[:]:
+            held.remove(pk)
+            tasks.verification_execute.apply(args=[pk])
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert run.gpu_used <= 8 and run.driver_state["times"]["prefetched_batches"] >= 2
+    # the prefetched children were forecast and decided once their step's results were in
+    assert Node.objects.filter(run=run, key__in=keys).exclude(state=NodeState.PROPOSED).count() == len(keys)

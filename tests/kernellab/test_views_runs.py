@@ -319,6 +319,22 @@ def test_the_dashboard_computes_calibration_from_forecasts_and_measurements(clie
     assert "bin accuracy 0.67" in response.content.decode()
 
 
+def test_the_form_compiles_the_next_step_while_the_gpu_measures_unless_unticked(client, members, recorded, monkeypatch):
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    client.force_login(members["engineer"])
+    page = client.get(reverse("run-new", args=[recorded.pk]))
+    assert page.context["form"].fields["prefetch_while_measuring"].initial is True
+    assert "Compile the next step while the GPU measures" in page.content.decode()
+    data = _defaults(page.context["form"])
+    assert client.post(reverse("run-new", args=[recorded.pk]), data).status_code == 302
+    run = SearchRun.objects.get()
+    assert run.prefetch_while_measuring
+    assert "next step compiled while the GPU measures" in client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    del data["prefetch_while_measuring"]                       # an unticked box posts nothing
+    assert client.post(reverse("run-new", args=[recorded.pk]), data).status_code == 302
+    assert not SearchRun.objects.latest("pk").prefetch_while_measuring
+
+
 def test_the_dashboard_says_where_the_searchs_time_went(client, members, run):
     client.force_login(members["viewer"])
     assert "Compile checks took" not in client.get(reverse("run-dashboard", args=[run.pk])).content.decode()
@@ -329,6 +345,11 @@ def test_the_dashboard_says_where_the_searchs_time_went(client, members, run):
     assert response.context["dashboard"]["times"]["compile_share"] == pytest.approx(0.25)
     assert ("Compile checks took 12.0 s in 19 batches, measurements 36.0 s for 150 timed: compiling was 25% of the "
             "two (the run keeps it near 25% by measuring more of a costly batch).") in response.content.decode()
+    SearchRun.objects.filter(pk=run.pk).update(
+        driver_state={"times": {"compile_batches": 19, "compile_s": 12.0, "measurements_timed": 150, "measure_s": 36.0,
+                                "prefetched_batches": 17, "prefetched_compile_s": 10.5}})
+    page = client.get(reverse("run-dashboard", args=[run.pk])).content.decode()
+    assert "17 of the batches (10.5 s) were compiled while the GPU measured the step before." in page
 
 
 def test_an_empty_dashboard_says_so(client, members, run):

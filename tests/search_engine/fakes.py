@@ -144,7 +144,7 @@ class TableSurrogate:
 
 
 def make_driver(*, port=None, surrogate=None, seed=0, root_children=0, parents_per_step=1, min_children_per_step=0,
-                compile_share_target=0.0, **policy):
+                compile_share_target=0.0, prefetch_while_measuring=False, **policy):
     from search_engine.driver import SearchDriver
     from search_engine.search_settings import SearchSettings
     from search_engine.policy import PolicySettings
@@ -152,7 +152,8 @@ def make_driver(*, port=None, surrogate=None, seed=0, root_children=0, parents_p
     settings = SearchSettings(policy=PolicySettings(**{"gpu_budget": 30, "threshold": 0.6, **policy}), seed=seed,
                               children_per_expansion=4, root_children=root_children, retrain_every=5,
                               parents_per_step=parents_per_step, min_children_per_step=min_children_per_step,
-                              compile_share_target=compile_share_target)
+                              compile_share_target=compile_share_target,
+                              prefetch_while_measuring=prefetch_while_measuring)
     return SearchDriver(port=port or FakePort(), generator=TemplateGenerator(space(), render),
                         surrogate=surrogate or TableSurrogate(), reference=REFERENCE,
                         hardware={"name": "H200"}, problem={"name": "scale", "sizes": {"N": 1 << 24}},

@@ -592,3 +592,89 @@ def test_the_compile_share_target_is_checked():
     with pytest.raises(ValueError, match="compile share target"):
         SearchSettings(compile_share_target=1.0)
     assert SearchSettings.from_dict(SearchSettings(compile_share_target=0.25).to_dict()).compile_share_target == 0.25
+
+
+def _deliver(driver, port):
+    for nid in driver.pending():
+        driver.on_measurement(nid, port.result(driver.tree.nodes[nid].candidate))
+
+
+def _run_async(driver, port, steps):
+    """A harness whose measurements arrive after each step asks for them: step, (prefetch,) deliver."""
+    statuses = []
+    for _ in range(steps):
+        report = driver.step()
+        statuses.append(report.status)
+        if report.status in ("prefetched", "waiting"):
+            _deliver(driver, port)
+        elif report.status != "expanded":
+            break
+    return statuses
+
+
+def test_while_the_gpu_measures_the_next_steps_children_are_expanded_and_compiled_from_measured_parents():
+    port = FakePort(asynchronous=True)
+    driver = make_driver(port=port, seed=3, gpu_budget=40, threshold=0.99, prefetch_while_measuring=True)
+    assert driver.step().status == "expanded"
+    in_flight = set(driver.pending())
+    assert in_flight
+    compiled_before = len(port.compiled)
+    report = driver.step()
+    assert report.status == "prefetched" and report.created
+    # the parents were measured ones (the root here), never a node still on the GPU
+    assert not set(report.expanded) & in_flight
+    assert all(driver.tree.nodes[p].state == "measured" for p in report.expanded)
+    # compiled now, forecast and decided later: nothing new is queued and nothing forecast
+    assert len(port.compiled) == compiled_before + len(report.created)
+    assert set(driver.pending()) == in_flight
+    assert all(driver.tree.nodes[n].forecast is None for n in report.created)
+    assert driver.times.prefetched_batches == 1
+    # once: a second call while the same measurements are out only waits
+    assert driver.step().status == "waiting"
+    _deliver(driver, port)
+    compiled_now = len(port.compiled)
+    step = driver.step()
+    assert step.status == "expanded" and step.created == report.created and step.expanded == report.expanded
+    assert len(port.compiled) == compiled_now          # the prefetched children are not compiled again
+    assert all(driver.tree.nodes[n].forecast is not None for n in report.created
+               if driver.tree.nodes[n].state != "failed-compile")
+    assert driver.prefetched is None
+
+
+def test_a_prefetched_step_survives_a_restart_and_a_run_with_it_stays_within_its_budget():
+    port = FakePort(asynchronous=True)
+    driver = make_driver(port=port, seed=4, gpu_budget=12, threshold=0.99, prefetch_while_measuring=True)
+    driver.step()
+    report = driver.step()
+    assert report.status == "prefetched"
+    again = reopen(driver, port=port)
+    assert again.prefetched == driver.prefetched
+    _deliver(again, port)
+    assert again.step().created == report.created
+    statuses = _run_async(again, port, 200)
+    assert "prefetched" in statuses and statuses[-1] == "budget-exhausted"
+    assert len(port.requests) == 12 and again.budget_left() == 0
+    assert again.times.prefetched_batches >= 2
+
+
+def test_no_prefetch_when_it_is_off_when_the_budget_is_spoken_for_or_when_approval_is_manual():
+    for kwargs in ({"prefetch_while_measuring": False}, {"prefetch_while_measuring": True, "approval": "manual"}):
+        port = FakePort(asynchronous=True)
+        driver = make_driver(port=port, seed=3, gpu_budget=40, threshold=0.99, **kwargs)
+        driver.step()
+        assert driver.pending()
+        assert driver.step().status == "waiting" and driver.prefetched is None
+    port = FakePort(asynchronous=True)
+    driver = make_driver(port=port, seed=3, gpu_budget=2, threshold=0.99, prefetch_while_measuring=True)
+    driver.step()
+    assert driver.budget_left() == 0 and driver.pending()
+    assert driver.step().status == "waiting" and driver.prefetched is None
+
+
+def test_with_measurements_that_arrive_at_once_prefetch_changes_nothing():
+    plain, prefetching = FakePort(), FakePort()
+    a = make_driver(port=plain, seed=6, gpu_budget=20)
+    b = make_driver(port=prefetching, seed=6, gpu_budget=20, prefetch_while_measuring=True)
+    a.run(max_steps=100)
+    b.run(max_steps=100)
+    assert plain.requests == prefetching.requests and b.times.prefetched_batches == 0

@@ -43,6 +43,39 @@ def test_a_dry_run_search_spends_its_budget_and_reports_roofline_fractions_compi
     assert result["protocol_floor"] is None and result["best_fraction_of_protocol_floor"] is None  # no GPU, no floor
 
 
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc is not installed here")
+def test_with_overlap_the_next_steps_compile_checks_run_while_a_thread_measures_and_only_the_rest_counts():
+    bench = _bench()
+    import time
+
+    def slow_measure(spec, candidate):      # long enough that a step's compile batch runs beside it
+        time.sleep(0.6)
+        return bench.fake_measure(spec, candidate)
+
+    runner = Runner("static", settings=bench.SETTINGS)
+    result = bench.search_kernel("gelu", runner, slow_measure, 4232.0, 8, time.perf_counter() + 300, 0,
+                                 children=4, root_children=8, per_step=2, overlap=True)
+    assert result["overlap"] and result["measurements"] == 8 and len(result["measured"]) == 8
+    assert result["driver_times"]["prefetched_batches"] >= 1
+    beside = [b for b in result["compile_batches"] if b["beside_measuring"]]
+    assert beside and len(beside) == result["driver_times"]["prefetched_batches"]
+    # the waited-for compile time is the batches' time less what ran beside measuring
+    assert 0 <= result["compile_exposed_s"] < result["compile_s"]
+    assert result["compile_share_of_wall"] < result["compile_batches_share_of_wall"]
+    # every measurement's result reached the driver, the deadline's last batch included
+    assert result["measured_ok"] == 8
+
+
+def test_without_overlap_all_compile_time_is_waited_for():
+    bench = _bench()
+    port = bench.RunnerPort(None, None, None)
+    port._compiling = [(0.0, 1.0), (2.0, 2.5)]
+    port.measuring = [(0.5, 2.2)]
+    assert port.exposed_compile_s() == pytest.approx(0.5 + 0.3)
+    port.measuring = []
+    assert port.exposed_compile_s() == pytest.approx(1.5)
+
+
 def test_a_search_past_its_deadline_stops_cleanly_with_what_it_has():
     bench = _bench()
     runner = Runner("static", settings=bench.SETTINGS)
