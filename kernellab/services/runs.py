@@ -20,9 +20,10 @@ FEEDBACK = ("notes", "raw", "none")
 # A CUDA kernel without knobs (a user's own) is searched by the recipes (the cures of the experts'
 # diagnoses), with the step settings that benchmarks/own_kernels_h200.py measured on the H200: wide steps whose
 # children are compile-checked in one batch, and more measurements where that batch is costly (nvcc). Four of
-# five naive kernels reached 71-91% of their roofline within 150 measurements there (the column sum 62%, near
-# the 64% its plain kernel shows), compiling for 17-42% of each search (docs/search.md, "Your own kernel on
-# the H200").
+# five naive kernels reached 72-90% of their roofline within 150 measurements there (the column sum 61%, near
+# the 63% its plain kernel shows); with the next step compiled while the GPU measures (the run form's default)
+# the searches waited on compiling for 2-4% of their wall time, 17-43% without (docs/search.md, "Your own
+# kernel on the H200").
 OWN_KERNEL_DEFAULTS = {
     "generator": "recipes", "surrogate": "roofline", "children_per_step": 16, "screening_width": 32,
     "parents_per_step": 4, "min_children_per_step": 16, "max_gpu_per_step": 8, "compile_share_target": 0.25,
