@@ -154,6 +154,7 @@ def test_a_compile_carried_from_another_machine_is_taken_only_from_the_same_nvcc
 
 
 @pytest.mark.gpu
+@needs_cutlass
 def test_on_the_h200_a_cute_hgemm_variant_is_correct_and_timed_beside_cublas():
     from pathlib import Path
 
