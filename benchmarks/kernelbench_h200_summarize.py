@@ -152,6 +152,16 @@ def candidate_rate(measured: int, elapsed: float | None, previous: Path) -> dict
     return dict(zip(keys, (measured, elapsed, round(measured / (elapsed / 60), 2) if elapsed else None)))
 
 
+def latest_result_value(key: str, results: Path):
+    """A figure only some calls make (the bundled problems' measurements): the newest result file's that has it,
+    so a later day's first summary does not drop it."""
+    for path in sorted(results.glob("kernelbench_h200_*.json"), reverse=True):
+        value = json.loads(path.read_text()).get(key)
+        if value:
+            return value
+    return {}
+
+
 def kept_from_last_call(key: str, new, previous: Path):
     """A per-call figure (what the last call that re-measured anything found): a call that re-measured nothing
     keeps the one before it."""
@@ -651,8 +661,7 @@ def main() -> int:
         "reference_vs_do_bench_mean_earlier": [d for d in earlier_do_bench if "do_bench_ms" in d] or
                                               json.loads(previous.read_text()).get("reference_vs_do_bench_mean_earlier", [])
                                               if previous.is_file() else [],
-        "bundled_problems": bundled_summary or (json.loads(previous.read_text()).get("bundled_problems", {})
-                                                if previous.is_file() else {}),
+        "bundled_problems": bundled_summary or latest_result_value("bundled_problems", previous.parent),
     }
     results = ROOT / "benchmarks" / "results" / f"kernelbench_h200_{args.date}.json"
     results.write_text(json.dumps(result, indent=1) + "\n")

@@ -235,3 +235,12 @@ def test_a_call_that_remeasured_nothing_keeps_the_last_calls_remeasured_verdicts
     assert summarize.kept_from_last_call("remeasured_early_verdicts", {"ok: x": 2}, previous) == {"ok: x": 2}
     # no earlier result: what this call found, even if empty
     assert summarize.kept_from_last_call("remeasured_early_verdicts", {}, tmp_path / "none.json") == {}
+
+
+def test_the_bundled_problems_figures_come_from_the_newest_result_that_has_them(tmp_path):
+    summarize = _module("kernelbench_h200_summarize")
+    (tmp_path / "kernelbench_h200_2026-11-30.json").write_text(json.dumps({"bundled_problems": {"kb_a": 1}}))
+    (tmp_path / "kernelbench_h200_2026-12-01.json").write_text(json.dumps({"bundled_problems": {"kb_b": 2}}))
+    (tmp_path / "kernelbench_h200_2026-12-02.json").write_text(json.dumps({"bundled_problems": {}}))
+    assert summarize.latest_result_value("bundled_problems", tmp_path) == {"kb_b": 2}
+    assert summarize.latest_result_value("missing", tmp_path) == {}
