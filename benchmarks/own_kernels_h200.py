@@ -180,9 +180,17 @@ class RunnerPort:
             began = time.perf_counter()
             try:
                 if prepare:
-                    self._prepare(prepare)
+                    try:
+                        self._prepare(prepare)
+                    except Exception:  # noqa: BLE001 - SASS counts are notes; the measurements take their own
+                        pass
                 for node_id, candidate in batch:
-                    self._results.append((node_id, self._measure(node_id, candidate)))
+                    try:
+                        result = self._measure(node_id, candidate)
+                    except Exception as exc:  # noqa: BLE001 - the driver gets a result for every request
+                        result = {"status": "failed-runtime", "speedup": None,
+                                  "reason": f"the measurement raised {type(exc).__name__}: {exc}"}
+                    self._results.append((node_id, result))
             finally:
                 self.measuring.append((began, time.perf_counter()))
 
@@ -406,7 +414,10 @@ def search_kernel(name: str, runner, measure, bandwidth_gbs: float, budget: int,
             break
         report = driver.step()
         if report.status in ("prefetched", "waiting"):
-            port.deliver(driver)       # this step's children are compiled; now its results are needed
+            # this step's children are compiled; now its results are needed
+            if port.deliver(driver) == 0 and report.status == "waiting":
+                stopped = "waiting for measurements that were never started"   # not expected: a port bug
+                break
             continue
         if report.status != "expanded":
             stopped = report.status

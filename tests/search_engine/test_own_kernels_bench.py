@@ -66,6 +66,26 @@ def test_with_overlap_the_next_steps_compile_checks_run_while_a_thread_measures_
     assert result["measured_ok"] == 8
 
 
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc is not installed here")
+def test_with_overlap_a_measurement_that_raises_is_a_failed_result_and_the_search_goes_on():
+    bench = _bench()
+    import time
+
+    calls = []
+
+    def flaky_measure(spec, candidate):
+        calls.append(candidate.name)
+        if len(calls) == 3:
+            raise RuntimeError("the worker went away")
+        return bench.fake_measure(spec, candidate)
+
+    runner = Runner("static", settings=bench.SETTINGS)
+    result = bench.search_kernel("gelu", runner, flaky_measure, 4232.0, 6, time.perf_counter() + 300, 0,
+                                 children=4, root_children=8, per_step=2, overlap=True)
+    assert result["stopped_by"] == "budget-exhausted" and result["measurements"] == 6
+    assert result["measured_ok"] == 5
+
+
 def test_without_overlap_all_compile_time_is_waited_for():
     bench = _bench()
     port = bench.RunnerPort(None, None, None)
