@@ -58,8 +58,6 @@ def test_a_manual_run_waits_for_an_approver_and_continues_after(saxpy, members):
 def test_a_resumed_run_continues_from_its_saved_state(saxpy, members):
     run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
                      backend="replay", gpu_budget=30, children_per_step=2, start=False)
-    from kernellab.services.runs import run_transition
-
     run.status = RunStatus.RUNNING
     run.save()
     from kernellab.services import search

@@ -2,7 +2,7 @@
 import pytest
 from django.urls import reverse
 
-from kernellab.models import ExpertNote, Forecast, Measurement, Node, NodeState, SearchRun, Verification, VerificationState
+from kernellab.models import Forecast, Measurement, Node, NodeState, SearchRun, Verification, VerificationState
 
 pytestmark = pytest.mark.django_db
 
