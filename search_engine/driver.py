@@ -242,6 +242,9 @@ class SearchDriver:
         self.times.prefetched_batches += 1
         self.times.prefetched_compile_s += batch.batch_s
         self.prefetched = batch
+        for nid in batch.compiled:   # what the explorer says of a compiled child that waits for its forecast
+            self._set_state(self.tree.nodes[nid], NodeState.PROPOSED,
+                            "compile-checked while the GPU measured the step before; forecast once its results are in")
         return StepReport(step=self.step_count, status="prefetched", expanded=batch.expanded, created=batch.created)
 
     def _expand_and_compile(self) -> ExpansionBatch:

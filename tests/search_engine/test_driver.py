@@ -628,6 +628,8 @@ def test_while_the_gpu_measures_the_next_steps_children_are_expanded_and_compile
     assert len(port.compiled) == compiled_before + len(report.created)
     assert set(driver.pending()) == in_flight
     assert all(driver.tree.nodes[n].forecast is None for n in report.created)
+    waiting = [e for e in port.events if e["type"] == "state-changed" and e["node_id"] in report.created]
+    assert waiting and all("forecast once its results are in" in e["reason"] for e in waiting)
     assert driver.times.prefetched_batches == 1
     # once: a second call while the same measurements are out only waits
     assert driver.step().status == "waiting"
