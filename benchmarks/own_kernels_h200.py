@@ -90,8 +90,8 @@ class RunnerPort:
     """`asynchronous`: a step's SASS counts and measurements run on a thread of their own (started by
     `start_measuring` once the step has asked for them all), as the app's GPU worker runs beside its search
     worker, so the driver can compile the next step meanwhile (settings.prefetch_while_measuring); the
-    results reach the driver through `deliver`. Every compile batch's wall time is kept with the part of it
-    that no measuring ran beside (`exposed_s`)."""
+    results reach the driver through `deliver`. When each compile batch and each step's measuring ran is kept,
+    so `exposed_compile_s` can say how much compile time no measuring ran beside."""
 
     def __init__(self, runner, spec, measure, *, asynchronous: bool = False):
         self.runner, self.spec, self.measure = runner, spec, measure
