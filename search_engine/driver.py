@@ -233,7 +233,7 @@ class SearchDriver:
         the nodes already measured: one being measured is not expandable) are expanded and their children
         compile-checked, once; the step then forecasts and decides with that step's results in."""
         return (self.settings.prefetch_while_measuring and self.prefetched is None and self.budget_left() > 0
-                and self.settings.policy.approval != "manual" and bool(self.tree.select(1)))
+                and self.settings.policy.approval != "manual")
 
     def _prefetch(self) -> StepReport:
         batch = self._expand_and_compile()
