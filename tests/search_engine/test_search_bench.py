@@ -204,3 +204,21 @@ def test_where_no_variant_reaches_the_target_every_method_counts_the_whole_famil
         assert summary["gpu_wall_s_median"] == pytest.approx(0.5 * len(measured))
     # the same as running a method to the end
     assert bench.run_random(dataset, 0)["measurements"] is None
+
+
+def test_the_benchmark_runs_itself_again_under_the_pinned_string_hash_seed(bench, monkeypatch):
+    """greedy_ils follows set order over string knob values, which Python salts per process."""
+    calls = []
+    monkeypatch.setattr(bench.os, "execve", lambda path, argv, env: calls.append((path, argv, env)))
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    bench.pin_hash_seed(["benchmarks/search_bench.py", "--seeds", "3"])
+    assert len(calls) == 1
+    path, argv, env = calls[0]
+    assert path == sys.executable and argv == [sys.executable, "benchmarks/search_bench.py", "--seeds", "3"]
+    assert env["PYTHONHASHSEED"] == bench.PYTHON_HASH_SEED
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    bench.pin_hash_seed(["benchmarks/search_bench.py"])
+    assert len(calls) == 2 and calls[1][2]["PYTHONHASHSEED"] == bench.PYTHON_HASH_SEED
+    monkeypatch.setenv("PYTHONHASHSEED", bench.PYTHON_HASH_SEED)
+    bench.pin_hash_seed(["benchmarks/search_bench.py"])
+    assert len(calls) == 2
