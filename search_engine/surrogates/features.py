@@ -308,7 +308,7 @@ def _fold_products(code: str) -> str:
 
 
 # Everything read from one source, prepared once and cached per source. The cache holds more sources
-# than the largest recorded family has variants (852, sgemm) and than a run forecasts, so a family's
+# than the largest recorded family has variants (1,014, sgemm) and than a run forecasts, so a family's
 # warm pass never evicts what it is about to read again, and it stays bounded.
 SOURCE_CACHE_SIZE = 4096
 

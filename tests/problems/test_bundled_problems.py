@@ -21,7 +21,8 @@ sys.path.insert(0, str(PROBLEMS_DIR / "tools"))
 import variants  # noqa: E402
 
 EXPECTED = {"sgemm", "reduce_sum", "softmax", "rmsnorm", "transpose", "histogram256", "gemv", "conv2d"}
-PER_FAMILY = (400, 900)
+# sgemm is the largest: 1,014 since its tf32x3 (tensor cores at fp32 accuracy) variants.
+PER_FAMILY = (400, 1100)
 # The CuTe-built hgemm family spans tile shapes, pipeline depths and raster only: each variant compiles in
 # 30 to 90 s on one core, and the family is compiled ahead and recorded whole in one short device call.
 SMALL_FAMILIES = {"hgemm": (30, 400)}

@@ -8,6 +8,14 @@
 //   ALGO_warptile  block tile -> warp tiles (WM x WN) -> WMITER x WNITER sub-tiles per warp,
 //                  each thread holding TM x TN elements in all, as WMITER x WNITER fragments of
 //                  4 x 4 (WMITER = TM/4, WNITER = TN/4)
+//   ALGO_tf32x3    tensor cores at fp32 accuracy ("3xTF32"): each value x is split into
+//                  big = tf32(x) and small = tf32(x - big), and a*b is summed as
+//                  a_small*b_big + a_big*b_small + a_big*b_big by mma.sync m16n8k8 (tf32 inputs,
+//                  fp32 accumulators); the dropped a_small*b_small is below fp32 rounding. Warp
+//                  tiles WM x WN of 16 x 8 MMA tiles (TM * TN = WM * WN / 32 values of C per
+//                  thread); tiles copied by cp.async (16 bytes), BUF stages; A kept as
+//                  [BM][BK + 4] and B as [BK][BN + 8] in shared memory, so that the fragment
+//                  reads of a warp fall in 32 different banks
 //   BM, BN, BK     block tile; TM, TN thread tile; WM, WN warp tile
 //   VEC            1: scalar global loads; 4: float4 global loads and stores (tile2d with VEC 4
 //                  also stores A transposed in shared memory so that a thread reads its TM
@@ -22,7 +30,142 @@
 
 #define NT ((BM * BN) / (TM * TN))
 
-#if defined(ALGO_naive)
+#if defined(ALGO_tf32x3)
+
+constexpr int AS_LD = BK + 4;            // floats in a row of the A tile in shared memory
+constexpr int BS_LD = BN + 8;            // and in a row of the B tile
+constexpr int MI = WM / 16, NI = WN / 8; // MMA tiles of a warp along M and N
+constexpr int A_CHUNKS = BM * BK / 4, B_CHUNKS = BK * BN / 4;
+
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ unsigned to_tf32(float x)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// x = big + small, both tf32 (the bits of a float whose low 13 mantissa bits are zero).
+__device__ __forceinline__ void split(float x, unsigned& big, unsigned& small)
+{
+    big = to_tf32(x);
+    small = to_tf32(x - __uint_as_float(big));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+extern "C" __global__ void __launch_bounds__(NT, MINB)
+sgemm_family(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+             int M, int N, int K)
+{
+    __shared__ __align__(16) float As[BUF][BM][AS_LD];
+    __shared__ __align__(16) float Bs[BUF][BK][BS_LD];
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wr = warp / (BN / WN), wc = warp % (BN / WN);
+    const int g = lane / 4, t = lane % 4;    // the MMA fragment coordinates of this lane
+    const float* Ablk = A + (size_t)blockIdx.y * BM * K;
+    const float* Bblk = B + (size_t)blockIdx.x * BN;
+
+    auto load_tile = [&](int stage, int k0) {
+#pragma unroll
+        for (int e = tid; e < A_CHUNKS; e += NT) {
+            const int r = e / (BK / 4), c = (e % (BK / 4)) * 4;
+            cp_async16(&As[stage][r][c], Ablk + (size_t)r * K + k0 + c);
+        }
+#pragma unroll
+        for (int e = tid; e < B_CHUNKS; e += NT) {
+            const int r = e / (BN / 4), c = (e % (BN / 4)) * 4;
+            cp_async16(&Bs[stage][r][c], Bblk + (size_t)(k0 + r) * N + c);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+
+    auto compute = [&](int stage) {
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 8) {
+            unsigned ab[MI][4], as[MI][4], bb[NI][2], bs[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                const int r = wr * WM + i * 16 + g;
+                split(As[stage][r][kk + t], ab[i][0], as[i][0]);
+                split(As[stage][r + 8][kk + t], ab[i][1], as[i][1]);
+                split(As[stage][r][kk + t + 4], ab[i][2], as[i][2]);
+                split(As[stage][r + 8][kk + t + 4], ab[i][3], as[i][3]);
+            }
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const int c = wc * WN + j * 8 + g;
+                split(Bs[stage][kk + t][c], bb[j][0], bs[j][0]);
+                split(Bs[stage][kk + t + 4][c], bb[j][1], bs[j][1]);
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    mma_tf32(acc[i][j], as[i], bb[j]);
+                    mma_tf32(acc[i][j], ab[i], bs[j]);
+                    mma_tf32(acc[i][j], ab[i], bb[j]);
+                }
+        }
+    };
+
+    const int KT = K / BK;
+#if BUF == 1
+    for (int kt = 0; kt < KT; ++kt) {
+        load_tile(0, kt * BK);
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncthreads();
+        compute(0);
+        __syncthreads();
+    }
+#else
+    load_tile(0, 0);
+    for (int kt = 0; kt < KT; ++kt) {
+        if (kt + 1 < KT) {
+            load_tile((kt + 1) & 1, (kt + 1) * BK);  // the stage computed in the step before
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncthreads();
+        compute(kt & 1);
+        __syncthreads();
+    }
+#endif
+
+    // C fragment of a 16 x 8 tile: rows g and g + 8, columns 2t and 2t + 1.
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            const int r = blockIdx.y * BM + wr * WM + i * 16 + g;
+            const int c = blockIdx.x * BN + wc * WN + j * 8 + 2 * t;
+            *reinterpret_cast<float2*>(C + (size_t)r * N + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(C + (size_t)(r + 8) * N + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+}
+
+#elif defined(ALGO_naive)
 
 extern "C" __global__ void __launch_bounds__(NT)
 sgemm_family(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
