@@ -510,7 +510,7 @@ def lopo_surrogates(datasets: list[Dataset], args) -> tuple[dict, dict]:
     for held in datasets:
         train = [r for d in datasets if d is not held for r in d.rows]
         started = time.perf_counter()
-        model = LearnedSurrogate(seed=0).fit(train, groups=[r["problem_name"] for r in train])
+        model = LearnedSurrogate(seed=args.model_seed).fit(train, groups=[r["problem_name"] for r in train])
         fit_s = time.perf_counter() - started
         models[held.name] = model
         requests = _requests(held.rows)
@@ -654,6 +654,8 @@ def main(argv=None) -> dict:
                         help="measurements a surrogate step makes when no candidate clears --min-beat-prob")
     parser.add_argument("--c", type=float, default=1.0)
     parser.add_argument("--retrain-every", type=int, default=5)
+    parser.add_argument("--model-seed", type=int, default=0,
+                        help="the learned surrogate's random seed (its calibration folds and the forest it fits to a run's own measurements); the search seeds stay 0..seeds-1")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")

@@ -222,3 +222,14 @@ def test_the_benchmark_runs_itself_again_under_the_pinned_string_hash_seed(bench
     monkeypatch.setenv("PYTHONHASHSEED", bench.PYTHON_HASH_SEED)
     bench.pin_hash_seed(["benchmarks/search_bench.py"])
     assert len(calls) == 2
+
+
+def test_the_surrogates_seed_is_a_setting_of_its_own_and_reaches_every_held_out_model(bench):
+    first, second = small_family(bench), small_family(bench)
+    second.name = "other"
+    for dataset in (first, second):
+        dataset.rows = bench._rows(dataset)
+        for row in dataset.rows:
+            row["problem_name"] = dataset.name
+    models, _ = bench.lopo_surrogates([first, second], Namespace(model_seed=3))
+    assert {name: model.seed for name, model in models.items()} == {"small": 3, "other": 3}
