@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.scripts import loaded_script
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "probes" / "cpu_2026-12-02" / "first_pick_objectives.py"
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("first_pick_probe_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with loaded_script(_PATH, "first_pick_probe_under_test") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_equal_speedups_get_the_same_relevance_whatever_their_order(probe):

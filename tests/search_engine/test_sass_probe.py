@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 from search_engine.surrogates import features, learned
 from search_engine.surrogates.base import ForecastRequest
+from tests.scripts import loaded_script
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "probes" / "cpu_2026-12-03" / "sass_and_exploration.py"
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("sass_probe_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with loaded_script(_PATH, "sass_probe_under_test") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_the_mix_counts_shares_and_load_widths(probe):

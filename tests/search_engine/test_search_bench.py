@@ -3,7 +3,6 @@ benchmarks/search_bench.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import sys
@@ -12,19 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import loaded_script
+
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "search_bench.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("search_bench_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with loaded_script(_PATH, "search_bench_under_test") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 BUDGET = 100

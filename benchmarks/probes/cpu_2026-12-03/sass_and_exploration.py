@@ -71,14 +71,16 @@ SASS_NAMES = (["sass_log_instructions"] + [f"sass_share_{name}" for name in SASS
 _WIDTHS = {"128": 16.0, "64": 8.0}
 
 
+def _width(op: str) -> float:
+    """An access's bytes from its opcode's modifiers: LDG.E.128 16, .64 8, otherwise 4."""
+    return next((_WIDTHS[part] for part in op.split(".")[1:] if part in _WIDTHS), 4.0)
+
+
 def _mean_width(sass: dict, prefix: str) -> float:
-    """Mean bytes of the instructions opening with prefix (LDG.E.128: 16, .64: 8, otherwise 4); 0 with none."""
+    """Mean bytes of the instructions opening with prefix (LDGSTS is not LDG); 0 with none."""
     ops = [(op, n) for op, n in sass.items() if re.match(prefix + r"(\.|$)", op)]
     total = sum(n for _, n in ops)
-    if not total:
-        return 0.0
-    width = lambda op: next((_WIDTHS[p] for p in op.split(".")[1:] if p in _WIDTHS), 4.0)  # noqa: E731
-    return sum(width(op) * n for op, n in ops) / total
+    return sum(_width(op) * n for op, n in ops) / total if total else 0.0
 
 
 def sass_mix(facts: dict | None) -> list[float]:
