@@ -82,6 +82,7 @@ class Dataset:
     vendor: dict | None = None  # the vendor library's recorded speedup: {"name", "speedup", "source"}
     compile_s: float | None = None  # median seconds of one compile check of a variant, measured here
     reference_facts: dict | None = None  # the reference's compiler facts, as the app hands them to a run
+    source: str = ""  # the records file read
 
     def key(self, knobs: dict) -> tuple:
         return tuple(knobs[n] for n in self.knobs)
@@ -147,8 +148,17 @@ def synthetic_datasets() -> list[Dataset]:
     return out
 
 
-def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
-    """Bundled problems with recorded measurements (kernellab/problems/<name>/records/<gpu>.jsonl.gz)."""
+def records_path(folder: Path, gpu: str, records_dir: Path | None) -> Path:
+    """Where a bundled family's records are read from: `<records_dir>/<family>.jsonl.gz` when another
+    recording is asked for and holds the family, else the family's own `records/<gpu>.jsonl.gz`."""
+    if records_dir is not None and (records_dir / f"{folder.name}.jsonl.gz").exists():
+        return records_dir / f"{folder.name}.jsonl.gz"
+    return folder / "records" / f"{gpu}.jsonl.gz"
+
+
+def recorded_datasets(gpu: str = "h200", records_dir: Path | None = None) -> list[Dataset]:
+    """Bundled problems with recorded measurements (kernellab/problems/<name>/records/<gpu>.jsonl.gz, or
+    another recording of them: `records_path`)."""
     problems = ROOT / "kernellab" / "problems"
     tool = problems / "tools" / "variants.py"
     if not tool.exists():
@@ -159,7 +169,7 @@ def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
     spec.loader.exec_module(variants)
     out = []
     for folder in sorted(p.parent for p in problems.glob("*/problem.toml")):
-        path = folder / "records" / f"{gpu}.jsonl.gz"
+        path = records_path(folder, gpu, records_dir)
         if not path.exists():
             continue
         problem = variants.load(folder)
@@ -175,7 +185,7 @@ def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
             if record.get("variant") == "reference":
                 reference_facts = record.get("compiler")
             if str(record.get("variant", "")).startswith("vendor:") and record.get("status") == "ok":
-                vendor = {"name": record["variant"], "speedup": record["speedup"], "source": str(path.relative_to(ROOT))}
+                vendor = {"name": record["variant"], "speedup": record["speedup"], "source": _shown(path)}
             if record.get("knobs"):
                 family_records[tuple(record["knobs"][n] for n in problem.family["knobs"])] = record
         case = problem.sizes[next(iter(problem.sizes))]
@@ -194,10 +204,16 @@ def recorded_datasets(gpu: str = "h200") -> list[Dataset]:
                               "tolerance": problem.spec.get("tolerance") or {}},
                      reference_ms=reference_ms, synthetic=False,
                      constraints=[_with_sizes(c, case) for c in problem.family.get("constraints", [])],
-                     vendor=vendor or recorded_vendor(problem.name, gpu), reference_facts=reference_facts)
+                     vendor=vendor or recorded_vendor(problem.name, gpu), reference_facts=reference_facts,
+                     source=_shown(path))
         ds.rows = _rows(ds)
         out.append(ds)
     return out
+
+
+def _shown(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 VENDOR_RECORDS = {"h200": ROOT / "benchmarks" / "results" / "runner_h200_bundled_2026-11-29.json"}
@@ -642,6 +658,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--exclude", default="",
                         help="comma-separated families left out entirely: neither searched nor trained on "
                              "(hgemm, recorded after the 8-family run of 2026-12-01, to repeat that run)")
+    parser.add_argument("--records-dir", type=Path, default=None,
+                        help="replay another recording: <dir>/<family>.jsonl.gz for each family it holds (the "
+                             "bundled records for the others), e.g. benchmarks/results/recordings/h200_2026-12-03")
     parser.add_argument("--synthetic", action="store_true", help="use the synthetic records even if real ones exist")
     parser.add_argument("--kt", default=",".join(KT_STRATEGIES))
     parser.add_argument("--threshold", type=float, default=0.5)
@@ -669,7 +688,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     _TARGET["fraction"] = args.target
 
-    datasets = [] if args.synthetic else recorded_datasets()
+    if args.records_dir is not None and not args.records_dir.is_dir():
+        raise SystemExit(f"--records-dir {args.records_dir}: no such folder.")
+    datasets = [] if args.synthetic else recorded_datasets(records_dir=args.records_dir)
     synthetic = not datasets
     if synthetic:
         print("NOTE: no recorded H200 datasets (kernellab/problems/*/records/h200.jsonl.gz) were found;"
@@ -806,15 +827,18 @@ def main(argv=None) -> dict:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
         "data": "synthetic (benchmarks/search_synthetic.py; not GPU measurements)" if synthetic
-        else "recorded H200 (kernellab/problems/*/records/h200.jsonl.gz)",
+        else "recorded H200 (kernellab/problems/*/records/h200.jsonl.gz)" if args.records_dir is None
+        else f"recorded H200: {_shown(args.records_dir)}/<family>.jsonl.gz where it holds the family, else the "
+             "bundled records (each dataset's `records` says which)",
         "seeds": args.seeds, "target_fraction": args.target,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in ("out",)},
         "kernel_tuner": {"version": kernel_tuner_version(), "strategy_options": KT_STRATEGY_OPTIONS,
                          "python_hash_seed": os.environ.get("PYTHONHASHSEED"),
                          "lookups_per_configuration": KT_LOOKUPS_PER_CONFIGURATION,
                          "stop": "distinct configurations (the space's size) and lookups, never a clock"},
         "censoring": "a run that missed the target counts as the family's budget (variants that cost a measurement)",
-        "datasets": {d.name: {"variants": len(d.records), "ok": len(d.rows), "best": d.best, "vendor": d.vendor,
+        "datasets": {d.name: {"records": d.source, "variants": len(d.records), "ok": len(d.rows), "best": d.best,
+                              "vendor": d.vendor,
                               "target": d.target, "budget": d.budget, "compile_s": d.compile_s,
                               "variants_at_target": sum(1 for r in d.rows if r["speedup"] >= d.target)}
                      for d in all_datasets},

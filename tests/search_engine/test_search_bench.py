@@ -228,3 +228,29 @@ def test_the_surrogates_seed_is_a_setting_of_its_own_and_reaches_every_held_out_
             row["problem_name"] = dataset.name
     models, _ = bench.lopo_surrogates([first, second], Namespace(model_seed=3))
     assert {name: model.seed for name, model in models.items()} == {"small": 3, "other": 3}
+
+
+def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tmp_path):
+    import gzip
+
+    bundled = {d.name: d for d in bench.recorded_datasets()}
+    if "gemv" not in bundled or "rmsnorm" not in bundled:
+        pytest.skip("the bundled gemv and rmsnorm records are not here")
+    with gzip.open(bench.ROOT / "kernellab" / "problems" / "gemv" / "records" / "h200.jsonl.gz", "rt") as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    for record in records:  # a second recording in which every variant ran twice as fast
+        if record.get("knobs") and record.get("status") == "ok":
+            record["speedup"] *= 2
+    with gzip.open(tmp_path / "gemv.jsonl.gz", "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    replayed = {d.name: d for d in bench.recorded_datasets(records_dir=tmp_path)}
+    assert replayed["gemv"].source == str(tmp_path / "gemv.jsonl.gz")
+    assert replayed["gemv"].best == pytest.approx(2 * bundled["gemv"].best)
+    assert [r["speedup"] for r in replayed["gemv"].rows] == pytest.approx([2 * r["speedup"] for r in bundled["gemv"].rows])
+    assert replayed["rmsnorm"].source == bundled["rmsnorm"].source == "kernellab/problems/rmsnorm/records/h200.jsonl.gz"
+    assert replayed["rmsnorm"].best == bundled["rmsnorm"].best
+
+
+def test_a_records_folder_that_does_not_exist_is_refused_with_its_name(bench):
+    with pytest.raises(SystemExit, match="--records-dir /nonexistent/recording: no such folder"):
+        bench.main(["--records-dir", "/nonexistent/recording", "--seeds", "1", "--out", "/dev/null"])
