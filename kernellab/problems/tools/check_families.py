@@ -36,7 +36,7 @@ NUMPY_DTYPES = {"float32": "float32", "float16": "float16", "float64": "float64"
 # --- expected outputs (float64 or exact), one function per problem -----------------------------
 
 def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
-    if name in ("sgemm", "hgemm"):
+    if name in ("sgemm", "hgemm", "hgemm_mma"):
         return {"C": cp.matmul(inputs["A"].astype(cp.float64), inputs["B"].astype(cp.float64))}
     if name == "reduce_sum":
         return {"out": inputs["x"].astype(cp.float64).sum().reshape(1)}
@@ -61,6 +61,17 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
             for b in range(5):
                 out += w[a, b] * x[a:a + H, b:b + W]
         return {"out": out}
+    if name == "layernorm":
+        x = inputs["x"].astype(cp.float64)
+        mean = x.mean(axis=1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+        return {"y": (x - mean) / cp.sqrt(var + 1e-5) * inputs["w"].astype(cp.float64)[None, :]
+                + inputs["b"].astype(cp.float64)[None, :]}
+    if name == "column_sum":
+        return {"out": inputs["x"].astype(cp.float64).sum(axis=0)}
+    if name == "gelu":
+        x = inputs["x"].astype(cp.float64)
+        return {"y": 0.5 * x * (1.0 + cp.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))}
     if name == "histogram256":
         return {"hist": cp.bincount(inputs["data"].astype(cp.int32), minlength=256).astype(cp.uint32)}
     raise KeyError(name)
