@@ -150,8 +150,8 @@ def main(argv=None) -> dict:
               f"{f['first_recording_order_first_hit']:7d}")
     if args.in_family:
         datasets = list(firsts.values())
-        print(f"\nThe learned surrogate on the first recording, without the family and out of fold with it "
-              f"(screened first-pick hit rate, first hit, Spearman):")
+        print("\nThe learned surrogate on the first recording, without the family and out of fold with it "
+              "(screened first-pick hit rate, first hit, Spearman):")
         for name in families:
             families[name]["learned"] = in_family(datasets, firsts[name], args.folds, args.draws)
             cells = "   ".join(f"{k}: {v['screened_pick_hit_rate']:.2f} {v['first_hit']!s:>4s} {v['spearman']:+.2f}"
