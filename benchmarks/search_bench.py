@@ -48,6 +48,7 @@ from search_engine import scoring  # noqa: E402
 from search_engine.bins import DEFAULT_BINS  # noqa: E402
 from search_engine.driver import SearchDriver  # noqa: E402
 from search_engine.search_settings import SearchSettings  # noqa: E402
+from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # noqa: E402
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
 from search_engine.policy import PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
@@ -526,7 +527,8 @@ def lopo_surrogates(datasets: list[Dataset], args) -> tuple[dict, dict]:
     for held in datasets:
         train = [r for d in datasets if d is not held for r in d.rows]
         started = time.perf_counter()
-        model = LearnedSurrogate(seed=args.model_seed).fit(train, groups=[r["problem_name"] for r in train])
+        model = LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight).fit(
+            train, groups=[r["problem_name"] for r in train])
         fit_s = time.perf_counter() - started
         models[held.name] = model
         requests = _requests(held.rows)
@@ -635,6 +637,48 @@ def bootstrap_verdicts(search: dict, strategies: list[str], statistic: str, draw
     return out
 
 
+def _print_results(results: dict) -> None:
+    for method, summary in results.items():
+        wall = summary.get("estimated_wall_s_median")
+        print(f"  {method:26s} median {fmt(summary['median'])}  mean {fmt(summary['mean'])}  "
+              f"reached {summary['reached']}/{summary['runs']}  compile checks {summary['compile_checks_median']:6.0f}"
+              f"  GPU {summary['gpu_wall_s_median']:6.1f} s  wall {fmt(wall, 7)} s", flush=True)
+
+
+def _earlier_baselines(args) -> dict:
+    """The earlier run named by --baselines-from, refused unless it was made with the same seeds, target
+    and recording as this one."""
+    try:
+        earlier = json.loads(args.baselines_from.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--baselines-from {args.baselines_from}: cannot be read ({exc}).")
+    if "verdicts" not in earlier:
+        raise SystemExit(f"--baselines-from {args.baselines_from}: that run has no baselines (made with --skip-baselines?).")
+    mismatched = [key for key, mine in (("seeds", args.seeds), ("target_fraction", args.target)) if earlier.get(key) != mine]
+    setting = earlier.get("settings", {})
+    if (setting.get("records_dir") or None) != (str(args.records_dir) if args.records_dir else None):
+        mismatched.append("records_dir")
+    if mismatched:
+        raise SystemExit(f"--baselines-from {args.baselines_from}: made with another {', '.join(mismatched)}.")
+    earlier["path"] = _shown(args.baselines_from)
+    return earlier
+
+
+def reused_baselines(earlier: dict, dataset: Dataset, strategies: list[str]) -> dict:
+    """The earlier run's baselines of this family, refused if the family's records have changed since."""
+    then = earlier.get("datasets", {}).get(dataset.name, {})
+    now = {"variants": len(dataset.records), "best": dataset.best, "target": dataset.target, "budget": dataset.budget}
+    changed = [k for k, v in now.items() if then.get(k) is None or abs(float(then[k]) - float(v)) > 1e-9 * max(1.0, abs(v))]
+    if changed:
+        raise SystemExit(f"--baselines-from: {dataset.name}'s records have changed since that run ({', '.join(changed)}).")
+    methods = ["puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
+    missing = [m for m in methods if m not in earlier["search"].get(dataset.name, {})]
+    if missing:
+        raise SystemExit(f"--baselines-from: that run has no {', '.join(missing)} for {dataset.name}.")
+    return {m: dict(earlier["search"][dataset.name][m], reused_from=earlier["path"])
+            for m in methods}
+
+
 def fmt(x, width=9, digits=1):
     if x is None:
         return "—".rjust(width)
@@ -675,11 +719,18 @@ def main(argv=None) -> dict:
     parser.add_argument("--retrain-every", type=int, default=5)
     parser.add_argument("--model-seed", type=int, default=0,
                         help="the learned surrogate's random seed (its calibration folds and the forest it fits to a run's own measurements); the search seeds stay 0..seeds-1")
+    parser.add_argument("--ranker-weight", type=float, default=RANKER_APP_WEIGHT,
+                        help="weight of the lambdarank prior in the recorded-data model's bins (surrogates.ranker; "
+                             "default: the app's, %(default)s; 0: the classifier alone, as before 2026-12-03)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")
     parser.add_argument("--online-weight", type=float, default=10.0)
     parser.add_argument("--skip-baselines", action="store_true", help="only the surrogate-assisted PUCT")
+    parser.add_argument("--baselines-from", type=Path, default=None,
+                        help="an earlier run's JSON on the same records, seeds and target: its measure-all, random and "
+                             "Kernel Tuner results are taken instead of being run again (they do not depend on the "
+                             "surrogate); the surrogate PUCT is run afresh")
     parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--target", type=float, default=TARGET_FRACTION, help="fraction of the best speedup to reach")
     parser.add_argument("--compile-samples", type=int, default=3,
@@ -688,6 +739,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     _TARGET["fraction"] = args.target
 
+    earlier = _earlier_baselines(args) if args.baselines_from is not None else None
     if args.records_dir is not None and not args.records_dir.is_dir():
         raise SystemExit(f"--records-dir {args.records_dir}: no such folder.")
     datasets = [] if args.synthetic else recorded_datasets(records_dir=args.records_dir)
@@ -745,6 +797,11 @@ def main(argv=None) -> dict:
                 print(f"  puct_surrogate median {fmt(results['puct_surrogate']['median'])} "
                       f"values {results['puct_surrogate']['values']}", flush=True)
                 continue
+            if earlier is not None:
+                results |= reused_baselines(earlier, dataset, strategies)
+                search[dataset.name] = results
+                _print_results(results)
+                continue
             t0 = time.time()
             runs = [run_puct(dataset, s, None, True, args) for s in range(args.seeds)]
             results["puct_measure_all"] = summarise_runs(runs, dataset.budget, dataset.compile_s) | {
@@ -761,11 +818,7 @@ def main(argv=None) -> dict:
             search[dataset.name] = results
             partial = ROOT / "benchmarks" / "results" / ".search_partial.json"
             partial.write_text(json.dumps({"search": search, "surrogate_lopo": evaluation}, indent=1, default=float))
-            for method, summary in results.items():
-                wall = summary.get("estimated_wall_s_median")
-                print(f"  {method:26s} median {fmt(summary['median'])}  mean {fmt(summary['mean'])}  "
-                      f"reached {summary['reached']}/{summary['runs']}  compile checks {summary['compile_checks_median']:6.0f}"
-                      f"  GPU {summary['gpu_wall_s_median']:6.1f} s  wall {fmt(wall, 7)} s", flush=True)
+            _print_results(results)
 
     if args.skip_baselines:
         return {"search": search}

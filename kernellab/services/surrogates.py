@@ -84,14 +84,16 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
     from search_engine.surrogates.learned import LearnedSurrogate
+    from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
 
     key = (exclude_problem, gpu)
     with _lock:
         if key not in _learned:
-            # "centred": models saved before the centred target (an absolute one) are not reused.
-            name = f"learned-surrogate-centred-{gpu}-without-{exclude_problem}-{_records_stamp()}.pkl"
+            # "centred", "ranker": models saved before the centred target or the ranking prior are not reused.
+            name = (f"learned-surrogate-centred-ranker{APP_WEIGHT:g}-{gpu}-without-{exclude_problem}-"
+                    f"{_records_stamp()}.pkl")
             cache = settings.DATA_DIR / name
             if cache.exists():
                 model = LearnedSurrogate.load(cache)
@@ -99,7 +101,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 from kernellab.datasets import all_recorded_rows
 
                 rows = all_recorded_rows(gpu=gpu, exclude=(exclude_problem,), root=bundled_dir())
-                model = LearnedSurrogate()
+                model = LearnedSurrogate(ranker_weight=APP_WEIGHT)
                 if rows:
                     model.fit(rows, groups=[row["problem_name"] for row in rows])
                     model.save(cache)

@@ -67,7 +67,7 @@ class LearnedSurrogate:
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
                  version: str = "1", threads: int | None = 1, online: str = "local",
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
-                 level_prior_rows: float = 1.0) -> None:
+                 level_prior_rows: float = 1.0, ranker_weight: float = 0.0) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -89,6 +89,10 @@ class LearnedSurrogate:
         self.local_min_sigma = local_min_sigma
         self.target = target
         self.level_prior_rows = level_prior_rows
+        # ranker_weight > 0 (centred target only): the recorded-data model's bins are a mixture of the
+        # classifier's and a lambdarank prior's (surrogates.ranker), which orders a problem's fastest variants.
+        self.ranker_weight = ranker_weight
+        self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
         self._local: _Local | None = None
@@ -116,6 +120,12 @@ class LearnedSurrogate:
         self.feature_names = feature_names()
         with _openmp_threads(self.threads):
             self._fitted = self._train(X, y, g, np.ones(len(y)))
+        self._ranker = None
+        if self.ranker_weight > 0 and self.target == "centred" and len(set(map(str, g))) >= 2:
+            from search_engine.surrogates.ranker import RankPrior
+
+            logs = np.log([rows[i]["speedup"] for i in kept])
+            self._ranker = RankPrior(seed=self.seed).fit(X, logs, g)
         self.trained_rows = len(y)
         return self
 
@@ -160,7 +170,12 @@ class LearnedSurrogate:
 
     def _relative_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's tempered bin probabilities, before any move to the run's level."""
-        return _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+        probabilities = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+        ranker = self.__dict__.get("_ranker")
+        if ranker is None:
+            return probabilities
+        w = self.ranker_weight
+        return (1 - w) * probabilities + w * ranker.probabilities(X, self.bins)
 
     def _base_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's bin probabilities, tempered and moved to the run's level."""
@@ -396,7 +411,8 @@ class LearnedSurrogate:
                              "train it again.")
         for name, value in (("threads", 1), ("online", "local"), ("local_prior_rows", 8.0),
                             ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
-                            ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0)):
+                            ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
+                            ("ranker_weight", 0.0), ("_ranker", None)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 

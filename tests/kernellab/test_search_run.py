@@ -160,6 +160,13 @@ def test_a_learned_surrogate_run_stores_each_revised_forecast_beside_the_first(s
         assert latest.probabilities == pytest.approx(entry["forecast"]["probabilities"], abs=0.05)
     assert Forecast.objects.filter(node__run=run).count() > Node.objects.filter(run=run).exclude(origin="root").count() - \
         Node.objects.filter(run=run, state=NodeState.FAILED_COMPILE).count()
+    # The recorded-data model is built to mix in the ranking prior at the app's weight (here no other
+    # problem has records, so there is nothing to fit it on; tests/search_engine/test_ranker.py fits it).
+    from kernellab.services.surrogates import learned_surrogate
+    from search_engine.surrogates.ranker import APP_WEIGHT
+
+    model = learned_surrogate(exclude_problem=saxpy.name, gpu=run.target_gpu)
+    assert APP_WEIGHT > 0 and model.ranker_weight == APP_WEIGHT and model._ranker is None
 
 
 def test_a_run_screens_its_screening_width_at_the_root_and_measures_only_a_few(saxpy, members):

@@ -226,8 +226,9 @@ def test_the_surrogates_seed_is_a_setting_of_its_own_and_reaches_every_held_out_
         dataset.rows = bench._rows(dataset)
         for row in dataset.rows:
             row["problem_name"] = dataset.name
-    models, _ = bench.lopo_surrogates([first, second], Namespace(model_seed=3))
+    models, _ = bench.lopo_surrogates([first, second], Namespace(model_seed=3, ranker_weight=0.0))
     assert {name: model.seed for name, model in models.items()} == {"small": 3, "other": 3}
+    assert all(model.ranker_weight == 0.0 and model._ranker is None for model in models.values())
 
 
 def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tmp_path):
@@ -254,3 +255,40 @@ def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tm
 def test_a_records_folder_that_does_not_exist_is_refused_with_its_name(bench):
     with pytest.raises(SystemExit, match="--records-dir /nonexistent/recording: no such folder"):
         bench.main(["--records-dir", "/nonexistent/recording", "--seeds", "1", "--out", "/dev/null"])
+
+
+def _earlier_run(bench, dataset, tmp_path, **changes):
+    methods = ["puct_measure_all", "random", "kt_pso"]
+    run = {"seeds": 2, "target_fraction": bench.TARGET_FRACTION, "settings": {"records_dir": None},
+           "datasets": {dataset.name: {"variants": len(dataset.records), "best": dataset.best,
+                                       "target": dataset.target, "budget": dataset.budget}},
+           "search": {dataset.name: {m: {"values": [3, 5], "median": 4.0} for m in methods}},
+           "verdicts": {}} | changes
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(run))
+    return path
+
+
+def test_baselines_are_taken_from_an_earlier_run_only_where_nothing_they_depend_on_changed(bench, tmp_path):
+    dataset = small_family(bench)
+    args = Namespace(baselines_from=_earlier_run(bench, dataset, tmp_path), seeds=2, target=bench.TARGET_FRACTION,
+                     records_dir=None)
+    earlier = bench._earlier_baselines(args)
+    reused = bench.reused_baselines(earlier, dataset, ["pso"])
+    assert set(reused) == {"puct_measure_all", "random", "kt_pso"}
+    assert reused["kt_pso"]["values"] == [3, 5] and reused["random"]["reused_from"] == earlier["path"]
+    with pytest.raises(SystemExit, match="no kt_bayes_opt for small"):
+        bench.reused_baselines(earlier, dataset, ["pso", "bayes_opt"])
+    earlier["datasets"]["small"]["target"] *= 1.01  # the family was recorded again since
+    with pytest.raises(SystemExit, match="small's records have changed since that run \\(target\\)"):
+        bench.reused_baselines(earlier, dataset, ["pso"])
+    with pytest.raises(SystemExit, match="made with another seeds"):
+        bench._earlier_baselines(Namespace(**(vars(args) | {"seeds": 10})))
+    with pytest.raises(SystemExit, match="made with another records_dir"):
+        bench._earlier_baselines(Namespace(**(vars(args) | {"records_dir": tmp_path})))
+    no_baselines = _earlier_run(bench, dataset, tmp_path)
+    no_baselines.write_text(json.dumps({k: v for k, v in json.loads(no_baselines.read_text()).items() if k != "verdicts"}))
+    with pytest.raises(SystemExit, match="has no baselines"):
+        bench._earlier_baselines(Namespace(**(vars(args) | {"baselines_from": no_baselines})))
+    with pytest.raises(SystemExit, match="cannot be read"):
+        bench._earlier_baselines(Namespace(**(vars(args) | {"baselines_from": tmp_path / "missing.json"})))

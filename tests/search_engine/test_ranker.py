@@ -1,0 +1,112 @@
+"""The lambdarank prior (search_engine/surrogates/ranker.py) and the learned surrogate that mixes it in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from search_engine.bins import DEFAULT_BINS
+from search_engine.surrogates.base import ForecastRequest
+from search_engine.surrogates.learned import LearnedSurrogate
+from search_engine.surrogates.ranker import RankPrior, relevance
+from tests.search_engine.fakes import REFERENCE, render, space, true_speedup
+
+pytest.importorskip("lightgbm")
+
+
+def problems(informative: bool, count: int = 5, rows: int = 160, seed: int = 0):
+    """Rows of `count` problems: column 0 sets the order within a problem (when informative), column 1
+    is a per-problem constant that sets its level, column 2 is noise."""
+    rng = np.random.default_rng(seed)
+    X, y, groups = [], [], []
+    for g in range(count):
+        level = rng.normal(0, 1.0)
+        x0 = rng.uniform(-1, 1, rows)
+        noise = rng.normal(0, 0.05, rows)
+        logs = (0.8 * x0 if informative else rng.normal(0, 0.5, rows)) + noise
+        X.append(np.column_stack([x0, np.full(rows, level), rng.normal(0, 1, rows)]))
+        y.append(logs - logs.mean())
+        groups += [f"p{g}"] * rows
+    return np.vstack(X), np.concatenate(y), np.array(groups)
+
+
+def test_relevance_is_the_quantile_in_the_problem_and_ties_share_a_label():
+    labels = relevance(np.array([0.1, 0.5, 0.5, 0.9, -1.0]), levels=5)
+    assert labels[1] == labels[2] and labels[4] == 0 and labels[3] == 4 and labels[0] < labels[1]
+
+
+def test_the_prior_orders_a_problem_it_never_saw_and_its_spread_is_out_of_fold():
+    X, y, g = problems(informative=True)
+    held = g == "p4"
+    prior = RankPrior(seed=0).fit(X[~held], y[~held], g[~held])
+    mean = prior.mean(X[held])
+    # lambdarank's gain stops at the top 50 places, so the order it learns is that of the fastest variants
+    quantile = (np.argsort(np.argsort(y[held])) + 0.5) / held.sum()
+    assert quantile[np.argsort(-mean)[:10]].min() > 0.8
+    assert spearmanr(mean, y[held]).statistic > 0.7
+    assert prior.slope > 0 and prior.min_sigma <= prior.sigma < float(np.std(y))
+    probabilities = prior.probabilities(X[held], DEFAULT_BINS)
+    assert probabilities.shape == (held.sum(), DEFAULT_BINS.n_bins)
+    assert np.allclose(probabilities.sum(axis=1), 1.0)
+    reps = np.log(DEFAULT_BINS.representatives())
+    assert quantile[np.argsort(-(probabilities @ reps))[:10]].min() > 0.8
+
+
+def test_an_order_that_does_not_carry_to_new_problems_gives_a_nearly_flat_forecast():
+    X, y, g = problems(informative=False)
+    prior = RankPrior(seed=0).fit(X, y, g)
+    informed = RankPrior(seed=0).fit(*problems(informative=True))
+    assert np.std(prior.mean(X)) < 0.25 * np.std(informed.mean(X))
+
+
+def test_one_problem_is_not_enough_to_calibrate_on_problems_it_did_not_train_on():
+    X, y, g = problems(informative=True, count=1)
+    with pytest.raises(ValueError, match="at least two problems"):
+        RankPrior().fit(X, y, g)
+
+
+def _rows():
+    out = []
+    for knobs in space().all_valid():
+        s = true_speedup(knobs)
+        if isinstance(s, str):
+            continue
+        out.append({"reference": REFERENCE, "candidate": render(knobs), "speedup": s, "reference_ms": 0.5,
+                    "problem": {"name": "scale", "sizes": {"N": 1 << 24}, "roofline": {"bytes": "8*N", "flops": "N"}}})
+    return out
+
+
+def _requests(rows):
+    return [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
+                            reference_ms=0.5) for r in rows]
+
+
+def test_the_learned_surrogate_mixes_the_prior_in_and_keeps_it_through_save_and_load(tmp_path):
+    rows = _rows()
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(rows))
+    # two recorded "problems" at different levels (the ranker needs two), and variants neither holds
+    a, b, test = ([rows[i] for i in part] for part in np.array_split(idx, 3))
+    train = a + [dict(r, speedup=3 * r["speedup"]) for r in b]
+    groups = ["a"] * len(a) + ["b"] * len(b)
+    plain = LearnedSurrogate(seed=0).fit(train, groups=groups)
+    mixed = LearnedSurrogate(seed=0, ranker_weight=0.5).fit(train, groups=groups)
+    assert plain._ranker is None and mixed._ranker is not None
+    requests = _requests(test)
+    truth = np.log([r["speedup"] for r in test])
+    p_plain, p_mixed = plain.predict_proba(requests), mixed.predict_proba(requests)
+    assert np.allclose(p_mixed.sum(axis=1), 1.0) and not np.allclose(p_plain, p_mixed)
+    expected = [f.expected_log_speedup() for f in mixed.forecast_many(requests)]
+    assert spearmanr(expected, truth).statistic > 0.6
+    # Weight 0 after fitting is the classifier alone.
+    mixed.ranker_weight = 0.0
+    assert np.allclose(mixed.predict_proba(requests), p_plain)
+    mixed.ranker_weight = 0.5
+    mixed.save(tmp_path / "m.joblib")
+    assert np.allclose(LearnedSurrogate.load(tmp_path / "m.joblib").predict_proba(requests), p_mixed)
+    # A model saved before the prior existed loads without one.
+    older = LearnedSurrogate(seed=0).fit(train, groups=groups)
+    del older.__dict__["ranker_weight"], older.__dict__["_ranker"]
+    older.save(tmp_path / "old.joblib")
+    assert np.allclose(LearnedSurrogate.load(tmp_path / "old.joblib").predict_proba(requests), p_plain)
