@@ -4,7 +4,9 @@
 Features come from surrogates.features (source, compiler facts, launch plan, hardware, roofline,
 differences against the reference). The classifier is scikit-learn's HistGradientBoosting over the
 bins, made ordinal-aware by blending with cumulative "S > edge" classifiers, then calibrated with a
-temperature fitted on out-of-fold predictions. CPU only; forecast_many works on a batch at once.
+temperature fitted on out-of-fold predictions. With ranker_weight > 0 (the app uses ranker.APP_WEIGHT)
+a lambdarank prior (surrogates.ranker), trained to order each problem's fastest variants, is mixed into
+those bins. CPU only; forecast_many works on a batch at once.
 Retrained online from the run's own measurements through learn(rows).
 
 Targets (`target`): "centred" (the default) trains on each recorded problem's speedups divided by
