@@ -173,11 +173,10 @@ class LearnedSurrogate:
     def _relative_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's tempered bin probabilities, before any move to the run's level."""
         probabilities = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
-        ranker = self.__dict__.get("_ranker")
-        if ranker is None:
+        if self._ranker is None:
             return probabilities
         w = self.ranker_weight
-        return (1 - w) * probabilities + w * ranker.probabilities(X, self.bins)
+        return (1 - w) * probabilities + w * self._ranker.probabilities(X, self.bins)
 
     def _base_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's bin probabilities, tempered and moved to the run's level."""

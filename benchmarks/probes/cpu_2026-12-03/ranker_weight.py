@@ -37,20 +37,18 @@ import benchmarks.search_bench as sb  # noqa: E402
 from search_engine.policy import prob_above  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 
-SCREEN = 256
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recording_noise import SCREEN, first_hit_in_order, screened_first_pick  # noqa: E402
+
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 VALIDATION = "column_sum,gelu,layernorm,hgemm,hgemm_mma"
 
 
 def screened_hits(score: np.ndarray, hit: np.ndarray, draws: int, seed: int = 0) -> dict:
-    """The share of random screens whose top-scored variant is at target, and the first-hit rank."""
-    rng = np.random.default_rng(seed)
-    size = min(SCREEN, len(score))
-    wins = sum(bool(hit[screen[np.argmax(score[screen])]])
-               for screen in (rng.choice(len(score), size=size, replace=False) for _ in range(draws)))
-    order = np.argsort(-score, kind="stable")
-    return {"screen_top_pick_hit_rate": wins / draws,
-            "first_hit_rank": int(np.argmax(hit[order])) + 1 if hit.any() else None}
+    """The share of random screens whose top-scored variant is at target, and the first-hit rank (the
+    recording-noise probe's measures of a first pick)."""
+    return {"screen_top_pick_hit_rate": screened_first_pick(score, hit, draws, seed),
+            "first_hit_rank": first_hit_in_order(score, hit)}
 
 
 def main(argv=None) -> int:
