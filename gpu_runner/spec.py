@@ -27,7 +27,8 @@ _SLUG = re.compile(r"^[a-z0-9_]+$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KNOB_STRING = re.compile(r"^[A-Za-z0-9_]+$")
 _INIT = re.compile(r"^(normal|uniform|ones|zeros|randint:-?\d+:-?\d+|uniform:-?[\d.eE+-]+:-?[\d.eE+-]+)$")
-VENDOR_KINDS = ("cublas_sgemm", "cublas_hgemm", "cublas_sgemv", "cupy_sum", "cupy_transpose", "cupy_softmax")
+VENDOR_KINDS = ("cublas_sgemm", "cublas_hgemm", "cublas_sgemv", "cupy_sum", "cupy_transpose", "cupy_softmax",
+                "cupy_dot")
 MAX_PROBLEM_BYTES_VARIABLE = "KERNELLAB_MAX_PROBLEM_BYTES"
 DEFAULT_MAX_PROBLEM_BYTES = 64 * 1024**3
 _BYTE_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
@@ -893,7 +894,8 @@ def _parse_vendor(table: Any, args: list[ArgSpec]) -> Vendor | None:
             raise SpecError("vendor.inputs", f"'{name}' is not an input")
     if output not in by_name or by_name[output].role not in ("output", "inout"):
         raise SpecError("vendor.output", f"{output!r} is not an output")
-    needed = {"cublas_sgemm": 2, "cublas_hgemm": 2, "cublas_sgemv": 2, "cupy_sum": 1, "cupy_transpose": 1, "cupy_softmax": 1}[kind]
+    needed = {"cublas_sgemm": 2, "cublas_hgemm": 2, "cublas_sgemv": 2, "cupy_sum": 1, "cupy_transpose": 1,
+              "cupy_softmax": 1, "cupy_dot": 2}[kind]
     if len(inputs) != needed:
         raise SpecError("vendor.inputs", f"{kind} takes {needed} input(s), the spec gives {len(inputs)}")
     return Vendor(kind=kind, inputs=tuple(inputs), output=output)

@@ -6,6 +6,9 @@
 - cupy_sum: out[0] = sum(x).
 - cupy_transpose: out = x.T materialised (cupy.copyto).
 - cupy_softmax: row-wise softmax over the last axis, unfused (max, exp, sum, divide) as CuPy does it.
+- cupy_dot: out[0] = x . y (two fp32 vectors) through cuBLAS sdot (cupy.cublas.dot, which writes the
+  result straight into out with the device pointer mode; cupy.dot of two vectors is CuPy's own
+  reduction kernel, not cuBLAS).
 """
 from __future__ import annotations
 
@@ -29,6 +32,10 @@ def _operation(kind: str, cp: Any, ins: list, out: Any) -> Callable[[], None]:
     if kind in ("cublas_sgemm", "cublas_hgemm", "cublas_sgemv"):
         a, b = ins
         return lambda: cp.matmul(a, b, out=out)
+    if kind == "cupy_dot":
+        from cupy import cublas  # the cupy backend only: imported where the baseline is built
+        x, y = ins
+        return lambda: cublas.dot(x, y, out=out)
     x = ins[0]
     if kind == "cupy_sum":
         target = out.reshape(())

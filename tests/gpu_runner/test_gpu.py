@@ -1,10 +1,12 @@
 """On a real GPU: guard candidates are rejected, faults fail only their candidate, backends agree."""
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
-from gpu_runner import Candidate, MeasureSettings, Runner, parse_problem, reference_candidate, render_variant
+from gpu_runner import (Candidate, MeasureSettings, Runner, load_problem, parse_problem, reference_candidate,
+                        render_variant)
 from klexpr import parse_expression
 from gpu_runner.recorder import record_family
 from gpu_runner.spec import ArgSpec
@@ -160,6 +162,15 @@ def test_the_vendor_baseline_is_validated_and_timed():
         result = runner.measure_vendor(reduce_problem(), seed=3)
     assert result.status == "ok", result.reason
     assert result.speedup > 0 and result.candidate_name == "vendor:cupy_sum"
+
+
+def test_the_cublas_dot_baseline_is_validated_and_timed():
+    dot = load_problem(Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "dot")
+    with Runner("cupy", settings=SETTINGS) as runner:
+        result = runner.measure_vendor(dot, seed=3)
+    assert result.status == "ok", result.reason
+    assert result.speedup > 0 and result.candidate_name == "vendor:cupy_dot"
+    assert result.max_abs_error == 0.0      # integer-valued inputs: every summation order is exact
 
 
 def test_record_family_writes_the_dataset(tmp_path, runner, problem):

@@ -111,6 +111,10 @@ def test_vendor_kind_and_inputs_are_checked():
         parse_problem(text.replace('kind = "cupy_sum"', 'kind = "cublas_sgemv"'), source)
     gemv = load_problem(Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "gemv")
     assert (gemv.vendor.kind, gemv.vendor.inputs, gemv.vendor.output) == ("cublas_sgemv", ("A", "x"), "y")
+    with pytest.raises(SpecError, match="cupy_dot takes 2 input"):
+        parse_problem(text.replace('kind = "cupy_sum"', 'kind = "cupy_dot"'), source)
+    dot = load_problem(Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "dot")
+    assert (dot.vendor.kind, dot.vendor.inputs, dot.vendor.output) == ("cupy_dot", ("x", "y"), "out")
 
 
 def test_a_candidate_dict_round_trips_and_is_checked_against_the_problem():

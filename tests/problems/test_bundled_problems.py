@@ -22,7 +22,10 @@ import variants  # noqa: E402
 
 EXPECTED = {"sgemm", "reduce_sum", "softmax", "rmsnorm", "transpose", "histogram256", "gemv", "conv2d",
             # added 2026-12-03 as training families for the learned surrogate (issue 20)
-            "hgemm_mma", "layernorm", "column_sum", "gelu"}
+            "hgemm_mma", "layernorm", "column_sum", "gelu",
+            # added 2026-12-03 (afternoon), three more kinds of kernel: a reduction of two inputs, a
+            # histogram with more bins than a warp can keep privately, and a sparse gather
+            "dot", "bincount", "spmv_ell"}
 # sgemm is the largest: 1,014 since its tf32x3 (tensor cores at fp32 accuracy) variants.
 PER_FAMILY = (400, 1100)
 # The CuTe-built hgemm family spans tile shapes, pipeline depths and raster only: each variant compiles in
@@ -54,7 +57,7 @@ def test_every_spec_names_its_parts_consistently(problems):
     for name, problem in problems.items():
         spec = problem.spec
         assert spec["problem"]["name"] == name == problem.folder.name
-        assert spec["vendor"]["kind"] in {"cublas_sgemm", "cublas_hgemm", "cublas_sgemv", "cupy_sum", "cupy_transpose", "cupy_softmax", "none"}
+        assert spec["vendor"]["kind"] in {"cublas_sgemm", "cublas_hgemm", "cublas_sgemv", "cupy_sum", "cupy_dot", "cupy_transpose", "cupy_softmax", "none"}
         assert {"flops", "bytes"} <= set(spec["roofline"]), name
         arg_names = {a["name"] for a in spec["args"]}
         outputs = [a for a in spec["args"] if a["role"] == "output"]

@@ -74,6 +74,15 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
         return {"y": 0.5 * x * (1.0 + cp.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))}
     if name == "histogram256":
         return {"hist": cp.bincount(inputs["data"].astype(cp.int32), minlength=256).astype(cp.uint32)}
+    if name == "dot":
+        return {"out": (inputs["x"].astype(cp.float64) * inputs["y"].astype(cp.float64)).sum().reshape(1)}
+    if name == "bincount":
+        keys = inputs["keys"]
+        keys = keys[(keys >= 0) & (keys < 2048)]  # keys outside the 2048 bins are not counted
+        return {"hist": cp.bincount(keys, minlength=2048).astype(cp.uint32)}
+    if name == "spmv_ell":
+        gathered = inputs["x"].astype(cp.float64)[inputs["col"]]  # [R, K]: x[col[r, k]]
+        return {"y": (inputs["val"].astype(cp.float64) * gathered).sum(axis=1)}
     raise KeyError(name)
 
 
@@ -84,6 +93,9 @@ def vendor_call(cp, kind: str, inputs: dict, outputs: dict):
         return lambda: cp.matmul(inputs["A"], inputs["x"], out=outputs["y"])
     if kind == "cupy_sum":
         return lambda: cp.sum(inputs["x"], out=outputs["out"].reshape(()))
+    if kind == "cupy_dot":  # cuBLAS sdot (cupy.dot of two vectors is cupy's own reduction)
+        from cupy import cublas
+        return lambda: cublas.dot(inputs["x"], inputs["y"], out=outputs["out"].reshape(()))
     if kind == "cupy_transpose":
         return lambda: cp.copyto(outputs["out"], inputs["inp"].T)
     if kind == "cupy_softmax":
