@@ -50,7 +50,7 @@ from search_engine.driver import SearchDriver  # noqa: E402
 from search_engine.search_settings import SearchSettings  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # noqa: E402
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
-from search_engine.policy import PolicySettings  # noqa: E402
+from search_engine.policy import MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
@@ -305,7 +305,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                             max_gpu_per_step=args.gpu_per_step, measure_all=measure_all,
                             min_gpu_per_step=0 if measure_all else args.min_gpu_per_step,
                             min_beat_prob=args.min_beat_prob,
-                            conformal_target=args.conformal if args.conformal > 0 else None)
+                            conformal_target=args.conformal if args.conformal > 0 else None,
+                            measure_order=getattr(args, "measure_order", "verify-first"))
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
@@ -521,10 +522,13 @@ def random_ranking(rows, draws: int = 200) -> dict:
     return out
 
 
-def lopo_surrogates(datasets: list[Dataset], args) -> tuple[dict, dict]:
-    """Per held-out dataset: the learned surrogate trained on the others, and the evaluation."""
+def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None) -> tuple[dict, dict]:
+    """Per held-out dataset (those named in `only`, if given): the learned surrogate trained on the others,
+    and the evaluation."""
     models, evaluation = {}, {}
     for held in datasets:
+        if only is not None and held.name not in only:
+            continue
         train = [r for d in datasets if d is not held for r in d.rows]
         started = time.perf_counter()
         model = LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight).fit(
@@ -722,6 +726,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--ranker-weight", type=float, default=RANKER_APP_WEIGHT,
                         help="weight of the lambdarank prior in the recorded-data model's bins (surrogates.ranker; "
                              "default: the app's, %(default)s; 0: the classifier alone, as before 2026-12-03)")
+    parser.add_argument("--measure-order", choices=MEASURE_ORDERS, default=PolicySettings.measure_order,
+                        help="the order of a step's measurements (search_engine.policy; default: the app's, %(default)s)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")
@@ -731,6 +737,9 @@ def main(argv=None) -> dict:
                         help="an earlier run's JSON on the same records, seeds and target: its measure-all, random and "
                              "Kernel Tuner results are taken instead of being run again (they do not depend on the "
                              "surrogate); the surrogate PUCT is run afresh")
+    parser.add_argument("--lopo-searched-only", action="store_true",
+                        help="train and evaluate the held-out models of the searched families only (every family is "
+                             "still trained on); the zero-shot table then covers those alone")
     parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--target", type=float, default=TARGET_FRACTION, help="fraction of the best speedup to reach")
     parser.add_argument("--compile-samples", type=int, default=3,
@@ -762,7 +771,7 @@ def main(argv=None) -> dict:
     started = time.time()
 
     print("Training the learned surrogate leave-one-problem-out ...", flush=True)
-    models, evaluation = lopo_surrogates(all_datasets, args)
+    models, evaluation = lopo_surrogates(all_datasets, args, only=wanted if args.lopo_searched_only else None)
 
     search = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -394,8 +394,9 @@ class SearchDriver:
             self._set_state(node, NodeState.FORECAST, forecast.abstain_reason if forecast.abstained else "")
 
     def _apply(self, decisions: list[Decision]) -> list[int]:
-        """Accepts, prunes and parks first; then the verification of a forecast-only best, ahead of
-        the step's other measurements (its priority is above theirs); then those."""
+        """Accepts, prunes and parks first; then the measurements, in the policy's order
+        (`SelectivePolicy.measurement_order`): by default the verification of a forecast-only best ahead
+        of the step's other measurements (its priority is above theirs), then those."""
         requested = []
         settled = [d for d in decisions if d.action != "measure"]
         for d in settled:
@@ -415,20 +416,17 @@ class SearchDriver:
             elif d.action == "park":
                 node.reason = d.reason
         verify = self.policy.verification_of_best(self.tree)
+        measures = self.policy.measurement_order(self.tree, ([verify] if verify is not None else []) + [
+            d for d in decisions if d.action == "measure" and (verify is None or d.node_id != verify.node_id)])
         prepare = getattr(self.port, "prepare_measurements", None)
         if prepare is not None and self.settings.policy.approval != "manual":
-            planned = ([verify.node_id] if verify is not None else []) + \
-                [d.node_id for d in decisions if d.action == "measure" and (verify is None or d.node_id != verify.node_id)]
-            planned = planned[:max(0, self.budget_left())]
+            planned = [d.node_id for d in measures][:max(0, self.budget_left())]
             if len(planned) > 1:
                 started = time.perf_counter()
                 prepare([(nid, self.tree.nodes[nid].candidate) for nid in planned])
                 self.times.measure_s += time.perf_counter() - started  # part of what measuring costs
-        if verify is not None and self._request_measurement(self.tree.nodes[verify.node_id], verify.reason):
-            requested.append(verify.node_id)
-        for d in decisions:
-            if d.action == "measure" and d.node_id not in requested \
-                    and self._request_measurement(self.tree.nodes[d.node_id], d.reason):
+        for d in measures:
+            if d.node_id not in requested and self._request_measurement(self.tree.nodes[d.node_id], d.reason):
                 requested.append(d.node_id)
         return requested
 

@@ -213,6 +213,33 @@ def test_a_forecast_only_best_is_verified_before_the_steps_other_measurements():
     assert all(driver.tree.nodes[n].candidate["knobs"]["VEC"] != 4 for n in port.requests[1:])
 
 
+class ConfidentlyModestForVec4(TableSurrogate):
+    """Sure that VEC 4 variants are 1.0-1.4x; the others may well be far faster, but it is not sure."""
+
+    def forecast_many(self, requests):
+        out = super().forecast_many(requests)
+        for i, request in enumerate(requests):
+            if (request.candidate.get("knobs") or {}).get("VEC") == 4:
+                out[i] = Forecast.from_probabilities([0, 0, 0, 0, 0.96, 0.04, 0, 0], surrogate="table@1")
+            else:
+                out[i] = Forecast.from_probabilities([0.02, 0.02, 0.02, 0.04, 0.1, 0.1, 0.3, 0.4], surrogate="table@1")
+        return out
+
+
+def test_with_the_improvement_order_a_step_measures_its_most_promising_candidate_before_verifying_a_modest_best():
+    orders = {}
+    for order in ("verify-first", "improvement"):
+        port = FakePort()
+        driver = make_driver(port=port, surrogate=ConfidentlyModestForVec4(), threshold=0.9, root_children=24,
+                             min_beat_prob=0.01, measure_order=order)
+        report = driver.step()
+        assert len(report.measured_requests) >= 2
+        orders[order] = [driver.tree.nodes[n].candidate["knobs"]["VEC"] for n in port.requests]
+    assert orders["verify-first"][0] == 4  # the forecast-only best, verified first
+    assert orders["improvement"][0] != 4 and 4 in orders["improvement"]  # still verified, after the promising ones
+    assert sorted(orders["verify-first"]) == sorted(orders["improvement"])  # the same measurements, reordered
+
+
 def test_confident_slowdowns_are_pruned_and_never_expanded():
     driver = make_driver(surrogate=TableSurrogate(confidence=0.95, accuracy=1.0), threshold=0.5)
     driver.run(max_steps=40)

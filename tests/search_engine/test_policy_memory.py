@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from search_engine.memory import SearchMemory
-from search_engine.policy import PolicySettings, SelectivePolicy, conformal_threshold, prob_above
+import dataclasses
+import math
+
+from search_engine.policy import (Decision, PolicySettings, SelectivePolicy, conformal_threshold,
+                                  expected_log_improvement, prob_above)
 from search_engine.surrogates.base import Forecast
 from search_engine.tree import PUCTTree
 from tests.search_engine.test_tree import cand
@@ -137,6 +141,43 @@ def test_prob_above_spreads_a_bin_log_uniformly():
     assert prob_above(f, 0.9) == 1.0
     assert prob_above(f, 1.5) == 0.0
     assert prob_above(f, 1.414 ** 0.5) == pytest.approx(0.5, abs=1e-3)
+
+
+def test_the_expected_log_improvement_of_a_bin_and_of_a_normal():
+    one_bin = Forecast.from_probabilities([0, 0, 0, 0, 1, 0, 0, 0])  # all mass log-uniform in [1.0, 1.414)
+    top = math.log(1.414)
+    assert expected_log_improvement(one_bin, 2.0) == 0.0
+    assert expected_log_improvement(one_bin, 0.5) == pytest.approx(top / 2 - math.log(0.5), rel=1e-3)
+    # from inside the bin: the mass above t, times its mean excess
+    t = math.exp(top / 2)
+    assert expected_log_improvement(one_bin, t) == pytest.approx(0.5 * top / 4, rel=1e-3)
+    # a normal in log space: against a numerical integral
+    normal = dataclasses.replace(one_bin, log_mean=0.3, log_sd=0.2)
+    xs = [0.3 + 0.2 * (i / 1000 - 8) for i in range(16001)]
+    density = [math.exp(-0.5 * ((x - 0.3) / 0.2) ** 2) / (0.2 * math.sqrt(2 * math.pi)) for x in xs]
+    want = sum(max(0.0, x - 0.25) * d for x, d in zip(xs, density)) * 0.2 / 1000
+    assert expected_log_improvement(normal, math.exp(0.25)) == pytest.approx(want, rel=1e-3)
+    # unlike P(S > best), it does not saturate when both forecasts surely beat the best
+    low, high = forecast_on(6, 0.99), forecast_on(8, 0.99)
+    assert prob_above(low, 1.0) == pytest.approx(prob_above(high, 1.0), abs=0.02)
+    assert expected_log_improvement(high, 1.0) > expected_log_improvement(low, 1.0) + 0.5
+
+
+def test_the_improvement_order_measures_the_most_promising_first_and_verify_first_keeps_the_verification_first():
+    # a forecast-only best confidently in 1.4-2x, an uncertain child that may well be 4x, and an abstention
+    tree, ids = tree_with_children([forecast_on(6, 0.9), forecast_on(8, 0.5)])
+    tree.nodes[ids[0]].state = "accepted-by-forecast"
+    tree.set_provisional(ids[0], 1.7)
+    late = tree.add_child(0, cand("abstained"))
+    late.state, late.forecast = "forecast", Forecast.abstention("no answer").to_dict()
+    verify = Decision(ids[0], "measure", "verify", priority=2.0)
+    steps = [verify, Decision(ids[1], "measure", "uncertain", priority=0.9),
+             Decision(late.id, "measure", "abstained", priority=0.5, ahead=True)]
+    assert [d.node_id for d in SelectivePolicy(PolicySettings()).measurement_order(tree, steps)] == [ids[0], ids[1], late.id]
+    ordered = SelectivePolicy(PolicySettings(measure_order="improvement")).measurement_order(tree, steps)
+    assert [d.node_id for d in ordered] == [late.id, ids[1], ids[0]]
+    with pytest.raises(ValueError, match="order"):
+        PolicySettings(measure_order="random")
 
 
 def test_the_conformal_threshold_keeps_the_accepted_error_rate_under_the_target():
