@@ -132,6 +132,14 @@ def _with_sizes(constraint: str, sizes: dict) -> str:
     return constraint
 
 
+def knob_constraints(constraints: list[str], sizes: dict, knobs: dict) -> list[str]:
+    """The family's constraints with the sizes filled in, less those that name no knob: a constraint
+    over sizes alone (spmv_ell's "K == 32") holds for every variant the family recorded, and Kernel
+    Tuner cannot take a restriction without parameters."""
+    filled = [_with_sizes(c, sizes) for c in constraints]
+    return [c for c in filled if any(re.search(rf"\b{re.escape(k)}\b", c) for k in knobs)]
+
+
 def synthetic_datasets() -> list[Dataset]:
     from benchmarks import search_synthetic as syn
 
@@ -143,7 +151,7 @@ def synthetic_datasets() -> list[Dataset]:
             records={tuple(r["knobs"][n] for n in family.knobs): r for r in records},
             render=lambda knobs, f=family: syn.render(f, knobs), reference=syn.reference(family),
             hardware=syn.H200, problem=syn.problem_dict(family), reference_ms=family.reference_ms, synthetic=True,
-            constraints=[_with_sizes(c, family.sizes) for c in family.constraints])
+            constraints=knob_constraints(family.constraints, family.sizes, family.knobs))
         ds.rows = _rows(ds)
         out.append(ds)
     return out
@@ -204,7 +212,8 @@ def recorded_datasets(gpu: str = "h200", records_dir: Path | None = None) -> lis
                      problem={"name": problem.name, "sizes": case, "roofline": roofline,
                               "tolerance": problem.spec.get("tolerance") or {}},
                      reference_ms=reference_ms, synthetic=False,
-                     constraints=[_with_sizes(c, case) for c in problem.family.get("constraints", [])],
+                     constraints=knob_constraints(problem.family.get("constraints", []), case,
+                                                  problem.family["knobs"]),
                      vendor=vendor or recorded_vendor(problem.name, gpu), reference_facts=reference_facts,
                      source=_shown(path))
         ds.rows = _rows(ds)

@@ -155,6 +155,17 @@ def test_a_kernel_tuner_strategy_gives_the_same_run_for_the_same_seed_and_stops_
     assert runs[0]["lookups"] <= 20 * configurations + 64  # the cap, give or take the last batch asked
 
 
+def test_a_constraint_over_sizes_alone_is_dropped_and_kernel_tuner_takes_the_rest(bench, tmp_path):
+    knobs = {"LANES": [1, 2, 4], "VEC": [1, 2]}
+    kept = bench.knob_constraints(["K == 32", "C >= 1024", "LANES * VEC <= K // 8"], {"K": 32, "C": 4096}, knobs)
+    assert kept == ["LANES * VEC <= 32 // 8"]
+    pytest.importorskip("kernel_tuner")
+    from kernel_tuner.searchspace import Searchspace
+
+    space = Searchspace(knobs, kept, 1 << 30).list  # Kernel Tuner refused the constant ones
+    assert sorted(space) == [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1)]
+
+
 class _RecordingSurrogate:
     """Forecasts nothing (every child abstains) and keeps the requests it was asked about."""
 
