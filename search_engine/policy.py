@@ -34,11 +34,13 @@ class PolicySettings:
     min_beat_prob: float = 0.15
     prune_slowdowns: bool = True
     verify_best: bool = True
-    # The order of a step's measurements: "verify-first" measures a forecast-only best before the
-    # step's other measurements; "improvement" measures the most promising first by the expected
-    # log improvement over the best measured speedup (the verification among them), so that a run
-    # which reaches its goal in a step stops at that step's best candidate, not at its first.
-    measure_order: str = "verify-first"
+    # The order of a step's measurements: "improvement" measures the most promising first by the
+    # expected log improvement over the best measured speedup (the verification of a forecast-only best
+    # among them), so that a run which reaches its goal in a step stops at that step's best candidate;
+    # "verify-first" (the order before 2026-12-03) measures a forecast-only best before the others.
+    # Chosen on validation families only: docs/search.md, "Sixteen families, and the order of a step's
+    # measurements".
+    measure_order: str = "improvement"
     measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
     conformal_target: float | None = None  # error rate of accepted forecasts to stay under
     conformal_min_samples: int = 10

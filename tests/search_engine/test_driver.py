@@ -129,7 +129,7 @@ def test_manual_approval_waits_for_the_approver():
     driver = make_driver(port=port, approval="manual", threshold=0.99)
     report = driver.step()
     waiting = driver.awaiting_approval()
-    assert waiting and report.measured_requests == waiting
+    assert waiting and sorted(report.measured_requests) == sorted(waiting)  # requested in the policy's order
     assert port.requests == []
     assert driver.step().status == "waiting"
     states = [e for e in port.events if e["type"] == "state-changed" and e["state"] == "awaiting-approval"]
@@ -203,7 +203,7 @@ class ConfidentOnlyForVec4(TableSurrogate):
 def test_a_forecast_only_best_is_verified_before_the_steps_other_measurements():
     port = FakePort()
     driver = make_driver(port=port, surrogate=ConfidentOnlyForVec4(confidence=0.99, accuracy=1.0), threshold=0.9,
-                         root_children=24, min_beat_prob=0.01)
+                         root_children=24, min_beat_prob=0.01, measure_order="verify-first")
     report = driver.step()
     assert len(report.measured_requests) >= 2  # the verification and the uncertain ones
     first = driver.tree.nodes[port.requests[0]]

@@ -173,7 +173,9 @@ def test_the_improvement_order_measures_the_most_promising_first_and_verify_firs
     verify = Decision(ids[0], "measure", "verify", priority=2.0)
     steps = [verify, Decision(ids[1], "measure", "uncertain", priority=0.9),
              Decision(late.id, "measure", "abstained", priority=0.5, ahead=True)]
-    assert [d.node_id for d in SelectivePolicy(PolicySettings()).measurement_order(tree, steps)] == [ids[0], ids[1], late.id]
+    assert PolicySettings().measure_order == "improvement"  # the default since 2026-12-03
+    verify_first = SelectivePolicy(PolicySettings(measure_order="verify-first")).measurement_order(tree, steps)
+    assert [d.node_id for d in verify_first] == [ids[0], ids[1], late.id]
     ordered = SelectivePolicy(PolicySettings(measure_order="improvement")).measurement_order(tree, steps)
     assert [d.node_id for d in ordered] == [late.id, ids[1], ids[0]]
     with pytest.raises(ValueError, match="order"):

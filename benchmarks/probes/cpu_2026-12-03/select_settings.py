@@ -1,0 +1,78 @@
+"""The search settings chosen on the validation families by the rule written down beforehand
+(benchmarks/results/search_cpu_2026-12-03_validation-protocol.txt).
+
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py
+
+Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
+no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
+medians from the run that computed them, and writes
+benchmarks/results/search_cpu_2026-12-03_validation-selection.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+PREFIX = "search_cpu_2026-12-03_"
+CONFIGS = {  # name: (ranker weight, measure order, runs on the old three, runs on the new three)
+    "A": (0.5, "verify-first", "3validation-families_16-trained_ranker0.5.json", "3new-families_ranker0.5_verify-first_log.txt"),
+    "B": (0.5, "improvement", "3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json"),
+    "C": (0.0, "verify-first", "3validation-families_16-trained_ranker0.json", "3new-families_ranker0_verify-first_log.txt"),
+}
+BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
+
+
+def surrogate_medians(name: str) -> dict[str, float]:
+    path = RESULTS / (PREFIX + name)
+    if path.suffix == ".json":
+        return {f: r["puct_surrogate"]["median"] for f, r in json.loads(path.read_text())["search"].items()}
+    out, family = {}, None
+    for line in path.read_text().splitlines():
+        head = re.match(r"^(\w+): \d+ variants", line)
+        if head:
+            family = head.group(1)
+        values = re.match(r"^\s+puct_surrogate median\s+[\d.]+ values \[([\d, ]+)\]", line)
+        if values and family:
+            out[family] = statistics.median(int(v) for v in values.group(1).split(","))
+    return out
+
+
+def baselines() -> dict[str, dict]:
+    out = {}
+    for name in BASELINES:
+        for family, runs in json.loads((RESULTS / (PREFIX + name)).read_text())["search"].items():
+            kt = {m: r["median"] for m, r in runs.items() if m.startswith("kt_")}
+            out[family] = {"measure_all": runs["puct_measure_all"]["median"], "best_kt": min(kt.values()),
+                           "best_kt_strategy": min(kt, key=kt.get)}
+    return out
+
+
+def main() -> dict:
+    base = baselines()
+    result = {"protocol": PREFIX + "validation-protocol.txt", "baselines": base, "configs": {}}
+    print(f"{'config':8s}" + "".join(f"{f:>12s}" for f in base) + f"{'passes':>8s}{'sum':>8s}")
+    for name, (weight, order, old, new) in CONFIGS.items():
+        medians = surrogate_medians(old) | surrogate_medians(new)
+        passes = [f for f, b in base.items() if b["measure_all"] / medians[f] >= 3 and medians[f] < b["best_kt"]]
+        total = sum(medians[f] for f in base)
+        result["configs"][name] = {"ranker_weight": weight, "measure_order": order, "medians": medians,
+                                   "passes": passes, "sum_of_medians": total, "sources": [old, new]}
+        print(f"{name:8s}" + "".join(f"{medians[f]:12.1f}" for f in base) + f"{len(passes):8d}{total:8.1f}")
+    print(f"{'all/KT':8s}" + "".join(f"{b['measure_all']:>6.1f}/{b['best_kt']:<5.1f}" for b in base.values()))
+    # the rule: most passes, then the lower sum of medians, then A (the app's settings before)
+    ranked = sorted(result["configs"], key=lambda n: (-len(result["configs"][n]["passes"]),
+                                                      result["configs"][n]["sum_of_medians"], n != "A"))
+    result["chosen"] = ranked[0]
+    print(f"chosen: {ranked[0]} {CONFIGS[ranked[0]][:2]}")
+    out = RESULTS / (PREFIX + "validation-selection.json")
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out.relative_to(RESULTS.parents[1])}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
