@@ -394,9 +394,9 @@ class SearchDriver:
             self._set_state(node, NodeState.FORECAST, forecast.abstain_reason if forecast.abstained else "")
 
     def _apply(self, decisions: list[Decision]) -> list[int]:
-        """Accepts, prunes and parks first; then the measurements, in the policy's order
-        (`SelectivePolicy.measurement_order`): by default the verification of a forecast-only best ahead
-        of the step's other measurements (its priority is above theirs), then those."""
+        """Accepts, prunes and parks first; then the measurements, the verification of a forecast-only
+        best among them, in the policy's order (`SelectivePolicy.measurement_order`: by expected log
+        improvement by default; under "verify-first" the verification ahead of the others)."""
         requested = []
         settled = [d for d in decisions if d.action != "measure"]
         for d in settled:
