@@ -315,6 +315,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                             min_gpu_per_step=0 if measure_all else args.min_gpu_per_step,
                             min_beat_prob=args.min_beat_prob,
                             conformal_target=args.conformal if args.conformal > 0 else None,
+                            # settings made before --measure-order (the probes of 2026-12-02/03) keep the
+                            # order their committed figures were measured with
                             measure_order=getattr(args, "measure_order", "verify-first"))
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
