@@ -50,7 +50,7 @@ from search_engine.driver import SearchDriver  # noqa: E402
 from search_engine.search_settings import SearchSettings  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # noqa: E402
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
-from search_engine.policy import MEASURE_ORDERS, PolicySettings  # noqa: E402
+from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
@@ -315,9 +315,10 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                             min_gpu_per_step=0 if measure_all else args.min_gpu_per_step,
                             min_beat_prob=args.min_beat_prob,
                             conformal_target=args.conformal if args.conformal > 0 else None,
-                            # settings made before --measure-order (the probes of 2026-12-02/03) keep the
-                            # order their committed figures were measured with
-                            measure_order=getattr(args, "measure_order", "verify-first"))
+                            # settings made before --measure-order and --measure-choice (the probes of
+                            # 2026-12-02/03) keep the order and choice their committed figures were measured with
+                            measure_order=getattr(args, "measure_order", "verify-first"),
+                            measure_choice=getattr(args, "measure_choice", "beat-probability"))
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
@@ -739,6 +740,9 @@ def main(argv=None) -> dict:
                              "default: the app's, %(default)s; 0: the classifier alone, as before 2026-12-03)")
     parser.add_argument("--measure-order", choices=MEASURE_ORDERS, default=PolicySettings.measure_order,
                         help="the order of a step's measurements (search_engine.policy; default: the app's, %(default)s)")
+    parser.add_argument("--measure-choice", choices=MEASURE_CHOICES, default=PolicySettings.measure_choice,
+                        help="which candidates take a step's GPU slots (search_engine.policy; default: the app's, "
+                             "%(default)s)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")

@@ -19,6 +19,7 @@ from search_engine.tree import Node, PUCTTree
 ABSTENTION_PRIORITY = 0.5  # an abstention is deferred to the GPU ahead of weakly promising forecasts
 MEASURE_FIRST_PRIORITY = 0.9  # a generator's measure-first child (a cure's start) goes ahead of most forecasts
 MEASURE_ORDERS = ("verify-first", "improvement")
+MEASURE_CHOICES = ("beat-probability", "improvement")
 
 
 @dataclass
@@ -41,6 +42,12 @@ class PolicySettings:
     # Chosen on validation families only: docs/search.md, "Sixteen families, and the order of a step's
     # measurements".
     measure_order: str = "improvement"
+    # Which of the candidates that may beat the best (P >= min_beat_prob) take a step's GPU slots:
+    # "improvement" the highest expected log improvement over the best measured speedup;
+    # "beat-probability" (before the fifteenth session) the highest P(beats best), which saturates at a
+    # run's start, when nearly every candidate beats the reference, so that the slots went by node id.
+    # Chosen on validation families only: docs/search.md, "The choice of a step's measurements".
+    measure_choice: str = "improvement"
     measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
     conformal_target: float | None = None  # error rate of accepted forecasts to stay under
     conformal_min_samples: int = 10
@@ -57,6 +64,8 @@ class PolicySettings:
             raise ValueError("The measurements every step makes must lie between 0 and the most per step.")
         if self.measure_order not in MEASURE_ORDERS:
             raise ValueError(f"The order of a step's measurements must be one of {', '.join(MEASURE_ORDERS)}.")
+        if self.measure_choice not in MEASURE_CHOICES:
+            raise ValueError(f"The choice of a step's measurements must be one of {', '.join(MEASURE_CHOICES)}.")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -158,6 +167,13 @@ class SelectivePolicy:
         best = tree.best_measured()
         best_speedup = best.speedup if best is not None else 1.0
         threshold = self.threshold(tree)
+        # By expected improvement, priorities are log gains, on another scale than an abstention's or a
+        # measure-first child's: those go first, as the step's order measures them first anyway.
+        by_gain = s.measure_choice == "improvement"
+
+        def slot_order(d: Decision) -> tuple:
+            return (not d.ahead, -d.priority, d.node_id) if by_gain else (-d.priority, d.node_id)
+
         decisions: list[Decision] = []
         to_measure: list[Decision] = []
         for nid in new_ids:
@@ -195,7 +211,8 @@ class SelectivePolicy:
                 to_measure.append(Decision(
                     nid, "measure",
                     f"uncertain (confidence {forecast.confidence:.2f} < {threshold:.2f}) and "
-                    f"P(beats best {best_speedup:.3g}x) = {p_beat:.2f}", priority=p_beat))
+                    f"{self._claim_text(forecast, best_speedup, p_beat)}",
+                    priority=self._claim(forecast, best_speedup, p_beat)))
             else:
                 decisions.append(Decision(
                     nid, "park", f"uncertain and unlikely to beat the best (P = {p_beat:.2f})", priority=p_beat))
@@ -208,9 +225,13 @@ class SelectivePolicy:
                 forecast = Forecast.from_dict(node.forecast)
                 p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
                 if p_beat >= s.min_beat_prob:
+                    first = forecast.abstained and by_gain
                     to_measure.append(Decision(
-                        node.id, "measure", f"parked earlier; P(beats best {best_speedup:.3g}x) = {p_beat:.2f}",
-                        priority=p_beat))
+                        node.id, "measure", "parked earlier; " + (
+                            "the surrogate abstained" if forecast.abstained
+                            else self._claim_text(forecast, best_speedup, p_beat)),
+                        priority=p_beat if forecast.abstained else self._claim(forecast, best_speedup, p_beat),
+                        ahead=first))
         short = minimum - len(to_measure) if not s.measure_all else 0
         if (stalled and not to_measure) or short > 0:
             # This step's children just accepted or pruned are still "forecast" on the tree.
@@ -229,8 +250,12 @@ class SelectivePolicy:
                 forecast = Forecast.from_dict(node.forecast)
                 p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
                 expected = 0.0 if forecast.abstained else forecast.expected_log_speedup(self.bins)
-                parked.append((p_beat, expected, node.id))
-            parked.sort(key=lambda t: (-t[0], -t[1], t[2]))
+                claim = math.inf if forecast.abstained else self._claim(forecast, best_speedup, p_beat)
+                parked.append((p_beat, expected, node.id, claim))
+            if by_gain:
+                parked.sort(key=lambda t: (-t[3], -t[1], t[2]))
+            else:
+                parked.sort(key=lambda t: (-t[0], -t[1], t[2]))
             if stalled and not to_measure:
                 why = "nothing left to expand"
             else:
@@ -242,17 +267,19 @@ class SelectivePolicy:
                     why = f"no candidate has P(beats best) >= {s.min_beat_prob:.2f}, and every step measures at least one"
                 parked = parked[:short]
             topped = [Decision(nid, "measure", f"{why}; the most promising parked candidate "
-                               f"(P(beats best) = {p:.2f}) is measured", priority=p) for p, _, nid in parked]
+                               f"(P(beats best) = {p:.2f}) is measured",
+                               priority=p if not by_gain or math.isinf(claim) else claim,
+                               ahead=by_gain and math.isinf(claim)) for p, _, nid, claim in parked]
             chosen = {d.node_id for d in topped}
             decisions = [d for d in decisions if d.node_id not in chosen]  # parked a moment ago
             # the step's own choices keep their places ahead of a top-up (which keeps the order of parked)
-            ahead = sorted(to_measure, key=lambda d: (-d.priority, d.node_id))
+            ahead = sorted(to_measure, key=slot_order)
             to_measure = ahead + topped if ahead else topped
             settled_order = bool(ahead)
         else:
             settled_order = False
         if not settled_order:
-            to_measure.sort(key=lambda d: (-d.priority, d.node_id))
+            to_measure.sort(key=slot_order)
         slots = budget_left if s.measure_all else min(budget_left, s.max_gpu_per_step)
         for d in to_measure:
             if slots > 0:
@@ -262,6 +289,19 @@ class SelectivePolicy:
                 decisions.append(Decision(d.node_id, "park", d.reason + "; waiting for a GPU slot",
                                           priority=d.priority))
         return decisions
+
+    def _claim(self, forecast: Forecast, best_speedup: float, p_beat: float) -> float:
+        """A forecast's claim on a GPU slot under measure_choice."""
+        if self.settings.measure_choice == "improvement":
+            return expected_log_improvement(forecast, best_speedup, self.bins)
+        return p_beat
+
+    def _claim_text(self, forecast: Forecast, best_speedup: float, p_beat: float) -> str:
+        text = f"P(beats best {best_speedup:.3g}x) = {p_beat:.2f}"
+        if self.settings.measure_choice == "improvement":
+            gain = expected_log_improvement(forecast, best_speedup, self.bins)
+            text += f", expected gain x{math.exp(gain):.3g}"
+        return text
 
     def verification_of_best(self, tree: PUCTTree) -> Decision | None:
         """A measure decision for the best-valued node when its value is forecast-only."""

@@ -182,6 +182,44 @@ def test_the_improvement_order_measures_the_most_promising_first_and_verify_firs
         PolicySettings(measure_order="random")
 
 
+def test_by_expected_improvement_the_slots_go_to_the_most_promising_not_to_the_first_made():
+    # At a run's start nearly every candidate beats the reference: P(S > 1) is the same for bins 5-8,
+    # and the slots would go by node id; the expected improvement tells them apart.
+    tree, ids = tree_with_children([forecast_on(b, 0.4) for b in (5, 6, 7, 8)])
+    assert len({round(prob_above(forecast_on(b, 0.4), 1.0), 9) for b in (5, 6, 7, 8)}) == 1
+    by_p = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2, measure_choice="beat-probability"))
+    assert PolicySettings().measure_choice == "improvement"  # the default since the fifteenth session
+    assert [d.node_id for d in by_p.decide(tree, ids, 10) if d.action == "measure"] == [ids[0], ids[1]]
+    by_gain = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2, measure_choice="improvement"))
+    chosen = [d for d in by_gain.decide(tree, ids, 10) if d.action == "measure"]
+    assert [d.node_id for d in chosen] == [ids[3], ids[2]]
+    assert "expected gain" in chosen[0].reason
+    # the ones left are parked and compete in later steps by the same measure
+    for d in chosen:
+        tree.nodes[d.node_id].state = "queued"
+    later = by_gain.decide(tree, [], 10)
+    assert [d.node_id for d in later if d.action == "measure"] == [ids[1], ids[0]]
+    assert all("parked earlier" in d.reason for d in later)
+    with pytest.raises(ValueError, match="choice"):
+        PolicySettings(measure_choice="random")
+
+
+def test_by_expected_improvement_a_top_up_takes_the_most_promising_and_an_abstention_goes_first():
+    unlikely = [Forecast.from_probabilities([0.0, 0.0, 0.0, 0.4, 0.6, 0, 0, 0]),  # likelier to beat the best, by little
+                Forecast.from_probabilities([0.9, 0.0, 0.0, 0.0, 0, 0, 0.1, 0])]  # a long shot at 2-4x
+    tree, ids = tree_with_children(unlikely, parent_speedup=1.0)
+    settings = dict(threshold=0.95, max_gpu_per_step=1, min_beat_prob=0.7)
+    p_top = SelectivePolicy(PolicySettings(**settings, measure_choice="beat-probability")).decide(tree, ids, 10)
+    gain_top = SelectivePolicy(PolicySettings(**settings, measure_choice="improvement")).decide(tree, ids, 10)
+    assert [d.node_id for d in p_top if d.action == "measure"] == [ids[0]]
+    assert [d.node_id for d in gain_top if d.action == "measure"] == [ids[1]]
+    # an abstention has no forecast to weigh: by expected improvement it takes the slot first
+    tree, ids = tree_with_children([forecast_on(8, 0.4), Forecast.abstention("no answer")])
+    by_gain = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1, measure_choice="improvement"))
+    chosen = [d for d in by_gain.decide(tree, ids, 10) if d.action == "measure"]
+    assert [d.node_id for d in chosen] == [ids[1]] and chosen[0].ahead
+
+
 def test_the_conformal_threshold_keeps_the_accepted_error_rate_under_the_target():
     pairs = [(0.9, True)] * 30 + [(0.8, True)] * 10 + [(0.8, False)] * 10 + [(0.5, False)] * 10
     t = conformal_threshold(pairs, 0.1)

@@ -1,16 +1,19 @@
-"""The search settings chosen on the validation families by the rule written down beforehand
-(benchmarks/results/search_cpu_2026-12-03_validation-protocol.txt).
+"""The search settings chosen on the validation families by the rules written down beforehand
+(benchmarks/results/search_cpu_2026-12-03_validation-protocol.txt, and -protocol-2.txt for the second
+choice, between today's default B and D, which gives a step's GPU slots by expected improvement).
 
-    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py              # the first
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 2 # the second
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
 medians from the run that computed them, and writes
-benchmarks/results/search_cpu_2026-12-03_validation-selection.json.
+benchmarks/results/search_cpu_2026-12-03_validation-selection.json (-selection-2.json).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
@@ -18,10 +21,21 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 PREFIX = "search_cpu_2026-12-03_"
-CONFIGS = {  # name: (ranker weight, measure order, runs on the old three, runs on the new three)
-    "A": (0.5, "verify-first", "3validation-families_16-trained_ranker0.5.json", "3new-families_ranker0.5_verify-first_log.txt"),
-    "B": (0.5, "improvement", "3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json"),
-    "C": (0.0, "verify-first", "3validation-families_16-trained_ranker0.json", "3new-families_ranker0_verify-first_log.txt"),
+# name: (ranker weight, measure order, measure choice, runs on the old three, runs on the new three)
+CONFIGS = {
+    "A": (0.5, "verify-first", "beat-probability", "3validation-families_16-trained_ranker0.5.json",
+          "3new-families_ranker0.5_verify-first_log.txt"),
+    "B": (0.5, "improvement", "beat-probability", "3validation-families_16-trained_ranker0.5_improvement.json",
+          "3new-families_ranker0.5_improvement.json"),
+    "C": (0.0, "verify-first", "beat-probability", "3validation-families_16-trained_ranker0.json",
+          "3new-families_ranker0_verify-first_log.txt"),
+    "D": (0.5, "improvement", "improvement", "3validation-families_16-trained_choice-improvement.json",
+          "3new-families_choice-improvement.json"),
+}
+# protocol: (its file, the configurations it compares, the one an exact tie keeps, the selection written)
+PROTOCOLS = {
+    1: ("validation-protocol.txt", ("A", "B", "C"), "A", "validation-selection.json"),
+    2: ("validation-protocol-2.txt", ("B", "D"), "B", "validation-selection-2.json"),
 }
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
 
@@ -51,24 +65,30 @@ def baselines() -> dict[str, dict]:
     return out
 
 
-def main() -> dict:
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", type=int, choices=sorted(PROTOCOLS), default=1)
+    protocol, names, keep, written = PROTOCOLS[parser.parse_args(argv).protocol]
     base = baselines()
-    result = {"protocol": PREFIX + "validation-protocol.txt", "baselines": base, "configs": {}}
+    result = {"protocol": PREFIX + protocol, "baselines": base, "configs": {}}
     print(f"{'config':8s}" + "".join(f"{f:>12s}" for f in base) + f"{'passes':>8s}{'sum':>8s}")
-    for name, (weight, order, old, new) in CONFIGS.items():
+    for name in names:
+        weight, order, choice, old, new = CONFIGS[name]
         medians = surrogate_medians(old) | surrogate_medians(new)
         passes = [f for f, b in base.items() if b["measure_all"] / medians[f] >= 3 and medians[f] < b["best_kt"]]
         total = sum(medians[f] for f in base)
         result["configs"][name] = {"ranker_weight": weight, "measure_order": order, "medians": medians,
                                    "passes": passes, "sum_of_medians": total, "sources": [old, new]}
+        if choice != "beat-probability":
+            result["configs"][name]["measure_choice"] = choice
         print(f"{name:8s}" + "".join(f"{medians[f]:12.1f}" for f in base) + f"{len(passes):8d}{total:8.1f}")
     print(f"{'all/KT':8s}" + "".join(f"{b['measure_all']:>6.1f}/{b['best_kt']:<5.1f}" for b in base.values()))
-    # the rule: most passes, then the lower sum of medians, then A (the app's settings before)
+    # the rule: most passes, then the lower sum of medians, then the app's settings before
     ranked = sorted(result["configs"], key=lambda n: (-len(result["configs"][n]["passes"]),
-                                                      result["configs"][n]["sum_of_medians"], n != "A"))
+                                                      result["configs"][n]["sum_of_medians"], n != keep))
     result["chosen"] = ranked[0]
-    print(f"chosen: {ranked[0]} {CONFIGS[ranked[0]][:2]}")
-    out = RESULTS / (PREFIX + "validation-selection.json")
+    print(f"chosen: {ranked[0]} {CONFIGS[ranked[0]][:3]}")
+    out = RESULTS / (PREFIX + written)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out.relative_to(RESULTS.parents[1])}")
     return result
