@@ -668,7 +668,7 @@ def _earlier_baselines(args) -> dict:
         earlier = json.loads(args.baselines_from.read_text())
     except (OSError, ValueError) as exc:
         raise SystemExit(f"--baselines-from {args.baselines_from}: cannot be read ({exc}).")
-    if "verdicts" not in earlier:
+    if "verdicts" not in earlier or str(earlier.get("baselines", "")).startswith("skipped"):
         raise SystemExit(f"--baselines-from {args.baselines_from}: that run has no baselines (made with --skip-baselines?).")
     mismatched = [key for key, mine in (("seeds", args.seeds), ("target_fraction", args.target)) if earlier.get(key) != mine]
     setting = earlier.get("settings", {})
@@ -693,6 +693,48 @@ def reused_baselines(earlier: dict, dataset: Dataset, strategies: list[str]) -> 
         raise SystemExit(f"--baselines-from: that run has no {', '.join(missing)} for {dataset.name}.")
     return {m: dict(earlier["search"][dataset.name][m], reused_from=earlier["path"])
             for m in methods}
+
+
+def report_verdicts(search: dict, args, strategies: list[str]) -> tuple[dict, dict]:
+    """Prints each family's medians and means against the baselines, the verdicts and their resampling;
+    returns (verdicts, bootstrap)."""
+    print(f"\nGPU measurements to reach {args.target:.0%} of the best of the family and its vendor baseline, "
+          f"median then mean over seeds (a run that missed counts as the family's budget; sur: the surrogate "
+          f"PUCT screening {args.root_children} at the root, unscr: the same without screening)")
+    methods = ["puct_surrogate"] + (["puct_surrogate_unscreened"] if args.root_children else []) + \
+        ["puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
+    verdicts, bootstrap = {}, {}
+    for statistic in ("median", "mean"):
+        print(f"{'family':18s}" + "".join(f"{m.replace('puct_surrogate', 'sur').replace('unscreened', 'unscr')[:12]:>13s}"
+                                          for m in methods) + f"{'all/sur':>9s}{'bestKT/sur':>11s}   ({statistic})")
+        for name, results in search.items():
+            cells = "".join(fmt(results[m][statistic], 13) for m in methods)
+            sur = results["puct_surrogate"][statistic]
+            allm = results["puct_measure_all"][statistic]
+            kts = {s: results[f"kt_{s}"][statistic] for s in strategies if results[f"kt_{s}"][statistic] is not None}
+            best_kt = min(kts.values()) if kts else None
+            ratio_all = allm / sur if sur and allm else None
+            ratio_kt = best_kt / sur if sur and best_kt else None
+            verdicts.setdefault(name, {})[statistic] = {
+                "measure_all_over_surrogate": ratio_all, "best_kt_over_surrogate": ratio_kt,
+                "best_kt_strategy": min(kts, key=kts.get) if kts else None,
+                # What the measurements leave out: each method's median wall seconds, compile checks included.
+                "estimated_wall_s_median": {m: results[m].get("estimated_wall_s_median") for m in methods}}
+            print(f"{name:18s}{cells}{fmt(ratio_all, 9, 2)}{fmt(ratio_kt, 11, 2)}")
+        three = sum(1 for v in verdicts.values() if (v[statistic]["measure_all_over_surrogate"] or 0) >= 3)
+        beats = sum(1 for v in verdicts.values() if (v[statistic]["best_kt_over_surrogate"] or 0) > 1)
+        print(f"  by the {statistic}: >= 3x fewer than measure-all on {three} of {len(verdicts)}; "
+              f"fewer than the best Kernel Tuner strategy on {beats} of {len(verdicts)}")
+        boot = bootstrap_verdicts(search, strategies, statistic)
+        bootstrap[statistic] = boot
+        print(f"  seeds resampled {boot['draws']} times:{'all/sur 95%':>22s}{'P(>=3x)':>9s}{'P(<best KT)':>13s}")
+        for name, f in boot["families"].items():
+            interval = f["measure_all_over_surrogate_95"]
+            span = f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "—"
+            print(f"    {name:30s}{span:>16s}{f['p_three_times']:9.2f}{f['p_fewer_than_best_kt']:13.2f}")
+        print(f"  P(>= 3x on {boot['most']}+ of {len(verdicts)}) = {boot['p_three_times_on_most']:.2f}; "
+              f"P(fewer than the best Kernel Tuner on {boot['most']}+) = {boot['p_fewer_than_best_kt_on_most']:.2f}\n")
+    return verdicts, bootstrap
 
 
 def fmt(x, width=9, digits=1):
@@ -845,43 +887,9 @@ def main(argv=None) -> dict:
             _print_results(results)
 
     if args.skip_baselines:
-        return {"search": search}
-    print(f"\nGPU measurements to reach {args.target:.0%} of the best of the family and its vendor baseline, "
-          f"median then mean over seeds (a run that missed counts as the family's budget; sur: the surrogate "
-          f"PUCT screening {args.root_children} at the root, unscr: the same without screening)")
-    methods = ["puct_surrogate"] + (["puct_surrogate_unscreened"] if args.root_children else []) + \
-        ["puct_measure_all", "random"] + [f"kt_{s}" for s in strategies]
-    verdicts, bootstrap = {}, {}
-    for statistic in ("median", "mean"):
-        print(f"{'family':18s}" + "".join(f"{m.replace('puct_surrogate', 'sur').replace('unscreened', 'unscr')[:12]:>13s}"
-                                          for m in methods) + f"{'all/sur':>9s}{'bestKT/sur':>11s}   ({statistic})")
-        for name, results in search.items():
-            cells = "".join(fmt(results[m][statistic], 13) for m in methods)
-            sur = results["puct_surrogate"][statistic]
-            allm = results["puct_measure_all"][statistic]
-            kts = {s: results[f"kt_{s}"][statistic] for s in strategies if results[f"kt_{s}"][statistic] is not None}
-            best_kt = min(kts.values()) if kts else None
-            ratio_all = allm / sur if sur and allm else None
-            ratio_kt = best_kt / sur if sur and best_kt else None
-            verdicts.setdefault(name, {})[statistic] = {
-                "measure_all_over_surrogate": ratio_all, "best_kt_over_surrogate": ratio_kt,
-                "best_kt_strategy": min(kts, key=kts.get) if kts else None,
-                # What the measurements leave out: each method's median wall seconds, compile checks included.
-                "estimated_wall_s_median": {m: results[m].get("estimated_wall_s_median") for m in methods}}
-            print(f"{name:18s}{cells}{fmt(ratio_all, 9, 2)}{fmt(ratio_kt, 11, 2)}")
-        three = sum(1 for v in verdicts.values() if (v[statistic]["measure_all_over_surrogate"] or 0) >= 3)
-        beats = sum(1 for v in verdicts.values() if (v[statistic]["best_kt_over_surrogate"] or 0) > 1)
-        print(f"  by the {statistic}: >= 3x fewer than measure-all on {three} of {len(verdicts)}; "
-              f"fewer than the best Kernel Tuner strategy on {beats} of {len(verdicts)}")
-        boot = bootstrap_verdicts(search, strategies, statistic)
-        bootstrap[statistic] = boot
-        print(f"  seeds resampled {boot['draws']} times:{'all/sur 95%':>22s}{'P(>=3x)':>9s}{'P(<best KT)':>13s}")
-        for name, f in boot["families"].items():
-            interval = f["measure_all_over_surrogate_95"]
-            span = f"[{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "—"
-            print(f"    {name:30s}{span:>16s}{f['p_three_times']:9.2f}{f['p_fewer_than_best_kt']:13.2f}")
-        print(f"  P(>= 3x on {boot['most']}+ of {len(verdicts)}) = {boot['p_three_times_on_most']:.2f}; "
-              f"P(fewer than the best Kernel Tuner on {boot['most']}+) = {boot['p_fewer_than_best_kt_on_most']:.2f}\n")
+        verdicts, bootstrap = {}, {}  # nothing to compare with: the JSON keeps the runs alone
+    else:
+        verdicts, bootstrap = report_verdicts(search, args, strategies)
 
     print("\nZero-shot: measuring every variant in the order of the held-out model's scores, the first to reach"
           " the target comes at (learned / roofline / random expectation):")
@@ -919,6 +927,8 @@ def main(argv=None) -> dict:
                               "target": d.target, "budget": d.budget, "compile_s": d.compile_s,
                               "variants_at_target": sum(1 for r in d.rows if r["speedup"] >= d.target)}
                      for d in all_datasets},
+        "baselines": "skipped (--skip-baselines): the surrogate's runs alone, no verdicts" if args.skip_baselines
+        else f"reused from {_shown(args.baselines_from)}" if args.baselines_from is not None else "computed in this run",
         "search": search, "verdicts": verdicts, "bootstrap": bootstrap, "surrogate_lopo": evaluation,
         "seconds": time.time() - started,
     }

@@ -303,3 +303,21 @@ def test_baselines_are_taken_from_an_earlier_run_only_where_nothing_they_depend_
         bench._earlier_baselines(Namespace(**(vars(args) | {"baselines_from": no_baselines})))
     with pytest.raises(SystemExit, match="cannot be read"):
         bench._earlier_baselines(Namespace(**(vars(args) | {"baselines_from": tmp_path / "missing.json"})))
+
+
+def test_a_run_without_baselines_writes_its_runs_and_no_verdicts_and_cannot_lend_baselines(bench, tmp_path):
+    from benchmarks import search_synthetic as syn
+
+    name = syn.FAMILIES[0].name
+    out = tmp_path / "skip.json"
+    bench.main(["--synthetic", "--families", name, "--lopo-searched-only", "--seeds", "2", "--skip-baselines",
+                "--root-children", "16", "--max-steps", "4", "--compile-samples", "0", "--out", str(out)])
+    written = json.loads(out.read_text())
+    assert set(written["search"]) == {name}
+    runs = written["search"][name]
+    assert set(runs) == {"puct_surrogate"} and len(runs["puct_surrogate"]["values"]) == 2
+    assert written["verdicts"] == {} and written["baselines"].startswith("skipped")
+    assert written["settings"]["skip_baselines"] is True and name in written["surrogate_lopo"]
+    with pytest.raises(SystemExit, match="has no baselines"):
+        bench._earlier_baselines(Namespace(baselines_from=out, seeds=2, target=bench.TARGET_FRACTION,
+                                           records_dir=None))
