@@ -308,7 +308,10 @@ def knob_space(dataset: Dataset) -> KnobSpace:
     return KnobSpace(dataset.knobs, points=[dict(zip(names, key)) for key in dataset.records])
 
 
-def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, root_children: int = 0) -> dict:
+def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, root_children: int = 0,
+             watch=None) -> dict:
+    """One PUCT run replayed on the records until a measurement reaches the target. watch(driver, port), if
+    given, is called once before the first step (a probe that traces the run wraps their methods there)."""
     port = ReplayPort(dataset)
     policy = PolicySettings(threshold=args.threshold, gpu_budget=len(dataset.records),
                             max_gpu_per_step=args.gpu_per_step, measure_all=measure_all,
@@ -329,6 +332,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                           problem=dataset.problem, settings=settings, reference_ms=dataset.reference_ms,
                           # as the app does (kernellab/services/search.py): the model was trained with them
                           reference_compiler_facts=dataset.reference_facts)
+    if watch is not None:
+        watch(driver, port)
     steps = 0
     started = time.process_time()
     while port.reached_at is None and steps < args.max_steps:

@@ -1,0 +1,136 @@
+"""Issue 20 probe: why a search measured what it measured, set against the held-out model's own order.
+
+  python benchmarks/probes/cpu_2026-12-03/trace_search.py FAMILY [--seeds 0,1,2] [--measure-choice C]
+      [--measure-order O] [--steps N] [--out FILE.json]
+
+Trains the learned surrogate leave-one-family-out as benchmarks/search_bench.py does (every other recorded
+family, the app's ranking-prior weight), ranks all of FAMILY's variants by the model's expected log speedup
+(its zero-shot order; rank 1 is what the model likes best), then replays the search benchmark's surrogate
+PUCT for each seed and prints, step by step, the measurements the policy chose with their reasons, and each
+measured variant's zero-shot rank, forecast at the time and measured speedup. It also prints the best
+zero-shot ranks among the root's screened children: when they hold a hit the first step did not measure, the
+search lost the model's order, not the model.
+
+This is how the first step's ties in P(beats best) were found on gelu (docs/search.md, "The choice of a step's
+measurements"): `--measure-choice beat-probability` reproduces that trace. Use it on validation families;
+a setting chosen by tracing the eight test families would no longer be tested by them.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import numpy as np  # noqa: E402
+
+import search_bench as sb  # noqa: E402
+from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
+from search_engine.surrogates.base import Forecast  # noqa: E402
+from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
+
+
+def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
+    """Each variant's rank (1 = best) by the model's expected log speedup, ties kept in record order."""
+    scores = [f.expected_log_speedup() for f in model.forecast_many(sb._requests(dataset.rows))]
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    return {dataset.key(dataset.rows[i]["candidate"]["knobs"]): rank for rank, i in enumerate(order, 1)}
+
+
+def trace(dataset, model, ranks: dict, seed: int, args) -> dict:
+    """The run's steps: the measurements chosen (node, zero-shot rank, reason) and what each measured."""
+    events: list[dict] = []
+
+    def watch(driver, port):
+        measure, order = port.request_measurement, driver.policy.measurement_order
+
+        def rank_of(node_id):
+            knobs = (driver.tree.nodes[node_id].candidate or {}).get("knobs")
+            return ranks.get(dataset.key(knobs)) if knobs else None
+
+        def ordered(tree, measures):
+            chosen = order(tree, measures)
+            events.append({"step": driver.step_count, "chosen": [
+                {"node": d.node_id, "zero_shot_rank": rank_of(d.node_id), "reason": d.reason} for d in chosen]})
+            return chosen
+
+        def measured(node_id, candidate):
+            result = measure(node_id, candidate)
+            node = driver.tree.nodes[node_id]
+            forecast = Forecast.from_dict(node.forecast) if node.forecast else None
+            events.append({"node": node_id, "zero_shot_rank": rank_of(node_id), "speedup": result.get("speedup"),
+                           "hit": (result.get("speedup") or 0) >= dataset.target,
+                           "forecast_speedup": forecast.expected_speedup() if forecast else None,
+                           "confidence": forecast.confidence if forecast else None})
+            return result
+
+        driver.policy.measurement_order = ordered
+        port.request_measurement = measured
+        watch.driver = driver
+
+    result = sb.run_puct(dataset, seed, copy.deepcopy(model), False, args, args.root_children, watch=watch)
+    tree = watch.driver.tree
+    root_knobs = [(n.candidate or {}).get("knobs") for n in tree.nodes.values() if n.parent_id == 0]
+    screened = sorted(ranks[dataset.key(k)] for k in root_knobs if k and dataset.key(k) in ranks)
+    hits = {rank for key, rank in ranks.items() if dataset.records[key]["speedup"] >= dataset.target}
+    return {"seed": seed, "measurements": result["measurements"], "events": events,
+            "screened_best_ranks": screened[:10],
+            "screened_first_hit_rank": next((r for r in screened if r in hits), None)}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("family")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--measure-choice", choices=MEASURE_CHOICES, default=PolicySettings.measure_choice)
+    parser.add_argument("--measure-order", choices=MEASURE_ORDERS, default=PolicySettings.measure_order)
+    parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    # the search benchmark's defaults for everything else
+    bench = sb.argparse.Namespace(threshold=0.5, gpu_per_step=2, children=16, root_children=256, min_gpu_per_step=1,
+                                  c=1.0, retrain_every=5, min_beat_prob=0.15, conformal=0.2, online_weight=10.0,
+                                  max_steps=400, measure_order=args.measure_order, measure_choice=args.measure_choice)
+    sb._TARGET["fraction"] = sb.TARGET_FRACTION
+    datasets = sb.recorded_datasets()
+    held = next((d for d in datasets if d.name == args.family), None)
+    if held is None:
+        raise SystemExit(f"{args.family}: no recorded family of that name.")
+    train = [r for d in datasets if d is not held for r in d.rows]
+    model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT).fit(train, groups=[r["problem_name"] for r in train])
+    ranks = zero_shot_ranks(model, held)
+    hits = sorted(rank for key, rank in ranks.items() if held.records[key]["speedup"] >= held.target)
+    print(f"{held.name}: {len(held.records)} variants, target {held.target:.3g}x, {len(hits)} at target; "
+          f"zero-shot ranks of the first hits {hits[:8]}")
+    runs = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        run = trace(held, model, ranks, seed, bench)
+        runs.append(run)
+        print(f"\nseed {seed}: target reached at measurement {run['measurements']}; best zero-shot ranks screened "
+              f"at the root {run['screened_best_ranks'][:6]}, the first hit among them {run['screened_first_hit_rank']}")
+        for event in run["events"]:
+            if "chosen" in event:
+                if event["step"] >= args.steps:
+                    break
+                for c in event["chosen"]:
+                    print(f"  step {event['step']:3d} chooses zero-shot #{c['zero_shot_rank']}: {c['reason'][:120]}")
+            else:
+                forecast, confidence = event["forecast_speedup"], event["confidence"]
+                then = "no forecast" if forecast is None else f"forecast then {forecast:.3g}x ({confidence:.2f})"
+                print(f"      measured #{event['zero_shot_rank']}: {event['speedup'] or 0:.3g}x"
+                      f"{' (at target)' if event['hit'] else ''}, {then}")
+    result = {"family": held.name, "target": held.target, "measure_choice": args.measure_choice,
+              "measure_order": args.measure_order, "zero_shot_hit_ranks": hits[:20], "runs": runs}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
+        print(f"wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The search-trace probe (benchmarks/probes/cpu_2026-12-03/trace_search.py) on a synthetic family."""
+
+from __future__ import annotations
+
+import dataclasses
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from search_engine.surrogates.base import Forecast
+from tests.scripts import loaded_script
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "probes" / "cpu_2026-12-03" / "trace_search.py"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    with loaded_script(_PATH, "trace_search_probe_under_test") as module:
+        yield module
+
+
+class ByKnobSum:
+    """A stand-in model whose expected speedup grows with the sum of a variant's numeric knobs."""
+
+    name, version = "by-knob-sum", "1"
+
+    def forecast(self, request):
+        total = sum(v for v in (request.candidate.get("knobs") or {}).values() if isinstance(v, (int, float)))
+        flat = Forecast.from_probabilities([1, 1, 1, 2, 3, 2, 1, 1])
+        return dataclasses.replace(flat, log_mean=0.001 * total, log_sd=0.5)
+
+    def forecast_many(self, requests):
+        return [self.forecast(r) for r in requests]
+
+
+def test_a_trace_lists_what_each_step_chose_and_measured_with_the_zero_shot_ranks(probe):
+    sb = probe.sb
+    sb._TARGET["fraction"] = sb.TARGET_FRACTION
+    dataset = sb.synthetic_datasets()[0]
+    ranks = probe.zero_shot_ranks(ByKnobSum(), dataset)
+    assert sorted(ranks.values()) == list(range(1, len(dataset.rows) + 1))
+    best = max(dataset.rows, key=lambda r: sum(v for v in r["candidate"]["knobs"].values() if isinstance(v, (int, float))))
+    assert ranks[dataset.key(best["candidate"]["knobs"])] == 1
+    args = Namespace(threshold=0.5, gpu_per_step=2, children=8, root_children=32, min_gpu_per_step=1, c=1.0,
+                     retrain_every=0, min_beat_prob=0.15, conformal=0.0, online_weight=10.0, max_steps=3,
+                     measure_order="improvement", measure_choice="improvement")
+    run = probe.trace(dataset, ByKnobSum(), ranks, seed=1, args=args)
+    chosen = [e for e in run["events"] if "chosen" in e]
+    measured = [e for e in run["events"] if "chosen" not in e]
+    assert chosen and measured
+    assert sum(len(e["chosen"]) for e in chosen) == len(measured)  # every chosen measurement was made
+    assert all(m["zero_shot_rank"] in ranks.values() for m in measured)
+    assert all(m["hit"] == (m["speedup"] >= dataset.target) for m in measured)
+    assert len(run["screened_best_ranks"]) == 10 and run["screened_best_ranks"] == sorted(run["screened_best_ranks"])
