@@ -267,7 +267,9 @@ class SelectivePolicy:
                     why = f"no candidate has P(beats best) >= {s.min_beat_prob:.2f}, and every step measures at least one"
                 parked = parked[:short]
             topped = [Decision(nid, "measure", f"{why}; the most promising parked candidate "
-                               f"(P(beats best) = {p:.2f}) is measured",
+                               f"(P(beats best) = {p:.2f}"
+                               f"{f', expected gain x{math.exp(claim):.3g}' if by_gain and math.isfinite(claim) else ''}"
+                               f") is measured",
                                priority=p if not by_gain or math.isinf(claim) else claim,
                                ahead=by_gain and math.isinf(claim)) for p, _, nid, claim in parked]
             chosen = {d.node_id for d in topped}

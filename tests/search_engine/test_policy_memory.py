@@ -213,6 +213,8 @@ def test_by_expected_improvement_a_top_up_takes_the_most_promising_and_an_absten
     gain_top = SelectivePolicy(PolicySettings(**settings, measure_choice="improvement")).decide(tree, ids, 10)
     assert [d.node_id for d in p_top if d.action == "measure"] == [ids[0]]
     assert [d.node_id for d in gain_top if d.action == "measure"] == [ids[1]]
+    assert "expected gain" in [d for d in gain_top if d.action == "measure"][0].reason
+    assert "expected gain" not in [d for d in p_top if d.action == "measure"][0].reason
     # an abstention has no forecast to weigh: by expected improvement it takes the slot first
     tree, ids = tree_with_children([forecast_on(8, 0.4), Forecast.abstention("no answer")])
     by_gain = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1, measure_choice="improvement"))
