@@ -758,7 +758,8 @@ def cpu_name() -> str:
     return re.sub(r"[^a-z0-9]+", "-", (platform.processor() or platform.machine()).lower())
 
 
-def main(argv=None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's options (a probe that replays its runs takes its defaults from here)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--families", default="", help="comma-separated families to search (all are trained on)")
@@ -807,7 +808,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--compile-samples", type=int, default=3,
                         help="variants of each family compiled with nvcc to time one compile check (0: none)")
     parser.add_argument("--out", default="")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
     _TARGET["fraction"] = args.target
 
     earlier = _earlier_baselines(args) if args.baselines_from is not None else None

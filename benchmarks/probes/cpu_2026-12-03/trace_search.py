@@ -32,7 +32,6 @@ import search_bench as sb  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
-from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -93,16 +92,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     # the search benchmark's defaults for everything else
-    bench = sb.argparse.Namespace(threshold=0.5, gpu_per_step=2, children=16, root_children=256, min_gpu_per_step=1,
-                                  c=1.0, retrain_every=5, min_beat_prob=0.15, conformal=0.2, online_weight=10.0,
-                                  max_steps=400, measure_order=args.measure_order, measure_choice=args.measure_choice)
-    sb._TARGET["fraction"] = sb.TARGET_FRACTION
+    bench = sb.build_parser().parse_args(["--measure-order", args.measure_order, "--measure-choice", args.measure_choice])
+    sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
     if held is None:
         raise SystemExit(f"{args.family}: no recorded family of that name.")
     train = [r for d in datasets if d is not held for r in d.rows]
-    model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT).fit(train, groups=[r["problem_name"] for r in train])
+    model = LearnedSurrogate(seed=bench.model_seed, ranker_weight=bench.ranker_weight).fit(train, groups=[r["problem_name"] for r in train])
     ranks = zero_shot_ranks(model, held)
     hits = sorted(rank for key, rank in ranks.items() if held.records[key]["speedup"] >= held.target)
     print(f"{held.name}: {len(held.records)} variants, target {held.target:.3g}x, {len(hits)} at target; "
