@@ -52,7 +52,7 @@ from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # n
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
-from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.learned import DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 from search_engine.tree import TreeOptions  # noqa: E402
 
@@ -548,7 +548,8 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
             continue
         train = [r for d in datasets if d is not held for r in d.rows]
         started = time.perf_counter()
-        model = LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight).fit(
+        model = LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight,
+                                 moments=getattr(args, "moments", "bins")).fit(
             train, groups=[r["problem_name"] for r in train])
         fit_s = time.perf_counter() - started
         models[held.name] = model
@@ -791,6 +792,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--measure-choice", choices=MEASURE_CHOICES, default=PolicySettings.measure_choice,
                         help="which candidates take a step's GPU slots (search_engine.policy; default: the app's, "
                              "%(default)s)")
+    parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS,
+                        help="where the learned surrogate's forecast mean and spread come from (surrogates.learned; "
+                             "default: the app's, %(default)s)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")

@@ -39,6 +39,8 @@ from search_engine.surrogates.features import feature_names, features_matrix
 
 _EPS = 1e-4
 _MISSING = -1e6  # stands for an unknown feature (the trees split it off like any other value)
+MOMENTS = ("bins", "level")  # LearnedSurrogate(moments=...): where a forecast's mean and spread come from
+DEFAULT_MOMENTS = "bins"
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -69,12 +71,14 @@ class LearnedSurrogate:
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
                  version: str = "1", threads: int | None = 1, online: str = "local",
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
-                 level_prior_rows: float = 1.0, ranker_weight: float = 0.0) -> None:
+                 level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
             raise ValueError("The training target must be 'centred' (speedups relative to each problem's "
                              "geometric mean) or 'absolute'.")
+        if moments not in MOMENTS:
+            raise ValueError(f"The forecasts' mean and spread must come from one of {', '.join(MOMENTS)}.")
         self.bins = bins
         self.seed = seed
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
@@ -94,6 +98,13 @@ class LearnedSurrogate:
         # ranker_weight > 0 (centred target only): the recorded-data model's bins are a mixture of the
         # classifier's and a lambdarank prior's (surrogates.ranker), which orders a problem's fastest variants.
         self.ranker_weight = ranker_weight
+        # moments: where a forecast's continuous part (log_mean, log_sd, which P(beats best) and the
+        # expected improvement read) comes from. "bins": the published bins' moments, computed only where
+        # the run-local model takes part; they stop at the top bin (>= 4x, representative 5.7x), so a
+        # problem whose variants run at 10-30x (bincount) is forecast at about 5x however high its level.
+        # "level" (centred target): the moments of the model's relative bins plus the run's level, on
+        # every forecast, so that the level learned from the run's measurements is not cut off at 5.7x.
+        self.moments = moments
         self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
@@ -180,8 +191,20 @@ class LearnedSurrogate:
 
     def _base_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's bin probabilities, tempered and moved to the run's level."""
-        probabilities = self._relative_probs(X)
-        return _shift_bins(probabilities, self._level, self.bins) if self._level else probabilities
+        return self._base(X)[0]
+
+    def _base(self, X: np.ndarray):
+        """The recorded-data model's bin probabilities at the run's level, and the mean and variance of
+        its log speedup: the bins' moments, or with moments="level" (centred target) the relative
+        bins' moments moved by the level, which the top bin does not cut off."""
+        relative = self._relative_probs(X)
+        probabilities = _shift_bins(relative, self._level, self.bins) if self._level else relative
+        logs = np.log(np.asarray(self.bins.representatives()))
+        moved = self.moments == "level" and self.target == "centred"
+        source = relative if moved else probabilities
+        mean = source @ logs
+        var = np.maximum(source @ (logs ** 2) - mean ** 2, 1e-12)
+        return probabilities, mean + (self._level if moved else 0.0), var
 
     def _learn_local(self, rows: list[dict]) -> None:
         kept = _measured(rows)
@@ -244,21 +267,22 @@ class LearnedSurrogate:
         log_odds = max(-8.0, min(8.0, prior + ll_local - ll_base))
         return 1.0 / (1.0 + math.exp(-log_odds))
 
-    def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str], base: np.ndarray | None = None) -> np.ndarray:
+    def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str],
+                      base_mean: np.ndarray | None = None) -> np.ndarray:
         """The run-local model's features: the generic ones, the variant's #define values, and the
         recorded-data model's expected log speedup (so that the run's rows can correct it where it
         ranks well and overrule it where it does not)."""
         if self._fitted is not None:
-            if base is None:
-                base = self._base_probs(X)
-            prior = (base @ np.log(np.asarray(self.bins.representatives())))[:, None]
+            if base_mean is None:
+                base_mean = self._base(X)[1]
+            prior = base_mean[:, None]
         else:
             prior = np.zeros((len(requests), 1))
         return np.hstack([X, _define_matrix(requests, vocabulary), prior])
 
-    def _local_forecast(self, requests, X: np.ndarray, base: np.ndarray | None = None):
+    def _local_forecast(self, requests, X: np.ndarray, base_mean: np.ndarray | None = None):
         local = self._local
-        Xl = self._local_matrix(requests, X, local.vocabulary, base)
+        Xl = self._local_matrix(requests, X, local.vocabulary, base_mean)
         per_tree = np.stack([tree.predict(Xl) for tree in local.forest.estimators_])
         mu = per_tree.mean(axis=0)
         # The trees' disagreement plus the model's out-of-bag error on this run's rows.
@@ -352,16 +376,15 @@ class LearnedSurrogate:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
         with _openmp_threads(self.threads):
-            base = self._base_probs(X) if self._fitted else None
+            base, base_mean, base_var = self._base(X) if self._fitted else (None, None, None)
             if self._local is None:
-                return base, None, None
-            local, mu, sigma = self._local_forecast(requests, X, base)
+                if base is None or self.moments == "bins":
+                    return base, None, None
+                return base, base_mean, np.sqrt(base_var)
+            local, mu, sigma = self._local_forecast(requests, X, base_mean)
         if base is None:
             return local, mu, sigma
         w = self._local.weight
-        logs = np.log(np.asarray(self.bins.representatives()))
-        base_mean = base @ logs
-        base_var = base @ (logs ** 2) - base_mean ** 2
         mean = (1 - w) * base_mean + w * mu
         var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
         return (1 - w) * base + w * local, mean, np.sqrt(np.maximum(var, 1e-12))
@@ -413,7 +436,7 @@ class LearnedSurrogate:
         for name, value in (("threads", 1), ("online", "local"), ("local_prior_rows", 8.0),
                             ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
-                            ("ranker_weight", 0.0), ("_ranker", None)):
+                            ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins")):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 

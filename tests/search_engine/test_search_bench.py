@@ -237,9 +237,12 @@ def test_the_surrogates_seed_is_a_setting_of_its_own_and_reaches_every_held_out_
         dataset.rows = bench._rows(dataset)
         for row in dataset.rows:
             row["problem_name"] = dataset.name
-    models, _ = bench.lopo_surrogates([first, second], Namespace(model_seed=3, ranker_weight=0.0))
+    models, _ = bench.lopo_surrogates([first, second], Namespace(model_seed=3, ranker_weight=0.0, moments="level"))
     assert {name: model.seed for name, model in models.items()} == {"small": 3, "other": 3}
     assert all(model.ranker_weight == 0.0 and model._ranker is None for model in models.values())
+    # --moments reaches every held-out model; its default is the app's
+    assert all(model.moments == "level" for model in models.values())
+    assert bench.build_parser().parse_args([]).moments == bench.LearnedSurrogate().moments
 
 
 def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tmp_path):

@@ -518,3 +518,41 @@ def test_a_second_pass_over_a_family_of_a_thousand_variants_prepares_no_source_a
     assert prepared == []  # the 512-entry cache it replaces prepared every source again
     np.testing.assert_array_equal(first, second)
     assert features._source_facts.cache_info().maxsize >= 1000
+
+
+def test_with_moments_from_the_level_a_run_above_the_top_bin_is_forecast_at_its_own_level(trained, tmp_path):
+    from search_engine.policy import prob_above
+
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    rows, reqs, others = test[:8], _requests_of(test[:8]), _requests_of(test[8:40])
+
+    def loaded(moments, factor=None):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.moments = moments
+        if factor:
+            m.learn([{"request": q, "speedup": factor * r["speedup"]} for q, r in zip(reqs, rows)])
+        return m
+
+    def means(m):
+        return np.array([f.expected_log_speedup() for f in m.forecast_many(others)])
+
+    # Before any measurement the level is the recorded problems': every forecast carries a mean and a
+    # spread, and they agree with the bins there, which do not cut them off yet.
+    fresh = loaded("level").forecast_many(others)
+    assert all(f.log_mean is not None and f.log_sd > 0 for f in fresh)
+    assert np.median(np.abs(means(loaded("level")) - means(loaded("bins")))) < 0.3
+    # The run's variants run 40x faster than recorded, far above the top bin (>= 4x): from the bins the
+    # forecasts stop near its representative; from the level they move with the run's measurements.
+    bins, level = loaded("bins", 40), loaded("level", 40)
+    moved_bins = np.median(means(bins) - means(loaded("bins")))
+    moved_level = np.median(means(level) - means(loaded("level")))
+    assert moved_level == pytest.approx(math.log(40) * 8 / 9, abs=0.5)
+    assert moved_level > moved_bins + 0.5
+    # So a candidate can still beat a best measured at 40x the recorded speedups: from the bins it cannot.
+    best = 40 * max(r["speedup"] for r in rows)
+    assert max(prob_above(f, best) for f in level.forecast_many(others)) > 0.15
+    assert max(prob_above(f, best) for f in bins.forecast_many(others)) < max(
+        prob_above(f, best) for f in level.forecast_many(others))
+    with pytest.raises(ValueError, match="mean and spread"):
+        LearnedSurrogate(moments="median")

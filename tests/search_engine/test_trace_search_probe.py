@@ -48,6 +48,8 @@ def test_a_trace_lists_what_each_step_chose_and_measured_with_the_zero_shot_rank
     run = probe.trace(dataset, ByKnobSum(), ranks, seed=1, args=args)
     chosen = [e for e in run["events"] if "chosen" in e]
     measured = [e for e in run["events"] if "chosen" not in e]
+    # the stand-in model learns nothing from the run, so no step has a run-local model to weigh
+    assert chosen and all(e["local_weight"] is None and e["local_rows"] is None for e in chosen)
     assert chosen and measured
     assert sum(len(e["chosen"]) for e in chosen) == len(measured)  # every chosen measurement was made
     assert all(m["zero_shot_rank"] in ranks.values() for m in measured)

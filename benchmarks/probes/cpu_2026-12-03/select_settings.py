@@ -1,14 +1,16 @@
 """The search settings chosen on the validation families by the rules written down beforehand
-(benchmarks/results/search_cpu_2026-12-03_validation-protocol.txt, and -protocol-2.txt for the second
-choice, between today's default B and D, which gives a step's GPU slots by expected improvement).
+(benchmarks/results/search_cpu_2026-12-03_validation-protocol.txt, -protocol-2.txt for the second choice,
+between B and D, which gives a step's GPU slots by expected improvement, and -protocol-3.txt for the third,
+between D and E, whose forecasts take their mean and spread from the run's level instead of the bins).
 
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py              # the first
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 2 # the second
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 3 # the third
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
 medians from the run that computed them, and writes
-benchmarks/results/search_cpu_2026-12-03_validation-selection.json (-selection-2.json).
+benchmarks/results/search_cpu_2026-12-03_validation-selection.json (-selection-2.json, -selection-3.json).
 """
 
 from __future__ import annotations
@@ -21,21 +23,25 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 PREFIX = "search_cpu_2026-12-03_"
-# name: (ranker weight, measure order, measure choice, runs on the old three, runs on the new three)
+# name: (ranker weight, measure order, measure choice, runs on the old three, runs on the new three,
+#        the learned surrogate's moments)
 CONFIGS = {
     "A": (0.5, "verify-first", "beat-probability", "3validation-families_16-trained_ranker0.5.json",
-          "3new-families_ranker0.5_verify-first_log.txt"),
+          "3new-families_ranker0.5_verify-first_log.txt", "bins"),
     "B": (0.5, "improvement", "beat-probability", "3validation-families_16-trained_ranker0.5_improvement.json",
-          "3new-families_ranker0.5_improvement.json"),
+          "3new-families_ranker0.5_improvement.json", "bins"),
     "C": (0.0, "verify-first", "beat-probability", "3validation-families_16-trained_ranker0.json",
-          "3new-families_ranker0_verify-first_log.txt"),
+          "3new-families_ranker0_verify-first_log.txt", "bins"),
     "D": (0.5, "improvement", "improvement", "3validation-families_16-trained_choice-improvement.json",
-          "3new-families_choice-improvement.json"),
+          "3new-families_choice-improvement.json", "bins"),
+    "E": (0.5, "improvement", "improvement", "3validation-families_16-trained_moments-level.json",
+          "3new-families_moments-level.json", "level"),
 }
 # protocol: (its file, the configurations it compares, the one an exact tie keeps, the selection written)
 PROTOCOLS = {
     1: ("validation-protocol.txt", ("A", "B", "C"), "A", "validation-selection.json"),
     2: ("validation-protocol-2.txt", ("B", "D"), "B", "validation-selection-2.json"),
+    3: ("validation-protocol-3.txt", ("D", "E"), "D", "validation-selection-3.json"),
 }
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
 
@@ -73,7 +79,7 @@ def main(argv=None) -> dict:
     result = {"protocol": PREFIX + protocol, "baselines": base, "configs": {}}
     print(f"{'config':8s}" + "".join(f"{f:>12s}" for f in base) + f"{'passes':>8s}{'sum':>8s}")
     for name in names:
-        weight, order, choice, old, new = CONFIGS[name]
+        weight, order, choice, old, new, moments = CONFIGS[name]
         medians = surrogate_medians(old) | surrogate_medians(new)
         passes = [f for f, b in base.items() if b["measure_all"] / medians[f] >= 3 and medians[f] < b["best_kt"]]
         total = sum(medians[f] for f in base)
@@ -81,6 +87,8 @@ def main(argv=None) -> dict:
                                    "passes": passes, "sum_of_medians": total, "sources": [old, new]}
         if choice != "beat-probability":
             result["configs"][name]["measure_choice"] = choice
+        if moments != "bins":
+            result["configs"][name]["moments"] = moments
         print(f"{name:8s}" + "".join(f"{medians[f]:12.1f}" for f in base) + f"{len(passes):8d}{total:8.1f}")
     print(f"{'all/KT':8s}" + "".join(f"{b['measure_all']:>6.1f}/{b['best_kt']:<5.1f}" for b in base.values()))
     # the rule: most passes, then the lower sum of medians, then the app's settings before

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import search_bench as sb  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
-from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.learned import DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate  # noqa: E402
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -54,7 +54,10 @@ def trace(dataset, model, ranks: dict, seed: int, args) -> dict:
 
         def ordered(tree, measures):
             chosen = order(tree, measures)
-            events.append({"step": driver.step_count, "chosen": [
+            local = getattr(driver.surrogate, "_local", None)
+            events.append({"step": driver.step_count,
+                           "local_weight": None if local is None else local.weight,
+                           "local_rows": None if local is None else local.n, "chosen": [
                 {"node": d.node_id, "zero_shot_rank": rank_of(d.node_id), "reason": d.reason} for d in chosen]})
             return chosen
 
@@ -88,18 +91,20 @@ def main(argv=None) -> dict:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--measure-choice", choices=MEASURE_CHOICES, default=PolicySettings.measure_choice)
     parser.add_argument("--measure-order", choices=MEASURE_ORDERS, default=PolicySettings.measure_order)
+    parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS)
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     # the search benchmark's defaults for everything else
-    bench = sb.build_parser().parse_args(["--measure-order", args.measure_order, "--measure-choice", args.measure_choice])
+    bench = sb.build_parser().parse_args(["--measure-order", args.measure_order, "--measure-choice", args.measure_choice,
+                                          "--moments", args.moments])
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
     if held is None:
         raise SystemExit(f"{args.family}: no recorded family of that name.")
     train = [r for d in datasets if d is not held for r in d.rows]
-    model = LearnedSurrogate(seed=bench.model_seed, ranker_weight=bench.ranker_weight).fit(train, groups=[r["problem_name"] for r in train])
+    model = LearnedSurrogate(seed=bench.model_seed, ranker_weight=bench.ranker_weight, moments=bench.moments).fit(train, groups=[r["problem_name"] for r in train])
     ranks = zero_shot_ranks(model, held)
     hits = sorted(rank for key, rank in ranks.items() if held.records[key]["speedup"] >= held.target)
     print(f"{held.name}: {len(held.records)} variants, target {held.target:.3g}x, {len(hits)} at target; "
@@ -114,6 +119,9 @@ def main(argv=None) -> dict:
             if "chosen" in event:
                 if event["step"] >= args.steps:
                     break
+                if event.get("local_weight") is not None:
+                    print(f"  step {event['step']:3d}: the run-local model ({event['local_rows']} rows) "
+                          f"weighs {event['local_weight']:.2f} against the recorded-data model")
                 for c in event["chosen"]:
                     print(f"  step {event['step']:3d} chooses zero-shot #{c['zero_shot_rank']}: {c['reason'][:120]}")
             else:
@@ -122,7 +130,7 @@ def main(argv=None) -> dict:
                 print(f"      measured #{event['zero_shot_rank']}: {event['speedup'] or 0:.3g}x"
                       f"{' (at target)' if event['hit'] else ''}, {then}")
     result = {"family": held.name, "target": held.target, "measure_choice": args.measure_choice,
-              "measure_order": args.measure_order, "zero_shot_hit_ranks": hits[:20], "runs": runs}
+              "measure_order": args.measure_order, "moments": args.moments, "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(f"wrote {args.out}")
