@@ -324,6 +324,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                             measure_choice=getattr(args, "measure_choice", "beat-probability"))
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
+        surrogate.local_prior_rows = getattr(args, "local_prior_rows", surrogate.local_prior_rows)
+        surrogate.local_novelty = getattr(args, "local_novelty", surrogate.local_novelty)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -795,10 +797,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS,
                         help="where the learned surrogate's forecast mean and spread come from (surrogates.learned; "
                              "default: the app's, %(default)s)")
+    parser.add_argument("--local-novelty", type=float, default=LearnedSurrogate().local_novelty,
+                        help="how much a candidate's knob values unseen in the run widen its run-local forecast "
+                             "(surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")
     parser.add_argument("--online-weight", type=float, default=10.0)
+    parser.add_argument("--local-prior-rows", type=float, default=LearnedSurrogate().local_prior_rows,
+                        help="the prior odds n : this of the run-local model against the recorded-data model "
+                             "(surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--skip-baselines", action="store_true", help="only the surrogate-assisted PUCT")
     parser.add_argument("--baselines-from", type=Path, default=None,
                         help="an earlier run's JSON on the same records, seeds and target: its measure-all, random and "

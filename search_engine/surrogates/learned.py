@@ -71,7 +71,8 @@ class LearnedSurrogate:
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
                  version: str = "1", threads: int | None = 1, online: str = "local",
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
-                 level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS) -> None:
+                 level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
+                 local_novelty: float = 0.0) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -105,6 +106,12 @@ class LearnedSurrogate:
         # "level" (centred target): the moments of the model's relative bins plus the run's level, on
         # every forecast, so that the level learned from the run's measurements is not cut off at 5.7x.
         self.moments = moments
+        # local_novelty > 0: a candidate whose #define values the run has not measured yet (a knob value no
+        # measured variant had) gets a wider run-local forecast: local_novelty x the share of its values
+        # unseen x the variance of the run's log speedups is added to the forest's variance. A forest
+        # forecasts an unseen value like the seen ones it resembles, with no doubt, so without it the
+        # expected improvement stays on a plateau the run has found (spmv_ell, bincount).
+        self.local_novelty = local_novelty
         self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
@@ -239,7 +246,9 @@ class LearnedSurrogate:
         error_var = (seen.sum() * oob_mse + k * max(float(np.var(y)), self.local_min_sigma ** 2)) / (seen.sum() + k)
         error_var = max(error_var, self.local_min_sigma ** 2)
         weight = self._local_weight(requests, y, oob_mu, error_var)
-        self._local = _Local(forest, vocabulary, len(kept), weight, error_var)
+        seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
+        run_var = max(float(np.var(y)), self.local_min_sigma ** 2)
+        self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var)
 
     def _local_weight(self, requests, y: np.ndarray, oob_mu: np.ndarray, error_var: float) -> float:
         """How much the run-local model counts against the recorded-data model.
@@ -285,8 +294,12 @@ class LearnedSurrogate:
         Xl = self._local_matrix(requests, X, local.vocabulary, base_mean)
         per_tree = np.stack([tree.predict(Xl) for tree in local.forest.estimators_])
         mu = per_tree.mean(axis=0)
-        # The trees' disagreement plus the model's out-of-bag error on this run's rows.
-        sigma = np.sqrt(per_tree.var(axis=0) + local.error_var)
+        # The trees' disagreement plus the model's out-of-bag error on this run's rows (plus, with
+        # local_novelty, the run's spread times the share of the candidate's knob values it has not measured).
+        variance = per_tree.var(axis=0) + local.error_var
+        if self.local_novelty > 0 and local.seen_values is not None:
+            variance = variance + self.local_novelty * local.run_var * _unseen_share(requests, local.seen_values)
+        sigma = np.sqrt(variance)
         return _normal_bins(mu, sigma, self.bins), mu, sigma
 
     def _learn(self, all_X, all_y, groups, weights) -> None:
@@ -436,7 +449,8 @@ class LearnedSurrogate:
         for name, value in (("threads", 1), ("online", "local"), ("local_prior_rows", 8.0),
                             ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
-                            ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins")):
+                            ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
+                            ("local_novelty", 0.0)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -448,6 +462,8 @@ class _Local:
     n: int
     weight: float  # its share of the blended forecast (LearnedSurrogate._local_weight)
     error_var: float  # its out-of-bag squared error in log speedup, shrunk towards the run's spread
+    seen_values: frozenset | None = None  # the (#define name, value) pairs of the run's measured variants
+    run_var: float = 0.0  # the variance of the run's log speedups (at least local_min_sigma squared)
 
 
 # Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,
@@ -608,6 +624,16 @@ def _defines(source: str) -> dict[str, float]:
                 out[name] = float(value)
             except ValueError:
                 out[f"{name}={value}"] = 1.0
+    return out
+
+
+def _unseen_share(requests, seen: frozenset) -> np.ndarray:
+    """Per request, the share of its #define (name, value) pairs that no pair in `seen` matches (0 without any)."""
+    out = np.zeros(len(requests))
+    for row, request in enumerate(requests):
+        pairs = _defines(request.candidate.get("source", "")).items()
+        if pairs:
+            out[row] = sum(pair not in seen for pair in pairs) / len(pairs)
     return out
 
 

@@ -556,3 +556,29 @@ def test_with_moments_from_the_level_a_run_above_the_top_bin_is_forecast_at_its_
         prob_above(f, best) for f in level.forecast_many(others))
     with pytest.raises(ValueError, match="mean and spread"):
         LearnedSurrogate(moments="median")
+
+
+def test_knob_values_the_run_has_not_measured_widen_the_run_local_forecast_with_local_novelty():
+    from search_engine.surrogates.learned import _unseen_share
+
+    rows = family_rows()
+    # the run has measured only VEC 1 and 2 variants; VEC 4 (the fastest) is a value it has not seen
+    measured = [r for r in rows if r["candidate"]["knobs"]["VEC"] != 4][::3]
+    alike_seen = next(r for r in rows if r["candidate"]["knobs"]["VEC"] == 2 and r not in measured)
+    alike_new = next(r for r in rows if r["candidate"]["knobs"]["VEC"] == 4 and all(
+        r["candidate"]["knobs"][k] == alike_seen["candidate"]["knobs"][k] for k in ("BLOCK", "ITEMS", "ALGO")))
+    requests = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"])
+                for r in (alike_seen, alike_new)]
+    plain, novel = LearnedSurrogate(), LearnedSurrogate(local_novelty=1.0)
+    for model in (plain, novel):
+        model.learn(measured)
+    seen_values = novel._local.seen_values
+    assert list(_unseen_share(requests, seen_values)) == [0.0, 0.25]  # one of four knobs new
+    (p_seen, p_new), (n_seen, n_new) = plain.forecast_many(requests), novel.forecast_many(requests)
+    # Without it a forest forecasts the unseen value with the doubt of the seen ones it resembles; with it
+    # the unseen value's forecast is wider, by a quarter of the run's variance, and a seen one's is not.
+    assert n_seen.log_sd == pytest.approx(p_seen.log_sd)
+    assert n_new.log_sd ** 2 == pytest.approx(p_new.log_sd ** 2 + 0.25 * novel._local.run_var)
+    assert n_new.log_mean == pytest.approx(p_new.log_mean)
+    run_var = np.var(np.log([r["speedup"] for r in measured]))
+    assert novel._local.run_var == pytest.approx(max(run_var, novel.local_min_sigma ** 2))
