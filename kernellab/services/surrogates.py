@@ -83,7 +83,7 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
-    from search_engine.surrogates.learned import LearnedSurrogate
+    from search_engine.surrogates.learned import DEFAULT_LOCAL_NOVELTY, LearnedSurrogate
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
@@ -91,12 +91,12 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
     key = (exclude_problem, gpu)
     with _lock:
         if key not in _learned:
-            # "centred", "ranker": models saved before the centred target or the ranking prior are not reused.
-            name = (f"learned-surrogate-centred-ranker{APP_WEIGHT:g}-{gpu}-without-{exclude_problem}-"
-                    f"{_records_stamp()}.pkl")
-            cache = settings.DATA_DIR / name
+            cache = learned_cache_path(exclude_problem=exclude_problem, gpu=gpu)
             if cache.exists():
                 model = LearnedSurrogate.load(cache)
+                # How a run's own measurements are used is not part of the trained model: a model cached
+                # by an earlier version forecasts a run's candidates as today's would.
+                model.local_novelty = DEFAULT_LOCAL_NOVELTY
             else:
                 from kernellab.datasets import all_recorded_rows
 
@@ -107,6 +107,15 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                     model.save(cache)
             _learned[key] = model
         return _learned[key]
+
+
+def learned_cache_path(*, exclude_problem: str, gpu: str):
+    """Where the app keeps the learned surrogate trained without `exclude_problem` on `gpu`'s records."""
+    from search_engine.surrogates.ranker import APP_WEIGHT
+
+    # "centred", "ranker": models saved before the centred target or the ranking prior are not reused.
+    return settings.DATA_DIR / (f"learned-surrogate-centred-ranker{APP_WEIGHT:g}-{gpu}-without-{exclude_problem}-"
+                                f"{_records_stamp()}.pkl")
 
 
 def _records_stamp() -> str:

@@ -41,6 +41,9 @@ _EPS = 1e-4
 _MISSING = -1e6  # stands for an unknown feature (the trees split it off like any other value)
 MOMENTS = ("bins", "level")  # LearnedSurrogate(moments=...): where a forecast's mean and spread come from
 DEFAULT_MOMENTS = "bins"
+# LearnedSurrogate(local_novelty=...) of the app and the benchmarks: chosen on the validation families
+# (docs/search.md, "Knob values the run has not measured").
+DEFAULT_LOCAL_NOVELTY = 3.0
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -72,7 +75,7 @@ class LearnedSurrogate:
                  version: str = "1", threads: int | None = 1, online: str = "local",
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
-                 local_novelty: float = 0.0) -> None:
+                 local_novelty: float = DEFAULT_LOCAL_NOVELTY) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):

@@ -279,3 +279,23 @@ def test_a_run_compiles_its_next_step_while_its_measurements_wait_for_the_gpu_wo
     assert run.gpu_used <= 8 and run.driver_state["times"]["prefetched_batches"] >= 2
     # the prefetched children were forecast and decided once their step's results were in
     assert Node.objects.filter(run=run, key__in=keys).exclude(state=NodeState.PROPOSED).count() == len(keys)
+
+
+def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_run_local_settings(settings, tmp_path):
+    from kernellab.services import surrogates
+    from search_engine.surrogates.learned import DEFAULT_LOCAL_NOVELTY, LearnedSurrogate
+    from tests.search_engine.test_surrogates import family_rows
+
+    settings.DATA_DIR = tmp_path
+    old = LearnedSurrogate().fit(family_rows()[:60])
+    del old.__dict__["local_novelty"]  # saved before the setting existed
+    path = surrogates.learned_cache_path(exclude_problem="nothing", gpu="H200")
+    old.save(path)
+    assert LearnedSurrogate.load(path).local_novelty == 0.0  # loaded as such, it forecasts as it used to
+    surrogates._learned.pop(("nothing", "H200"), None)
+    try:
+        model = surrogates.learned_surrogate(exclude_problem="nothing", gpu="H200")
+        assert model.trained_rows == old.trained_rows  # the cached model, not a new one
+        assert model.local_novelty == DEFAULT_LOCAL_NOVELTY > 0
+    finally:
+        surrogates._learned.pop(("nothing", "H200"), None)

@@ -1,16 +1,19 @@
 """The search settings chosen on the validation families by the rules written down beforehand
 (benchmarks/results/search_cpu_2026-12-03_validation-protocol.txt, -protocol-2.txt for the second choice,
 between B and D, which gives a step's GPU slots by expected improvement, and -protocol-3.txt for the third,
-between D and E, whose forecasts take their mean and spread from the run's level instead of the bins).
+between D and E, whose forecasts take their mean and spread from the run's level instead of the bins, and
+-protocol-4.txt for the fourth, between D, F and G, whose run-local forecasts widen for knob values the run
+has not measured, each over two model seeds).
 
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py              # the first
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 2 # the second
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 3 # the third
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 4 # the fourth
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
 medians from the run that computed them, and writes
-benchmarks/results/search_cpu_2026-12-03_validation-selection.json (-selection-2.json, -selection-3.json).
+benchmarks/results/search_cpu_2026-12-03_validation-selection.json (-selection-2.json ... -selection-4.json).
 """
 
 from __future__ import annotations
@@ -42,7 +45,13 @@ PROTOCOLS = {
     1: ("validation-protocol.txt", ("A", "B", "C"), "A", "validation-selection.json"),
     2: ("validation-protocol-2.txt", ("B", "D"), "B", "validation-selection-2.json"),
     3: ("validation-protocol-3.txt", ("D", "E"), "D", "validation-selection-3.json"),
+    4: ("validation-protocol-4.txt", ("D", "F", "G"), "D", "validation-selection-4.json"),
 }
+# the fourth protocol's configurations: D (today's default) with the run-local model's novelty at these
+# values, each run with two model seeds, whose 20 runs per family are pooled
+NOVELTY = {"D": 0, "F": 1, "G": 3}
+MODEL_SEEDS = (0, 1)
+TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
 
 
@@ -61,6 +70,18 @@ def surrogate_medians(name: str) -> dict[str, float]:
     return out
 
 
+def pooled_medians(novelty: int) -> tuple[dict[str, float], list[str]]:
+    """Per family, the median of the surrogate PUCT's runs over both model seeds, and the files read."""
+    values, sources = {}, []
+    for triplet in TRIPLETS:
+        for seed in MODEL_SEEDS:
+            name = f"{triplet}_novelty{novelty}_model-seed{seed}.json"
+            sources.append(name)
+            for family, runs in json.loads((RESULTS / (PREFIX + name)).read_text())["search"].items():
+                values.setdefault(family, []).extend(runs["puct_surrogate"]["values"])
+    return {f: float(statistics.median(v)) for f, v in values.items()}, sources
+
+
 def baselines() -> dict[str, dict]:
     out = {}
     for name in BASELINES:
@@ -74,28 +95,35 @@ def baselines() -> dict[str, dict]:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", type=int, choices=sorted(PROTOCOLS), default=1)
-    protocol, names, keep, written = PROTOCOLS[parser.parse_args(argv).protocol]
+    number = parser.parse_args(argv).protocol
+    protocol, names, keep, written = PROTOCOLS[number]
     base = baselines()
     result = {"protocol": PREFIX + protocol, "baselines": base, "configs": {}}
     print(f"{'config':8s}" + "".join(f"{f:>12s}" for f in base) + f"{'passes':>8s}{'sum':>8s}")
     for name in names:
-        weight, order, choice, old, new, moments = CONFIGS[name]
-        medians = surrogate_medians(old) | surrogate_medians(new)
+        if number >= 4:
+            medians, sources = pooled_medians(NOVELTY[name])
+            config = {"ranker_weight": 0.5, "measure_order": "improvement", "measure_choice": "improvement",
+                      "local_novelty": NOVELTY[name], "model_seeds": list(MODEL_SEEDS)}
+        else:
+            weight, order, choice, old, new, moments = CONFIGS[name]
+            medians, sources = surrogate_medians(old) | surrogate_medians(new), [old, new]
+            config = {"ranker_weight": weight, "measure_order": order}
+            if choice != "beat-probability":
+                config["measure_choice"] = choice
+            if moments != "bins":
+                config["moments"] = moments
         passes = [f for f, b in base.items() if b["measure_all"] / medians[f] >= 3 and medians[f] < b["best_kt"]]
         total = sum(medians[f] for f in base)
-        result["configs"][name] = {"ranker_weight": weight, "measure_order": order, "medians": medians,
-                                   "passes": passes, "sum_of_medians": total, "sources": [old, new]}
-        if choice != "beat-probability":
-            result["configs"][name]["measure_choice"] = choice
-        if moments != "bins":
-            result["configs"][name]["moments"] = moments
+        result["configs"][name] = config | {"medians": medians, "passes": passes, "sum_of_medians": total,
+                                            "sources": sources}
         print(f"{name:8s}" + "".join(f"{medians[f]:12.1f}" for f in base) + f"{len(passes):8d}{total:8.1f}")
     print(f"{'all/KT':8s}" + "".join(f"{b['measure_all']:>6.1f}/{b['best_kt']:<5.1f}" for b in base.values()))
     # the rule: most passes, then the lower sum of medians, then the app's settings before
     ranked = sorted(result["configs"], key=lambda n: (-len(result["configs"][n]["passes"]),
-                                                      result["configs"][n]["sum_of_medians"], n != keep))
+                                                      result["configs"][n]["sum_of_medians"], n != keep, n))
     result["chosen"] = ranked[0]
-    print(f"chosen: {ranked[0]} {CONFIGS[ranked[0]][:3]}")
+    print(f"chosen: {ranked[0]} {result['configs'][ranked[0]]}")
     out = RESULTS / (PREFIX + written)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out.relative_to(RESULTS.parents[1])}")

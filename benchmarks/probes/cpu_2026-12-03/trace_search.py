@@ -1,13 +1,14 @@
 """Issue 20 probe: why a search measured what it measured, set against the held-out model's own order.
 
   python benchmarks/probes/cpu_2026-12-03/trace_search.py FAMILY [--seeds 0,1,2] [--measure-choice C]
-      [--measure-order O] [--steps N] [--out FILE.json]
+      [--measure-order O] [--moments M] [--local-novelty X] [--steps N] [--out FILE.json]
 
 Trains the learned surrogate leave-one-family-out as benchmarks/search_bench.py does (every other recorded
 family, the app's ranking-prior weight), ranks all of FAMILY's variants by the model's expected log speedup
 (its zero-shot order; rank 1 is what the model likes best), then replays the search benchmark's surrogate
-PUCT for each seed and prints, step by step, the measurements the policy chose with their reasons, and each
-measured variant's zero-shot rank, forecast at the time and measured speedup. It also prints the best
+PUCT for each seed and prints, step by step, the measurements the policy chose with their reasons, the
+weight of the run-local model against the recorded-data model, and each measured variant's zero-shot rank,
+forecast at the time and measured speedup. It also prints the best
 zero-shot ranks among the root's screened children: when they hold a hit the first step did not measure, the
 search lost the model's order, not the model.
 
@@ -31,7 +32,8 @@ import numpy as np  # noqa: E402
 import search_bench as sb  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
-from search_engine.surrogates.learned import DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.learned import (  # noqa: E402
+    DEFAULT_LOCAL_NOVELTY, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -92,12 +94,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--measure-choice", choices=MEASURE_CHOICES, default=PolicySettings.measure_choice)
     parser.add_argument("--measure-order", choices=MEASURE_ORDERS, default=PolicySettings.measure_order)
     parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS)
+    parser.add_argument("--local-novelty", type=float, default=DEFAULT_LOCAL_NOVELTY,
+                        help="0 reproduces the traces committed before the sixteenth session's choice of 3")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     # the search benchmark's defaults for everything else
     bench = sb.build_parser().parse_args(["--measure-order", args.measure_order, "--measure-choice", args.measure_choice,
-                                          "--moments", args.moments])
+                                          "--moments", args.moments, "--local-novelty", str(args.local_novelty)])
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
@@ -130,7 +134,7 @@ def main(argv=None) -> dict:
                 print(f"      measured #{event['zero_shot_rank']}: {event['speedup'] or 0:.3g}x"
                       f"{' (at target)' if event['hit'] else ''}, {then}")
     result = {"family": held.name, "target": held.target, "measure_choice": args.measure_choice,
-              "measure_order": args.measure_order, "moments": args.moments, "zero_shot_hit_ranks": hits[:20], "runs": runs}
+              "measure_order": args.measure_order, "moments": args.moments, "local_novelty": args.local_novelty, "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(f"wrote {args.out}")
