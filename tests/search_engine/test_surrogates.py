@@ -569,7 +569,7 @@ def test_knob_values_the_run_has_not_measured_widen_the_run_local_forecast_with_
         r["candidate"]["knobs"][k] == alike_seen["candidate"]["knobs"][k] for k in ("BLOCK", "ITEMS", "ALGO")))
     requests = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"])
                 for r in (alike_seen, alike_new)]
-    plain, novel = LearnedSurrogate(), LearnedSurrogate(local_novelty=1.0)
+    plain, novel = LearnedSurrogate(local_novelty=0.0), LearnedSurrogate(local_novelty=1.0)
     for model in (plain, novel):
         model.learn(measured)
     seen_values = novel._local.seen_values
