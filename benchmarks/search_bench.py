@@ -325,7 +325,9 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
         surrogate.local_prior_rows = getattr(args, "local_prior_rows", surrogate.local_prior_rows)
-        surrogate.local_novelty = getattr(args, "local_novelty", surrogate.local_novelty)
+        # settings made before --local-novelty (the probes before the sixteenth session) keep the novelty of 0
+        # their committed figures were measured with
+        surrogate.local_novelty = getattr(args, "local_novelty", 0.0)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
