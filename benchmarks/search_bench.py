@@ -328,6 +328,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         # settings made before --local-novelty (the probes before the sixteenth session) keep the novelty of 0
         # their committed figures were measured with
         surrogate.local_novelty = getattr(args, "local_novelty", 0.0)
+        # and settings made before --order-prior-rows keep the recorded-data model's order uncalibrated
+        surrogate.order_prior_rows = getattr(args, "order_prior_rows", None)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -802,6 +804,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--local-novelty", type=float, default=LearnedSurrogate().local_novelty,
                         help="how much a candidate's knob values unseen in the run widen its run-local forecast "
                              "(surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--order-prior-rows", type=float, default=LearnedSurrogate().order_prior_rows,
+                        help="recalibrate the recorded-data model's order on the run's measurements, its slope "
+                             "shrunk towards 1 by this many pseudo rows (surrogates.learned; default: the app's, "
+                             "%(default)s, None: off)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")

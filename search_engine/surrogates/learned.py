@@ -75,7 +75,7 @@ class LearnedSurrogate:
                  version: str = "1", threads: int | None = 1, online: str = "local",
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
-                 local_novelty: float = DEFAULT_LOCAL_NOVELTY) -> None:
+                 local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -115,6 +115,14 @@ class LearnedSurrogate:
         # forecasts an unseen value like the seen ones it resembles, with no doubt, so without it the
         # expected improvement stays on a plateau the run has found (spmv_ell, bincount).
         self.local_novelty = local_novelty
+        # order_prior_rows (None: off): once the run has measured 3 variants, the recorded-data model's mean
+        # log speedup is recalibrated on them, y = mean(y) + beta (m - mean(m)), with beta the slope of the
+        # run's log speedups on the model's means shrunk towards 1 by this many pseudo rows and held within
+        # [0, 1]; its variance becomes beta^2 var + (1 - beta^2) x the run's variance. A model whose order the
+        # run contradicts (beta near 0) then forecasts every candidate like the run's average, and its level
+        # is the run's, not the top bin's. Only the continuous part (what P(beats best) and the expected
+        # improvement read) changes; the bins, and so the confidence, do not.
+        self.order_prior_rows = order_prior_rows
         self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
@@ -223,7 +231,12 @@ class LearnedSurrogate:
             return
         requests = [_row_request(r) for r in kept]
         vocabulary = sorted({name for q in requests for name in _defines(q.candidate.get("source", ""))})
-        X = self._local_matrix(requests, _matrix(requests), vocabulary)
+        X0 = _matrix(requests)
+        base_mean = None
+        if self._fitted is not None:
+            with _openmp_threads(self.threads):
+                base_mean = self._base(X0)[1]
+        X = self._local_matrix(requests, X0, vocabulary, base_mean)
         y = np.log([r["speedup"] for r in kept])
         # Every feature is a candidate at every split: with a handful of rows, a random half of
         # them too often leaves out the one knob that matters.
@@ -251,7 +264,25 @@ class LearnedSurrogate:
         weight = self._local_weight(requests, y, oob_mu, error_var)
         seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
         run_var = max(float(np.var(y)), self.local_min_sigma ** 2)
-        self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var)
+        calibration = self._order_calibration(base_mean, y, run_var) if base_mean is not None else None
+        self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var, calibration)
+
+    def _order_calibration(self, base_mean: np.ndarray, y: np.ndarray, run_var: float):
+        """(beta, the model's mean over the run's rows, the run's mean, the run's variance), or None (off, or
+        fewer than 3 rows): the slope of the run's log speedups on the recorded-data model's means, shrunk
+        towards 1 by order_prior_rows pseudo rows and held within [0, 1]."""
+        k = self.order_prior_rows
+        n = len(y)
+        if k is None or n < 3:
+            return None
+        m_bar, y_bar = float(np.mean(base_mean)), float(np.mean(y))
+        s_mm = float(np.sum((base_mean - m_bar) ** 2))
+        if s_mm <= 1e-12:  # the model forecast the run's rows alike: nothing tells its order from the run's
+            beta = 1.0
+        else:
+            slope = float(np.sum((base_mean - m_bar) * (y - y_bar))) / s_mm
+            beta = (n * slope + k) / (n + k)
+        return min(1.0, max(0.0, beta)), m_bar, y_bar, run_var
 
     def _local_weight(self, requests, y: np.ndarray, oob_mu: np.ndarray, error_var: float) -> float:
         """How much the run-local model counts against the recorded-data model.
@@ -400,6 +431,10 @@ class LearnedSurrogate:
             local, mu, sigma = self._local_forecast(requests, X, base_mean)
         if base is None:
             return local, mu, sigma
+        if self._local.calibration is not None:
+            beta, m_bar, y_bar, run_var = self._local.calibration
+            base_mean = y_bar + beta * (base_mean - m_bar)
+            base_var = beta ** 2 * base_var + (1 - beta ** 2) * run_var
         w = self._local.weight
         mean = (1 - w) * base_mean + w * mu
         var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
@@ -453,7 +488,7 @@ class LearnedSurrogate:
                             ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
-                            ("local_novelty", 0.0)):
+                            ("local_novelty", 0.0), ("order_prior_rows", None)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -467,6 +502,9 @@ class _Local:
     error_var: float  # its out-of-bag squared error in log speedup, shrunk towards the run's spread
     seen_values: frozenset | None = None  # the (#define name, value) pairs of the run's measured variants
     run_var: float = 0.0  # the variance of the run's log speedups (at least local_min_sigma squared)
+    # (beta, the recorded-data model's mean over the run's rows, the run's mean log speedup, run_var): the
+    # recalibration of the recorded-data model's order (LearnedSurrogate(order_prior_rows=...)), or None
+    calibration: tuple | None = None
 
 
 # Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,

@@ -20,7 +20,7 @@ from search_engine.llm_client import LLMClient
 from search_engine.prompts import AnswerError, forecast_messages, parse_forecast
 from search_engine.surrogates.base import Forecast, ForecastRequest
 from search_engine.surrogates.cache import JsonFileCache, MemoryCache, SqliteCache
-from search_engine.surrogates.learned import LearnedSurrogate
+from search_engine.surrogates.learned import LearnedSurrogate, _matrix
 from search_engine.surrogates.llm import LLMSurrogate
 from search_engine.surrogates.roofline import RooflineSurrogate
 from tests.search_engine.fakes import REFERENCE, render, space, true_speedup
@@ -582,3 +582,39 @@ def test_knob_values_the_run_has_not_measured_widen_the_run_local_forecast_with_
     assert n_new.log_mean == pytest.approx(p_new.log_mean)
     run_var = np.var(np.log([r["speedup"] for r in measured]))
     assert novel._local.run_var == pytest.approx(max(run_var, novel.local_min_sigma ** 2))
+
+
+def test_order_prior_rows_recalibrates_the_recorded_data_models_order_on_the_runs_measurements(trained, tmp_path):
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    rows, reqs = test[:8], _requests_of(test[:8])
+    others = _requests_of(test[8:40])
+
+    def learnt(speedups, k):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.order_prior_rows = k
+        m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, speedups)])
+        return m
+
+    truth = [r["speedup"] for r in rows]
+    backwards = [1 / s for s in truth]
+    # The run agrees with the model's order: the slope stays near 1. It runs it backwards: the slope is
+    # held at 0, and fewer pseudo rows let the run's rows say so sooner.
+    assert learnt(truth, 8)._local.calibration[0] > 0.7
+    assert learnt(backwards, 3)._local.calibration[0] == 0.0
+    assert learnt(backwards, 3)._local.calibration[0] <= learnt(backwards, 8)._local.calibration[0] < 1.0
+    off, on = learnt(backwards, None), learnt(backwards, 3)
+    assert off._local.calibration is None
+    f_off, f_on = off.forecast_many(others), on.forecast_many(others)
+    # The bins, and so the confidence, do not change; the continuous part does.
+    assert np.allclose([f.probabilities for f in f_off], [f.probabilities for f in f_on])
+    # With beta 0 the recorded-data model forecasts every candidate at the run's mean log speedup, with the
+    # run's variance: what is left of the differences between candidates is the run-local model's.
+    w = on._local.weight
+    X = np.vstack([on._local_matrix(others, _matrix(others), on._local.vocabulary)])
+    mu = np.mean([tree.predict(X) for tree in on._local.forest.estimators_], axis=0)
+    y_bar = np.mean(np.log(backwards))
+    assert [f.log_mean for f in f_on] == pytest.approx(list((1 - w) * y_bar + w * mu))
+    assert on._local.calibration[3] == pytest.approx(max(np.var(np.log(backwards)), on.local_min_sigma ** 2))
+    # Fewer than three measured rows: nothing to recalibrate from.
+    assert learnt(backwards[:2], 3)._local.calibration is None

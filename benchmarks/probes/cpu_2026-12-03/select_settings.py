@@ -3,12 +3,14 @@
 between B and D, which gives a step's GPU slots by expected improvement, and -protocol-3.txt for the third,
 between D and E, whose forecasts take their mean and spread from the run's level instead of the bins, and
 -protocol-4.txt for the fourth, between D, F and G, whose run-local forecasts widen for knob values the run
-has not measured, each over two model seeds).
+has not measured, each over two model seeds, and -protocol-5.txt for the fifth, between G, I and J, which
+recalibrate the recorded-data model's order on the run's measurements).
 
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py              # the first
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 2 # the second
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 3 # the third
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 4 # the fourth
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 5 # the fifth
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -46,10 +48,15 @@ PROTOCOLS = {
     2: ("validation-protocol-2.txt", ("B", "D"), "B", "validation-selection-2.json"),
     3: ("validation-protocol-3.txt", ("D", "E"), "D", "validation-selection-3.json"),
     4: ("validation-protocol-4.txt", ("D", "F", "G"), "D", "validation-selection-4.json"),
+    5: ("validation-protocol-5.txt", ("G", "I", "J"), "G", "validation-selection-5.json"),
 }
 # the fourth protocol's configurations: D (today's default) with the run-local model's novelty at these
 # values, each run with two model seeds, whose 20 runs per family are pooled
 NOVELTY = {"D": 0, "F": 1, "G": 3}
+# the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
+# measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
+ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3}
+RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
@@ -70,12 +77,12 @@ def surrogate_medians(name: str) -> dict[str, float]:
     return out
 
 
-def pooled_medians(novelty: int) -> tuple[dict[str, float], list[str]]:
+def pooled_medians(config: str) -> tuple[dict[str, float], list[str]]:
     """Per family, the median of the surrogate PUCT's runs over both model seeds, and the files read."""
     values, sources = {}, []
     for triplet in TRIPLETS:
         for seed in MODEL_SEEDS:
-            name = f"{triplet}_novelty{novelty}_model-seed{seed}.json"
+            name = f"{triplet}_{RUN_NAMES[config]}_model-seed{seed}.json"
             sources.append(name)
             for family, runs in json.loads((RESULTS / (PREFIX + name)).read_text())["search"].items():
                 values.setdefault(family, []).extend(runs["puct_surrogate"]["values"])
@@ -102,9 +109,11 @@ def main(argv=None) -> dict:
     print(f"{'config':8s}" + "".join(f"{f:>12s}" for f in base) + f"{'passes':>8s}{'sum':>8s}")
     for name in names:
         if number >= 4:
-            medians, sources = pooled_medians(NOVELTY[name])
+            medians, sources = pooled_medians(name)
             config = {"ranker_weight": 0.5, "measure_order": "improvement", "measure_choice": "improvement",
-                      "local_novelty": NOVELTY[name], "model_seeds": list(MODEL_SEEDS)}
+                      "local_novelty": NOVELTY.get(name, 3), "model_seeds": list(MODEL_SEEDS)}
+            if number >= 5:
+                config["order_prior_rows"] = ORDER_PRIOR_ROWS[name]
         else:
             weight, order, choice, old, new, moments = CONFIGS[name]
             medians, sources = surrogate_medians(old) | surrogate_medians(new), [old, new]
