@@ -59,7 +59,9 @@ def trace(dataset, model, ranks: dict, seed: int, args) -> dict:
             local = getattr(driver.surrogate, "_local", None)
             events.append({"step": driver.step_count,
                            "local_weight": None if local is None else local.weight,
-                           "local_rows": None if local is None else local.n, "chosen": [
+                           "local_rows": None if local is None else local.n,
+                           "order_slope": None if local is None or getattr(local, "calibration", None) is None
+                           else local.calibration[0], "chosen": [
                 {"node": d.node_id, "zero_shot_rank": rank_of(d.node_id), "reason": d.reason} for d in chosen]})
             return chosen
 
@@ -96,12 +98,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS)
     parser.add_argument("--local-novelty", type=float, default=DEFAULT_LOCAL_NOVELTY,
                         help="0 reproduces the traces committed before the sixteenth session's choice of 3")
+    parser.add_argument("--order-prior-rows", type=float, default=None,
+                        help="recalibrate the recorded-data model's order on the run's rows (surrogates.learned)")
+    parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=False,
+                        help="P(beats best) and the gain from the two models' normals (surrogates.learned)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     # the search benchmark's defaults for everything else
     bench = sb.build_parser().parse_args(["--measure-order", args.measure_order, "--measure-choice", args.measure_choice,
-                                          "--moments", args.moments, "--local-novelty", str(args.local_novelty)])
+                                          "--moments", args.moments, "--local-novelty", str(args.local_novelty)]
+                                         + ([] if args.order_prior_rows is None else
+                                            ["--order-prior-rows", str(args.order_prior_rows)])
+                                         + (["--mixture"] if args.mixture else []))
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
@@ -125,7 +134,9 @@ def main(argv=None) -> dict:
                     break
                 if event.get("local_weight") is not None:
                     print(f"  step {event['step']:3d}: the run-local model ({event['local_rows']} rows) "
-                          f"weighs {event['local_weight']:.2f} against the recorded-data model")
+                          f"weighs {event['local_weight']:.2f} against the recorded-data model"
+                          + ("" if event.get("order_slope") is None else
+                             f"; the recorded-data model's order recalibrated with slope {event['order_slope']:.2f}"))
                 for c in event["chosen"]:
                     print(f"  step {event['step']:3d} chooses zero-shot #{c['zero_shot_rank']}: {c['reason'][:120]}")
             else:
@@ -134,7 +145,8 @@ def main(argv=None) -> dict:
                 print(f"      measured #{event['zero_shot_rank']}: {event['speedup'] or 0:.3g}x"
                       f"{' (at target)' if event['hit'] else ''}, {then}")
     result = {"family": held.name, "target": held.target, "measure_choice": args.measure_choice,
-              "measure_order": args.measure_order, "moments": args.moments, "local_novelty": args.local_novelty, "zero_shot_hit_ranks": hits[:20], "runs": runs}
+              "measure_order": args.measure_order, "moments": args.moments, "local_novelty": args.local_novelty,
+              "order_prior_rows": args.order_prior_rows, "mixture": args.mixture, "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(f"wrote {args.out}")
