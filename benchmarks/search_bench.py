@@ -330,6 +330,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.local_novelty = getattr(args, "local_novelty", 0.0)
         # and settings made before --order-prior-rows keep the recorded-data model's order uncalibrated
         surrogate.order_prior_rows = getattr(args, "order_prior_rows", None)
+        # and those made before --mixture read P(beats best) and the gain from the blend's single normal
+        surrogate.mixture = getattr(args, "mixture", False)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -808,6 +810,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="recalibrate the recorded-data model's order on the run's measurements, its slope "
                              "shrunk towards 1 by this many pseudo rows (surrogates.learned; default: the app's, "
                              "%(default)s, None: off)")
+    parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=LearnedSurrogate().mixture,
+                        help="read P(beats best) and the expected gain from the two models' normals, not from one "
+                             "normal of the blend's moments (surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")

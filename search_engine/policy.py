@@ -89,8 +89,12 @@ class Decision:
 
 
 def prob_above(forecast: Forecast, speedup: float, bins: BinTable = DEFAULT_BINS) -> float:
-    """P(S > speedup) under the forecast: from its continuous part where it has one, else spreading
+    """P(S > speedup) under the forecast: from its continuous part where it has one (the mixture's
+    components where it is a mixture), else spreading
     each bin's mass log-uniformly over the bin."""
+    if forecast.log_mixture:
+        t = math.log(max(speedup, 1e-12))
+        return float(sum(w * 0.5 * math.erfc((t - mean) / sd / math.sqrt(2)) for w, mean, sd in forecast.log_mixture))
     if forecast.log_mean is not None and forecast.log_sd:
         z = (math.log(max(speedup, 1e-12)) - forecast.log_mean) / forecast.log_sd
         return float(0.5 * math.erfc(z / math.sqrt(2)))
@@ -111,14 +115,14 @@ def prob_above(forecast: Forecast, speedup: float, bins: BinTable = DEFAULT_BINS
 def expected_log_improvement(forecast: Forecast, speedup: float, bins: BinTable = DEFAULT_BINS) -> float:
     """E[max(0, log S - log speedup)] under the forecast: the expected improvement over `speedup` in log
     space (the acquisition of Bayesian optimisation, which unlike P(S > speedup) does not saturate when
-    most candidates beat it). From the forecast's continuous part where it has one, else each bin's mass
+    most candidates beat it). From the forecast's continuous part where it has one (the mixture's components
+    where it is a mixture), else each bin's mass
     spread log-uniformly over the bin, as in prob_above."""
     t = math.log(max(speedup, 1e-12))
+    if forecast.log_mixture:
+        return float(sum(w * _normal_improvement(mean - t, sd) for w, mean, sd in forecast.log_mixture))
     if forecast.log_mean is not None and forecast.log_sd:
-        d = forecast.log_mean - t
-        z = d / forecast.log_sd
-        pdf = math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-        return float(d * 0.5 * math.erfc(-z / math.sqrt(2)) + forecast.log_sd * pdf)
+        return _normal_improvement(forecast.log_mean - t, forecast.log_sd)
     total = 0.0
     for b, p in enumerate(forecast.probabilities, start=1):
         lo, hi = bins.lower(b), bins.upper(b)
@@ -132,6 +136,13 @@ def expected_log_improvement(forecast: Forecast, speedup: float, bins: BinTable 
         elif t < c:
             total += p * (c - t) ** 2 / (2 * (c - a))
     return float(total)
+
+
+def _normal_improvement(d: float, sd: float) -> float:
+    """E[max(0, X)] for X normal with mean d and standard deviation sd."""
+    z = d / sd
+    pdf = math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    return float(d * 0.5 * math.erfc(-z / math.sqrt(2)) + sd * pdf)
 
 
 class SelectivePolicy:

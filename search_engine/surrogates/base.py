@@ -73,6 +73,12 @@ class Forecast:
     # scored; these rank candidates that share a bin (every variant in "extreme speedup", >= 4x).
     log_mean: float | None = None
     log_sd: float | None = None
+    # Where the continuous forecast is a mixture of normals over log speedup (the learned surrogate's
+    # recorded-data and run-local models, each with its weight): ((weight, mean, sd), ...). log_mean and
+    # log_sd are then its moments; the probability of beating a speedup and the expected improvement over
+    # it are read from the components (search_engine.policy), which a single normal of the same moments
+    # would give to candidates the two models disagree on.
+    log_mixture: tuple | None = None
 
     @classmethod
     def from_probabilities(
@@ -141,6 +147,8 @@ class Forecast:
         fields = dict(data)
         # Saved searches and forecast caches written before the field's rename call it "probs".
         fields["probabilities"] = tuple(fields.get("probabilities") or fields.pop("probs", None) or ())
+        if fields.get("log_mixture") is not None:
+            fields["log_mixture"] = tuple(tuple(float(x) for x in c) for c in fields["log_mixture"])
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in fields.items() if k in known})
 

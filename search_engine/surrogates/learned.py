@@ -75,7 +75,8 @@ class LearnedSurrogate:
                  version: str = "1", threads: int | None = 1, online: str = "local",
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
-                 local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None) -> None:
+                 local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None,
+                 mixture: bool = False) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -123,6 +124,12 @@ class LearnedSurrogate:
         # is the run's, not the top bin's. Only the continuous part (what P(beats best) and the expected
         # improvement read) changes; the bins, and so the confidence, do not.
         self.order_prior_rows = order_prior_rows
+        # mixture: where the run-local model takes part, a forecast also carries the two models' normals
+        # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
+        # expected improvement. Without it they come from one normal of the blend's mean and spread, which
+        # the gap between the two models' means widens, so that the candidates the recorded-data model
+        # forecasts slowest (where the two disagree most) looked the most promising to measure.
+        self.mixture = mixture
         self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
@@ -417,8 +424,9 @@ class LearnedSurrogate:
         return self._predict(requests)[0]
 
     def _predict(self, requests: list[ForecastRequest]):
-        """Bin probabilities, and the mean and spread of log speedup where the run-local model
-        takes part (None otherwise): the blend's moments, so that they agree with the bins."""
+        """Bin probabilities, the mean and spread of log speedup where the run-local model takes part
+        (None otherwise): the blend's moments, so that they agree with the bins; and with mixture, per
+        request the two models' (weight, mean, sd) (None otherwise)."""
         if self._fitted is None and self._local is None:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
@@ -426,11 +434,11 @@ class LearnedSurrogate:
             base, base_mean, base_var = self._base(X) if self._fitted else (None, None, None)
             if self._local is None:
                 if base is None or self.moments == "bins":
-                    return base, None, None
-                return base, base_mean, np.sqrt(base_var)
+                    return base, None, None, None
+                return base, base_mean, np.sqrt(base_var), None
             local, mu, sigma = self._local_forecast(requests, X, base_mean)
         if base is None:
-            return local, mu, sigma
+            return local, mu, sigma, None
         if self._local.calibration is not None:
             beta, m_bar, y_bar, run_var = self._local.calibration
             base_mean = y_bar + beta * (base_mean - m_bar)
@@ -438,7 +446,11 @@ class LearnedSurrogate:
         w = self._local.weight
         mean = (1 - w) * base_mean + w * mu
         var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
-        return (1 - w) * base + w * local, mean, np.sqrt(np.maximum(var, 1e-12))
+        components = None
+        if self.mixture:
+            components = [((1 - w, float(a), float(math.sqrt(b))), (w, float(c), float(d)))
+                          for a, b, c, d in zip(base_mean, base_var, mu, sigma)]
+        return (1 - w) * base + w * local, mean, np.sqrt(np.maximum(var, 1e-12)), components
 
     def forecast(self, request: ForecastRequest) -> Forecast:
         return self.forecast_many([request])[0]
@@ -450,7 +462,7 @@ class LearnedSurrogate:
         if self._fitted is None and self._local is None:
             return [Forecast.abstention("The learned surrogate is not trained yet.", surrogate=self.id)
                     for _ in requests]
-        probabilities, mean, sd = self._predict(requests)
+        probabilities, mean, sd, components = self._predict(requests)
         latency = (time.perf_counter() - started) / len(requests)
         local = (f" and {self._local.n} of this run's (weighted {self._local.weight:.0%})"
                  if self._local is not None else "")
@@ -460,6 +472,8 @@ class LearnedSurrogate:
             forecast = Forecast.from_probabilities(p, surrogate=self.id, latency_s=latency, reasoning=reasoning)
             if mean is not None:
                 forecast.log_mean, forecast.log_sd = float(mean[i]), float(sd[i])
+            if components is not None:
+                forecast.log_mixture = components[i]
             out.append(forecast)
         return out
 
@@ -488,7 +502,7 @@ class LearnedSurrogate:
                             ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
-                            ("local_novelty", 0.0), ("order_prior_rows", None)):
+                            ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 

@@ -6,6 +6,7 @@ import pytest
 
 from search_engine.memory import SearchMemory
 import dataclasses
+import json
 import math
 
 from search_engine.policy import (Decision, PolicySettings, SelectivePolicy, conformal_threshold,
@@ -161,6 +162,28 @@ def test_the_expected_log_improvement_of_a_bin_and_of_a_normal():
     low, high = forecast_on(6, 0.99), forecast_on(8, 0.99)
     assert prob_above(low, 1.0) == pytest.approx(prob_above(high, 1.0), abs=0.02)
     assert expected_log_improvement(high, 1.0) > expected_log_improvement(low, 1.0) + 0.5
+
+
+def test_a_mixture_forecast_is_read_from_its_components_not_from_one_normal_of_its_moments():
+    one_bin = Forecast.from_probabilities([0, 0, 0, 0, 1, 0, 0, 0])
+    # Two models disagree: one says 0.5x surely, the other (weight 0.25) says 2x. One normal of the same
+    # moments is wide, and gives the candidate a good chance of 3x, which neither component gives it.
+    parts = ((0.75, math.log(0.5), 0.1), (0.25, math.log(2.0), 0.1))
+    mean = sum(w * m for w, m, _ in parts)
+    sd = math.sqrt(sum(w * (s ** 2 + (m - mean) ** 2) for w, m, s in parts))
+    moments = dataclasses.replace(one_bin, log_mean=mean, log_sd=sd)
+    mixture = dataclasses.replace(moments, log_mixture=parts)
+    assert prob_above(mixture, 1.0) == pytest.approx(0.25, abs=1e-6)
+    assert prob_above(mixture, 3.0) < 1e-4 < prob_above(moments, 3.0)
+    assert expected_log_improvement(mixture, 1.0) == pytest.approx(
+        0.25 * expected_log_improvement(dataclasses.replace(one_bin, log_mean=math.log(2.0), log_sd=0.1), 1.0))
+    assert expected_log_improvement(mixture, 3.0) < expected_log_improvement(moments, 3.0) / 10
+    # it survives the tree's dict (saved searches, the websocket), and older dicts without it still load
+    again = Forecast.from_dict(json.loads(json.dumps(mixture.to_dict())))
+    assert again == mixture
+    old = mixture.to_dict()
+    del old["log_mixture"]
+    assert Forecast.from_dict(old).log_mixture is None
 
 
 def test_the_improvement_order_measures_the_most_promising_first_and_verify_first_keeps_the_verification_first():

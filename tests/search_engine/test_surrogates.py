@@ -618,3 +618,37 @@ def test_order_prior_rows_recalibrates_the_recorded_data_models_order_on_the_run
     assert on._local.calibration[3] == pytest.approx(max(np.var(np.log(backwards)), on.local_min_sigma ** 2))
     # Fewer than three measured rows: nothing to recalibrate from.
     assert learnt(backwards[:2], 3)._local.calibration is None
+
+
+def test_with_mixture_a_forecast_carries_both_models_normals_whose_moments_are_its_own(trained, tmp_path):
+    from search_engine.policy import expected_log_improvement
+
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    rows, reqs = test[:8], _requests_of(test[:8])
+    others = _requests_of(test[8:40])
+
+    def learnt(mixture):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.mixture = mixture
+        # the run ranks its variants the other way round from the recorded data: the two models disagree
+        m.learn([{"request": q, "speedup": 1 / r["speedup"]} for q, r in zip(reqs, rows)])
+        return m
+
+    plain, mixed = learnt(False).forecast_many(others), learnt(True).forecast_many(others)
+    assert all(f.log_mixture is None for f in plain)
+    w = learnt(True)._local.weight
+    for p, m in zip(plain, mixed):
+        assert m.probabilities == p.probabilities and m.log_mean == pytest.approx(p.log_mean)
+        (w0, a, sa), (w1, b, sb) = m.log_mixture
+        assert (w0, w1) == pytest.approx((1 - w, w))
+        assert w0 * a + w1 * b == pytest.approx(m.log_mean)
+        assert w0 * (sa ** 2 + (a - m.log_mean) ** 2) + w1 * (sb ** 2 + (b - m.log_mean) ** 2) == \
+            pytest.approx(m.log_sd ** 2)
+    # Where the two disagree most, one normal of the moments overstates the gain the components give.
+    best = max(r["speedup"] for r in rows)
+    gap = [abs(m.log_mixture[0][1] - m.log_mixture[1][1]) for m in mixed]
+    i = int(np.argmax(gap))
+    assert expected_log_improvement(mixed[i], 1 / best) < expected_log_improvement(plain[i], 1 / best)
+    # Before the run-local model there is one model: no mixture.
+    assert LearnedSurrogate.load(tmp_path / "m.joblib").forecast(others[0]).log_mixture is None

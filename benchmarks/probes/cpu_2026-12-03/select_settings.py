@@ -4,13 +4,15 @@ between B and D, which gives a step's GPU slots by expected improvement, and -pr
 between D and E, whose forecasts take their mean and spread from the run's level instead of the bins, and
 -protocol-4.txt for the fourth, between D, F and G, whose run-local forecasts widen for knob values the run
 has not measured, each over two model seeds, and -protocol-5.txt for the fifth, between G, I and J, which
-recalibrate the recorded-data model's order on the run's measurements).
+recalibrate the recorded-data model's order on the run's measurements, and -protocol-6.txt for the sixth,
+between G and K, which reads P(beats best) and the expected gain from the two models' normals).
 
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py              # the first
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 2 # the second
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 3 # the third
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 4 # the fourth
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 5 # the fifth
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 6 # the sixth
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -49,14 +51,17 @@ PROTOCOLS = {
     3: ("validation-protocol-3.txt", ("D", "E"), "D", "validation-selection-3.json"),
     4: ("validation-protocol-4.txt", ("D", "F", "G"), "D", "validation-selection-4.json"),
     5: ("validation-protocol-5.txt", ("G", "I", "J"), "G", "validation-selection-5.json"),
+    6: ("validation-protocol-6.txt", ("G", "K"), "G", "validation-selection-6.json"),
 }
 # the fourth protocol's configurations: D (today's default) with the run-local model's novelty at these
 # values, each run with two model seeds, whose 20 runs per family are pooled
 NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
-ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3}
-RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3"}
+ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None}
+# the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
+MIXTURE = {"G": False, "K": True}
+RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
@@ -114,6 +119,8 @@ def main(argv=None) -> dict:
                       "local_novelty": NOVELTY.get(name, 3), "model_seeds": list(MODEL_SEEDS)}
             if number >= 5:
                 config["order_prior_rows"] = ORDER_PRIOR_ROWS[name]
+            if number >= 6:
+                config["mixture"] = MIXTURE[name]
         else:
             weight, order, choice, old, new, moments = CONFIGS[name]
             medians, sources = surrogate_medians(old) | surrogate_medians(new), [old, new]
