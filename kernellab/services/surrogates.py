@@ -83,7 +83,7 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
-    from search_engine.surrogates.learned import DEFAULT_LOCAL_NOVELTY, LearnedSurrogate
+    from search_engine.surrogates.learned import DEFAULT_LOCAL_NOVELTY, DEFAULT_MIXTURE, LearnedSurrogate
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
@@ -97,6 +97,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 # How a run's own measurements are used is not part of the trained model: a model cached
                 # by an earlier version forecasts a run's candidates as today's would.
                 model.local_novelty = DEFAULT_LOCAL_NOVELTY
+                model.mixture = DEFAULT_MIXTURE
             else:
                 from kernellab.datasets import all_recorded_rows
 

@@ -44,6 +44,9 @@ DEFAULT_MOMENTS = "bins"
 # LearnedSurrogate(local_novelty=...) of the app and the benchmarks: chosen on the validation families
 # (docs/search.md, "Knob values the run has not measured").
 DEFAULT_LOCAL_NOVELTY = 3.0
+# LearnedSurrogate(mixture=...) of the app and the benchmarks: chosen on the validation families
+# (docs/search.md, "The two models' normals, not one").
+DEFAULT_MIXTURE = True
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -76,7 +79,7 @@ class LearnedSurrogate:
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None,
-                 mixture: bool = False) -> None:
+                 mixture: bool = DEFAULT_MIXTURE) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
