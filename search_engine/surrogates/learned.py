@@ -442,8 +442,9 @@ class LearnedSurrogate:
             local, mu, sigma = self._local_forecast(requests, X, base_mean)
         if base is None:
             return local, mu, sigma, None
-        if self._local.calibration is not None:
-            beta, m_bar, y_bar, run_var = self._local.calibration
+        calibration = getattr(self._local, "calibration", None)  # a run-local model saved before it had one
+        if calibration is not None:
+            beta, m_bar, y_bar, run_var = calibration
             base_mean = y_bar + beta * (base_mean - m_bar)
             base_var = beta ** 2 * base_var + (1 - beta ** 2) * run_var
         w = self._local.weight
