@@ -33,7 +33,7 @@ import search_bench as sb  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
-    DEFAULT_LOCAL_NOVELTY, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
+    DEFAULT_LOCAL_NOVELTY, DEFAULT_MIXTURE, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -100,8 +100,9 @@ def main(argv=None) -> dict:
                         help="0 reproduces the traces committed before the sixteenth session's choice of 3")
     parser.add_argument("--order-prior-rows", type=float, default=None,
                         help="recalibrate the recorded-data model's order on the run's rows (surrogates.learned)")
-    parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=False,
-                        help="P(beats best) and the gain from the two models' normals (surrogates.learned)")
+    parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=DEFAULT_MIXTURE,
+                        help="P(beats best) and the gain from the two models' normals (surrogates.learned; "
+                             "--no-mixture reproduces the traces committed before the seventeenth session)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -110,7 +111,7 @@ def main(argv=None) -> dict:
                                           "--moments", args.moments, "--local-novelty", str(args.local_novelty)]
                                          + ([] if args.order_prior_rows is None else
                                             ["--order-prior-rows", str(args.order_prior_rows)])
-                                         + (["--mixture"] if args.mixture else []))
+                                         + (["--mixture"] if args.mixture else ["--no-mixture"]))
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
