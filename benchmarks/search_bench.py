@@ -332,6 +332,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.order_prior_rows = getattr(args, "order_prior_rows", None)
         # and those made before --mixture read P(beats best) and the gain from the blend's single normal
         surrogate.mixture = getattr(args, "mixture", False)
+        # and those made before --local-reach weigh the run-local model alike for every candidate
+        surrogate.local_reach = getattr(args, "local_reach", None)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -813,6 +815,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=LearnedSurrogate().mixture,
                         help="read P(beats best) and the expected gain from the two models' normals, not from one "
                              "normal of the blend's moments (surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--local-reach", type=float, default=LearnedSurrogate().local_reach,
+                        help="the run-local model's weight falls for candidates whose recorded-data mean lies outside "
+                             "the run's rows' range, over this many of their sds (surrogates.learned; default: the "
+                             "app's, %(default)s, None: the same weight everywhere)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")

@@ -79,7 +79,7 @@ class LearnedSurrogate:
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None,
-                 mixture: bool = DEFAULT_MIXTURE) -> None:
+                 mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = None) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -133,6 +133,12 @@ class LearnedSurrogate:
         # the gap between the two models' means widens, so that the candidates the recorded-data model
         # forecasts slowest (where the two disagree most) looked the most promising to measure.
         self.mixture = mixture
+        # local_reach (None: off): the run-local model's weight, earned on the rows the run measured, falls
+        # for a candidate whose recorded-data mean lies outside the range of the run's rows' means, by
+        # exp(-(gap / (local_reach x their sd))^2 / 2): where the run has measured nothing like it (a variant
+        # the recorded data forecasts far slower than anything measured) the run-local forest, constant
+        # beyond its rows, knows nothing, and the recorded-data model keeps its say.
+        self.local_reach = local_reach
         self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
@@ -275,7 +281,12 @@ class LearnedSurrogate:
         seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
         run_var = max(float(np.var(y)), self.local_min_sigma ** 2)
         calibration = self._order_calibration(base_mean, y, run_var) if base_mean is not None else None
-        self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var, calibration)
+        reach = None
+        if base_mean is not None:
+            reach = (float(np.min(base_mean)), float(np.max(base_mean)),
+                     max(float(np.std(base_mean)), self.local_min_sigma))
+        self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var, calibration,
+                             reach)
 
     def _order_calibration(self, base_mean: np.ndarray, y: np.ndarray, run_var: float):
         """(beta, the model's mean over the run's rows, the run's mean, the run's variance), or None (off, or
@@ -448,13 +459,20 @@ class LearnedSurrogate:
             base_mean = y_bar + beta * (base_mean - m_bar)
             base_var = beta ** 2 * base_var + (1 - beta ** 2) * run_var
         w = self._local.weight
+        reach = getattr(self._local, "reach", None)
+        if self.local_reach is not None and reach is not None:
+            lo, hi, spread = reach
+            gap = np.maximum(0.0, np.maximum(lo - base_mean, base_mean - hi))
+            w = w * np.exp(-0.5 * (gap / (self.local_reach * spread)) ** 2)
         mean = (1 - w) * base_mean + w * mu
         var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
         components = None
+        w_rows = np.broadcast_to(np.asarray(w, dtype=float), mean.shape)
         if self.mixture:
-            components = [((1 - w, float(a), float(math.sqrt(b))), (w, float(c), float(d)))
-                          for a, b, c, d in zip(base_mean, base_var, mu, sigma)]
-        return (1 - w) * base + w * local, mean, np.sqrt(np.maximum(var, 1e-12)), components
+            components = [((float(1 - v), float(a), float(math.sqrt(b))), (float(v), float(c), float(d)))
+                          for v, a, b, c, d in zip(w_rows, base_mean, base_var, mu, sigma)]
+        w_col = w_rows[:, None]
+        return (1 - w_col) * base + w_col * local, mean, np.sqrt(np.maximum(var, 1e-12)), components
 
     def forecast(self, request: ForecastRequest) -> Forecast:
         return self.forecast_many([request])[0]
@@ -506,7 +524,8 @@ class LearnedSurrogate:
                             ("local_min_sigma", 0.15), ("_local", None), ("target", "absolute"),
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
-                            ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False)):
+                            ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
+                            ("local_reach", None)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -523,6 +542,9 @@ class _Local:
     # (beta, the recorded-data model's mean over the run's rows, the run's mean log speedup, run_var): the
     # recalibration of the recorded-data model's order (LearnedSurrogate(order_prior_rows=...)), or None
     calibration: tuple | None = None
+    # (lowest, highest, sd at least local_min_sigma) of the recorded-data model's means over the run's rows:
+    # where its weight holds in full (LearnedSurrogate(local_reach=...)), or None
+    reach: tuple | None = None
 
 
 # Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,

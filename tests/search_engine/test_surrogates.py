@@ -652,3 +652,32 @@ def test_with_mixture_a_forecast_carries_both_models_normals_whose_moments_are_i
     assert expected_log_improvement(mixed[i], 1 / best) < expected_log_improvement(plain[i], 1 / best)
     # Before the run-local model there is one model: no mixture.
     assert LearnedSurrogate.load(tmp_path / "m.joblib").forecast(others[0]).log_mixture is None
+
+
+def test_local_reach_lowers_the_run_local_weight_only_outside_the_range_of_the_runs_rows(trained, tmp_path):
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    m = LearnedSurrogate.load(tmp_path / "m.joblib")
+    # the run measured only variants the recorded-data model forecasts fastest
+    reqs = _requests_of(test)
+    means = np.array([f.expected_log_speedup() for f in m.forecast_many(reqs)])
+    top = np.argsort(-means)[:6]
+    m.learn([{"request": reqs[i], "speedup": test[i]["speedup"]} for i in top])
+    lo, hi, spread = m._local.reach
+    assert spread >= m.local_min_sigma and lo <= hi
+    inside = next(i for i in top)
+    outside = int(np.argmin(means))  # far below anything the run measured
+    m.local_reach = None
+    flat = m.forecast_many([reqs[inside], reqs[outside]])
+    assert [f.log_mixture[1][0] for f in flat] == pytest.approx([m._local.weight] * 2)
+    m.local_reach = 1.0
+    near, far = m.forecast_many([reqs[inside], reqs[outside]])
+    assert near.log_mixture[1][0] == pytest.approx(m._local.weight)  # inside the range: the full weight
+    assert far.log_mixture[1][0] < 0.5 * m._local.weight  # outside: the recorded-data model keeps its say
+    (w0, a, _), (w1, b, _) = far.log_mixture
+    assert far.log_mean == pytest.approx(w0 * a + w1 * b)
+    # the bins blend with the same weight
+    X = _matrix([reqs[outside]])
+    base, base_mean, _ = m._base(X)
+    local = m._local_forecast([reqs[outside]], X, base_mean)[0]
+    assert list(far.probabilities) == pytest.approx(list((1 - w1) * base[0] + w1 * local[0]))

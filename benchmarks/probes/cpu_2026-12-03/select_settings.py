@@ -5,7 +5,8 @@ between D and E, whose forecasts take their mean and spread from the run's level
 -protocol-4.txt for the fourth, between D, F and G, whose run-local forecasts widen for knob values the run
 has not measured, each over two model seeds, and -protocol-5.txt for the fifth, between G, I and J, which
 recalibrate the recorded-data model's order on the run's measurements, and -protocol-6.txt for the sixth,
-between G and K, which reads P(beats best) and the expected gain from the two models' normals).
+between G and K, which reads P(beats best) and the expected gain from the two models' normals, and
+-protocol-7.txt for the seventh, between K and L, whose run-local weight falls outside the run's rows' range).
 
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py              # the first
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 2 # the second
@@ -13,6 +14,7 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 4 # the fourth
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 5 # the fifth
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 6 # the sixth
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 7 # the seventh
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -52,16 +54,20 @@ PROTOCOLS = {
     4: ("validation-protocol-4.txt", ("D", "F", "G"), "D", "validation-selection-4.json"),
     5: ("validation-protocol-5.txt", ("G", "I", "J"), "G", "validation-selection-5.json"),
     6: ("validation-protocol-6.txt", ("G", "K"), "G", "validation-selection-6.json"),
+    7: ("validation-protocol-7.txt", ("K", "L"), "K", "validation-selection-7.json"),
 }
 # the fourth protocol's configurations: D (today's default) with the run-local model's novelty at these
 # values, each run with two model seeds, whose 20 runs per family are pooled
 NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
-ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None}
+ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
-MIXTURE = {"G": False, "K": True}
-RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture"}
+MIXTURE = {"G": False, "K": True, "L": True}
+# the seventh's: K (today's default), and L, whose run-local weight falls outside the range of the run's rows
+LOCAL_REACH = {"K": None, "L": 1.0}
+RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
+             "L": "reach1"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
@@ -121,6 +127,8 @@ def main(argv=None) -> dict:
                 config["order_prior_rows"] = ORDER_PRIOR_ROWS[name]
             if number >= 6:
                 config["mixture"] = MIXTURE[name]
+            if number >= 7:
+                config["local_reach"] = LOCAL_REACH[name]
         else:
             weight, order, choice, old, new, moments = CONFIGS[name]
             medians, sources = surrogate_medians(old) | surrogate_medians(new), [old, new]
