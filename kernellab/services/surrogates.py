@@ -83,7 +83,8 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
-    from search_engine.surrogates.learned import DEFAULT_LOCAL_NOVELTY, DEFAULT_MIXTURE, LearnedSurrogate
+    from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_REACH, DEFAULT_MIXTURE,
+                                                  LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
@@ -98,6 +99,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 # by an earlier version forecasts a run's candidates as today's would.
                 model.local_novelty = DEFAULT_LOCAL_NOVELTY
                 model.mixture = DEFAULT_MIXTURE
+                model.local_reach = DEFAULT_LOCAL_REACH
             else:
                 from kernellab.datasets import all_recorded_rows
 

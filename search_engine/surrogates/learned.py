@@ -47,6 +47,9 @@ DEFAULT_LOCAL_NOVELTY = 3.0
 # LearnedSurrogate(mixture=...) of the app and the benchmarks: chosen on the validation families
 # (docs/search.md, "The two models' normals, not one").
 DEFAULT_MIXTURE = True
+# LearnedSurrogate(local_reach=...) of the app and the benchmarks: chosen on the validation families
+# (docs/search.md, "The two models' normals, not one").
+DEFAULT_LOCAL_REACH = 1.0
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -79,7 +82,7 @@ class LearnedSurrogate:
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None,
-                 mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = None) -> None:
+                 mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = DEFAULT_LOCAL_REACH) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):

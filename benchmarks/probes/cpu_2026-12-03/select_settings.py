@@ -64,7 +64,7 @@ NOVELTY = {"D": 0, "F": 1, "G": 3}
 ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
 MIXTURE = {"G": False, "K": True, "L": True}
-# the seventh's: K (today's default), and L, whose run-local weight falls outside the range of the run's rows
+# the seventh's: K (the default before it), and L, whose run-local weight falls outside the range of the run's rows
 LOCAL_REACH = {"K": None, "L": 1.0}
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
              "L": "reach1"}
