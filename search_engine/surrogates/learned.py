@@ -456,17 +456,17 @@ class LearnedSurrogate:
             local, mu, sigma = self._local_forecast(requests, X, base_mean)
         if base is None:
             return local, mu, sigma, None
+        w = self._local.weight
+        reach = getattr(self._local, "reach", None)  # (on the recorded-data means as the run's rows had them)
+        if self.local_reach is not None and reach is not None:
+            lo, hi, spread = reach
+            gap = np.maximum(0.0, np.maximum(lo - base_mean, base_mean - hi))
+            w = w * np.exp(-0.5 * (gap / (self.local_reach * spread)) ** 2)
         calibration = getattr(self._local, "calibration", None)  # a run-local model saved before it had one
         if calibration is not None:
             beta, m_bar, y_bar, run_var = calibration
             base_mean = y_bar + beta * (base_mean - m_bar)
             base_var = beta ** 2 * base_var + (1 - beta ** 2) * run_var
-        w = self._local.weight
-        reach = getattr(self._local, "reach", None)
-        if self.local_reach is not None and reach is not None:
-            lo, hi, spread = reach
-            gap = np.maximum(0.0, np.maximum(lo - base_mean, base_mean - hi))
-            w = w * np.exp(-0.5 * (gap / (self.local_reach * spread)) ** 2)
         mean = (1 - w) * base_mean + w * mu
         var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
         components = None
