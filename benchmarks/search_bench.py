@@ -772,6 +772,7 @@ def cpu_name() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's options (a probe that replays its runs takes its defaults from here)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    app = LearnedSurrogate()  # the learned surrogate's settings as the app has them
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--families", default="", help="comma-separated families to search (all are trained on)")
     parser.add_argument("--exclude", default="",
@@ -805,17 +806,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS,
                         help="where the learned surrogate's forecast mean and spread come from (surrogates.learned; "
                              "default: the app's, %(default)s)")
-    parser.add_argument("--local-novelty", type=float, default=LearnedSurrogate().local_novelty,
+    parser.add_argument("--local-novelty", type=float, default=app.local_novelty,
                         help="how much a candidate's knob values unseen in the run widen its run-local forecast "
                              "(surrogates.learned; default: the app's, %(default)s)")
-    parser.add_argument("--order-prior-rows", type=float, default=LearnedSurrogate().order_prior_rows,
+    parser.add_argument("--order-prior-rows", type=float, default=app.order_prior_rows,
                         help="recalibrate the recorded-data model's order on the run's measurements, its slope "
                              "shrunk towards 1 by this many pseudo rows (surrogates.learned; default: the app's, "
                              "%(default)s, None: off)")
-    parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=LearnedSurrogate().mixture,
+    parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=app.mixture,
                         help="read P(beats best) and the expected gain from the two models' normals, not from one "
                              "normal of the blend's moments (surrogates.learned; default: the app's, %(default)s)")
-    parser.add_argument("--local-reach", type=float, default=LearnedSurrogate().local_reach,
+    parser.add_argument("--local-reach", type=float, default=app.local_reach,
                         help="the run-local model's weight falls for candidates whose recorded-data mean lies outside "
                              "the run's rows' range, over this many of their sds (surrogates.learned; default: the "
                              "app's, %(default)s, None: the same weight everywhere)")
@@ -823,7 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")
     parser.add_argument("--online-weight", type=float, default=10.0)
-    parser.add_argument("--local-prior-rows", type=float, default=LearnedSurrogate().local_prior_rows,
+    parser.add_argument("--local-prior-rows", type=float, default=app.local_prior_rows,
                         help="the prior odds n : this of the run-local model against the recorded-data model "
                              "(surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--skip-baselines", action="store_true", help="only the surrogate-assisted PUCT")
