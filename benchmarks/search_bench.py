@@ -558,8 +558,10 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
             continue
         train = [r for d in datasets if d is not held for r in d.rows]
         started = time.perf_counter()
+        # (settings made before --committee train the single model their committed figures came from)
         model = LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight,
-                                 moments=getattr(args, "moments", "bins")).fit(
+                                 moments=getattr(args, "moments", "bins"),
+                                 committee=getattr(args, "committee", False)).fit(
             train, groups=[r["problem_name"] for r in train])
         fit_s = time.perf_counter() - started
         models[held.name] = model
@@ -820,6 +822,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the run-local model's weight falls for candidates whose recorded-data mean lies outside "
                              "the run's rows' range, over this many of their sds (surrogates.learned; default: the "
                              "app's, %(default)s, None: the same weight everywhere)")
+    parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
+                        help="the recorded-data model averages its calibration folds' models with the full one "
+                             "(surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--min-beat-prob", type=float, default=0.15)
     parser.add_argument("--conformal", type=float, default=0.2,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")

@@ -50,6 +50,9 @@ DEFAULT_MIXTURE = True
 # LearnedSurrogate(local_reach=...) of the app and the benchmarks: chosen on the validation families
 # (docs/search.md, "The two models' normals, not one").
 DEFAULT_LOCAL_REACH = 1.0
+# LearnedSurrogate(committee=...) of the app and the benchmarks (docs/search.md, "A committee of the
+# calibration folds' models").
+DEFAULT_COMMITTEE = False
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -70,6 +73,9 @@ class _Fitted:
     classes: np.ndarray
     cumulative: list  # per edge k: a classifier of P(bin > k), or a constant probability
     temperature: float
+    # committee: the calibration folds' models (each trained without a third of the recorded problems),
+    # whose tempered probabilities are averaged with this model's
+    members: tuple = ()
 
 
 class LearnedSurrogate:
@@ -82,7 +88,8 @@ class LearnedSurrogate:
                  local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None,
-                 mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = DEFAULT_LOCAL_REACH) -> None:
+                 mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = DEFAULT_LOCAL_REACH,
+                 committee: bool = DEFAULT_COMMITTEE) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -142,6 +149,14 @@ class LearnedSurrogate:
         # the recorded data forecasts far slower than anything measured) the run-local forest, constant
         # beyond its rows, knows nothing, and the recorded-data model keeps its say.
         self.local_reach = local_reach
+        # committee: the recorded-data model is the average of the model trained on every recorded problem
+        # and the calibration folds' models, each trained without a third of the problems (and likewise the
+        # ranking prior's scores). They are fitted anyway, to calibrate the temperature, so the committee
+        # costs no training, only its forecasts (about calibration_folds + 1 times the trees). The order a
+        # single model gives a problem it has never seen moves with which problems it was trained on (one
+        # recording's noise, or three more families, changed a held-out family's first pick); the
+        # committee's average moves less, and its bins are wider where its members disagree.
+        self.committee = committee
         self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
@@ -175,7 +190,7 @@ class LearnedSurrogate:
             from search_engine.surrogates.ranker import RankPrior
 
             logs = np.log([rows[i]["speedup"] for i in kept])
-            self._ranker = RankPrior(seed=self.seed).fit(X, logs, g)
+            self._ranker = RankPrior(seed=self.seed, committee=self.committee).fit(X, logs, g)
         self.trained_rows = len(y)
         return self
 
@@ -220,7 +235,13 @@ class LearnedSurrogate:
 
     def _relative_probs(self, X: np.ndarray) -> np.ndarray:
         """The recorded-data model's tempered bin probabilities, before any move to the run's level."""
-        probabilities = _temper(self._raw_probs(self._fitted, X), self._fitted.temperature)
+        fitted = self._fitted
+        members = getattr(fitted, "members", ())  # (a model saved before the committee has none)
+        probabilities = _temper(self._raw_probs(fitted, X), fitted.temperature)
+        if members:
+            for member in members:
+                probabilities = probabilities + _temper(self._raw_probs(member, X), fitted.temperature)
+            probabilities = probabilities / (len(members) + 1)
         if self._ranker is None:
             return probabilities
         w = self.ranker_weight
@@ -391,10 +412,14 @@ class LearnedSurrogate:
             splitter = GroupKFold(n_splits=min(folds, n_groups)) if n_groups >= 2 else \
                 KFold(n_splits=folds, shuffle=True, random_state=self.seed)
             oof = np.zeros((len(y), self.bins.n_bins))
+            members = []
             for train, test in splitter.split(X, y, groups if n_groups >= 2 else None):
                 model = self._train_uncalibrated(X[train], y[train], weights[train])
                 oof[test] = self._raw_probs(model, X[test])
+                members.append(model)
             temperature = _fit_temperature(oof, y)
+            if self.committee and n_groups >= 2:
+                return _Fitted(base.classifier, base.classes, base.cumulative, temperature, tuple(members))
         return _Fitted(base.classifier, base.classes, base.cumulative, temperature)
 
     def _train_uncalibrated(self, X, y, weights) -> _Fitted:
@@ -528,7 +553,7 @@ class LearnedSurrogate:
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
-                            ("local_reach", None)):
+                            ("local_reach", None), ("committee", False)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 

@@ -65,8 +65,15 @@ class RankPrior:
     """fit(X, centred log speedups, problem of each row); probabilities(X, bins): bin probabilities of
     the centred speedup (normals around the calibrated score)."""
 
-    def __init__(self, seed: int = 0, folds: int = 3, truncation: int = 50, min_sigma: float = 0.1) -> None:
+    def __init__(self, seed: int = 0, folds: int = 3, truncation: int = 50, min_sigma: float = 0.1,
+                 committee: bool = False) -> None:
         self.seed, self.folds, self.truncation, self.min_sigma = seed, folds, truncation, min_sigma
+        # committee: the score is the average of the standardised scores of the ranker trained on every
+        # problem and of the folds' rankers (fitted anyway for the line), rescaled to the spread of one
+        # ranker's over the training rows, so that the line fitted on one ranker's out-of-fold scores holds.
+        self.committee = committee
+        self.members: list[_Scored] = []
+        self.committee_sd = 1.0
         self.ranker: _Scored | None = None
         self.intercept, self.slope, self.sigma = 0.0, 0.0, 1.0
 
@@ -77,18 +84,32 @@ class RankPrior:
             raise ValueError("The ranking prior needs measurements of at least two problems (it calibrates "
                              "its scores on problems it did not train on).")
         z_oof = np.zeros(len(y))
+        members = []
         for train, test in GroupKFold(n_splits=min(self.folds, len(problems))).split(X, y, groups):
-            z_oof[test] = _Scored(X[train], y[train], groups[train], self.seed, self.truncation).z(X[test])
+            members.append(_Scored(X[train], y[train], groups[train], self.seed, self.truncation))
+            z_oof[test] = members[-1].z(X[test])
         slope, intercept = np.polyfit(z_oof, y, 1) if np.ptp(z_oof) > 1e-12 else (0.0, float(y.mean()))
         self.slope, self.intercept = max(float(slope), 0.0), float(intercept if slope > 0 else y.mean())
         residual = y - (self.intercept + self.slope * z_oof)
         self.sigma = max(float(np.sqrt(np.mean(residual ** 2))), self.min_sigma)
         self.ranker = _Scored(X, y, groups, self.seed, self.truncation)
+        self.members = members if self.committee else []
+        if self.members:
+            self.committee_sd = float(np.std(self._committee_z(X))) or 1.0
         return self
+
+    def _committee_z(self, X: np.ndarray) -> np.ndarray:
+        return np.mean([scored.z(X) for scored in [self.ranker, *self.members]], axis=0)
+
+    def z(self, X: np.ndarray) -> np.ndarray:
+        """The standardised score: the ranker's, or the committee's rescaled to one ranker's spread."""
+        if not getattr(self, "members", None):  # (a prior saved before the committee has none)
+            return self.ranker.z(X)
+        return self._committee_z(X) / self.committee_sd
 
     def mean(self, X: np.ndarray) -> np.ndarray:
         """The forecast centred log speedup of each row."""
-        return self.intercept + self.slope * self.ranker.z(X)
+        return self.intercept + self.slope * self.z(X)
 
     def probabilities(self, X: np.ndarray, bins: BinTable) -> np.ndarray:
         from search_engine.surrogates.learned import _normal_bins

@@ -110,3 +110,60 @@ def test_the_learned_surrogate_mixes_the_prior_in_and_keeps_it_through_save_and_
     del older.__dict__["ranker_weight"], older.__dict__["_ranker"]
     older.save(tmp_path / "old.joblib")
     assert np.allclose(LearnedSurrogate.load(tmp_path / "old.joblib").predict_proba(requests), p_plain)
+
+
+def test_the_committee_prior_averages_the_folds_rankers_at_one_rankers_spread():
+    X, y, g = problems(informative=True)
+    held = g == "p4"
+    single = RankPrior(seed=0).fit(X[~held], y[~held], g[~held])
+    committee = RankPrior(seed=0, committee=True).fit(X[~held], y[~held], g[~held])
+    assert single.members == [] and len(committee.members) == 3
+    # the line and its spread are fitted on the same out-of-fold scores; only the score changes
+    assert committee.slope == single.slope and committee.sigma == single.sigma
+    z = committee.z(X[~held])
+    assert abs(float(np.std(z)) - 1.0) < 1e-9
+    expected = np.mean([s.z(X[held]) for s in [committee.ranker, *committee.members]], axis=0) / committee.committee_sd
+    assert np.allclose(committee.z(X[held]), expected)
+    assert not np.allclose(committee.mean(X[held]), single.mean(X[held]))
+    assert spearmanr(committee.mean(X[held]), y[held]).statistic > 0.7
+    # a prior saved before the committee existed scores with its one ranker
+    del committee.__dict__["members"]
+    assert np.allclose(committee.z(X[held]), committee.ranker.z(X[held]))
+
+
+def test_the_committee_averages_the_calibration_folds_models_and_survives_save_and_load(tmp_path):
+    rows = _rows()
+    rng = np.random.default_rng(1)
+    idx = rng.permutation(len(rows))
+    parts = np.array_split(idx, 4)
+    # three recorded "problems" at different levels, and variants none of them holds
+    train, groups = [], []
+    for name, scale, part in zip("abc", (1.0, 3.0, 0.5), parts[:3]):
+        train += [dict(rows[i], speedup=scale * rows[i]["speedup"]) for i in part]
+        groups += [name] * len(part)
+    test = [rows[i] for i in parts[3]]
+    single = LearnedSurrogate(seed=0, ranker_weight=0.5).fit(train, groups=groups)
+    committee = LearnedSurrogate(seed=0, ranker_weight=0.5, committee=True).fit(train, groups=groups)
+    assert single._fitted.members == () and len(committee._fitted.members) == 3
+    assert committee.temperature == single.temperature
+    requests = _requests(test)
+    p_single, p_committee = single.predict_proba(requests), committee.predict_proba(requests)
+    assert np.allclose(p_committee.sum(axis=1), 1.0) and not np.allclose(p_single, p_committee)
+    # without its members (and its ranker's), the committee is the single model exactly
+    members, ranker_members = committee._fitted.members, committee._ranker.members
+    committee._fitted.members, committee._ranker.members = (), []
+    assert np.allclose(committee.predict_proba(requests), p_single)
+    committee._fitted.members, committee._ranker.members = members, ranker_members
+    truth = np.log([r["speedup"] for r in test])
+    expected = [f.expected_log_speedup() for f in committee.forecast_many(requests)]
+    assert spearmanr(expected, truth).statistic > 0.6
+    committee.save(tmp_path / "c.joblib")
+    assert np.allclose(LearnedSurrogate.load(tmp_path / "c.joblib").predict_proba(requests), p_committee)
+    # a model saved before the committee existed loads as a single model
+    older = LearnedSurrogate(seed=0, ranker_weight=0.5).fit(train, groups=groups)
+    del older.__dict__["committee"]
+    older._fitted = type(older._fitted)(older._fitted.classifier, older._fitted.classes, older._fitted.cumulative,
+                                        older._fitted.temperature)
+    older.save(tmp_path / "old.joblib")
+    loaded = LearnedSurrogate.load(tmp_path / "old.joblib")
+    assert loaded.committee is False and np.allclose(loaded.predict_proba(requests), p_single)

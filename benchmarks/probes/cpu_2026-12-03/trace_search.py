@@ -33,7 +33,7 @@ import search_bench as sb  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
-    DEFAULT_LOCAL_NOVELTY, DEFAULT_MIXTURE, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
+    DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_MIXTURE, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -103,6 +103,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=DEFAULT_MIXTURE,
                         help="P(beats best) and the gain from the two models' normals (surrogates.learned; "
                              "--no-mixture reproduces the traces committed before the seventeenth session)")
+    parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=DEFAULT_COMMITTEE,
+                        help="the recorded-data model as a committee of its calibration folds' models "
+                             "(surrogates.learned; default: the app's)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -111,14 +114,16 @@ def main(argv=None) -> dict:
                                           "--moments", args.moments, "--local-novelty", str(args.local_novelty)]
                                          + ([] if args.order_prior_rows is None else
                                             ["--order-prior-rows", str(args.order_prior_rows)])
-                                         + (["--mixture"] if args.mixture else ["--no-mixture"]))
+                                         + (["--mixture"] if args.mixture else ["--no-mixture"])
+                                         + (["--committee"] if args.committee else ["--no-committee"]))
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
     if held is None:
         raise SystemExit(f"{args.family}: no recorded family of that name.")
     train = [r for d in datasets if d is not held for r in d.rows]
-    model = LearnedSurrogate(seed=bench.model_seed, ranker_weight=bench.ranker_weight, moments=bench.moments).fit(train, groups=[r["problem_name"] for r in train])
+    model = LearnedSurrogate(seed=bench.model_seed, ranker_weight=bench.ranker_weight, moments=bench.moments,
+                             committee=bench.committee).fit(train, groups=[r["problem_name"] for r in train])
     ranks = zero_shot_ranks(model, held)
     hits = sorted(rank for key, rank in ranks.items() if held.records[key]["speedup"] >= held.target)
     print(f"{held.name}: {len(held.records)} variants, target {held.target:.3g}x, {len(hits)} at target; "
