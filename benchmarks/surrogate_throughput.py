@@ -39,7 +39,7 @@ from benchmarks.search_bench import _requests, cpu_name, recorded_datasets  # no
 from search_engine.bins import DEFAULT_BINS  # noqa: E402
 from search_engine.surrogates import features  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
-from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.learned import DEFAULT_COMMITTEE, LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # noqa: E402
 
 
@@ -72,6 +72,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=2, help="timed passes per family; the best is kept")
     parser.add_argument("--ranker-weight", type=float, default=RANKER_APP_WEIGHT,
                         help="the ranking prior's weight (default: the app's, %(default)s; 0: the classifier alone)")
+    parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=DEFAULT_COMMITTEE,
+                        help="the recorded-data model as a committee of its calibration folds' models "
+                             "(default: the app's, %(default)s)")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
@@ -83,7 +86,8 @@ def main(argv=None) -> dict:
     wanted = set(args.families.split(",")) if args.families else {d.name for d in datasets}
     rows = [r for d in datasets for r in d.rows]
     started = time.perf_counter()
-    model = LearnedSurrogate(seed=0, ranker_weight=args.ranker_weight).fit(rows, groups=[r["problem_name"] for r in rows])
+    model = LearnedSurrogate(seed=0, ranker_weight=args.ranker_weight, committee=args.committee).fit(
+        rows, groups=[r["problem_name"] for r in rows])
     fit_s = time.perf_counter() - started
 
     results = {}
@@ -118,7 +122,7 @@ def main(argv=None) -> dict:
         "cpu": cpu_name(), "cores_used": 1, "python": platform.python_version(),
         "data": "recorded H200 (kernellab/problems/*/records/h200.jsonl.gz); every ok variant of each family",
         "model": {"surrogate": model.id, "train_rows": len(rows), "fit_s": fit_s, "ranker_weight": args.ranker_weight,
-                  "note": "trained on every family: throughput only, no accuracy"},
+                  "committee": args.committee, "note": "trained on every family: throughput only, no accuracy"},
         "batch": args.batch, "repeats": args.repeats,
         # The machine is shared: a load above its core count slows every figure here.
         "load_average_1_5_15": list(os.getloadavg()), "machine_cores": os.cpu_count(),
