@@ -50,7 +50,7 @@ from search_engine.driver import SearchDriver  # noqa: E402
 from search_engine.search_settings import SearchSettings  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # noqa: E402
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
-from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
+from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
 from search_engine.surrogates.learned import DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
@@ -321,7 +321,9 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                             # settings made before --measure-order and --measure-choice (the probes of
                             # 2026-12-02/03) keep the order and choice their committed figures were measured with
                             measure_order=getattr(args, "measure_order", "verify-first"),
-                            measure_choice=getattr(args, "measure_choice", "beat-probability"))
+                            measure_choice=getattr(args, "measure_choice", "beat-probability"),
+                            # and those made before --verify-slot give the verification a slot of its own
+                            verify_slot=getattr(args, "verify_slot", "extra"))
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
         surrogate.local_prior_rows = getattr(args, "local_prior_rows", surrogate.local_prior_rows)
@@ -805,6 +807,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--measure-choice", choices=MEASURE_CHOICES, default=PolicySettings.measure_choice,
                         help="which candidates take a step's GPU slots (search_engine.policy; default: the app's, "
                              "%(default)s)")
+    parser.add_argument("--verify-slot", choices=VERIFY_SLOTS, default=PolicySettings.verify_slot,
+                        help="whether the verification of a forecast-only best is a measurement on top of a step's or "
+                             "takes one of its slots (search_engine.policy; default: the app's, %(default)s)")
     parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS,
                         help="where the learned surrogate's forecast mean and spread come from (surrogates.learned; "
                              "default: the app's, %(default)s)")

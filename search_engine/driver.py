@@ -418,6 +418,12 @@ class SearchDriver:
         verify = self.policy.verification_of_best(self.tree)
         measures = self.policy.measurement_order(self.tree, ([verify] if verify is not None else []) + [
             d for d in decisions if d.action == "measure" and (verify is None or d.node_id != verify.node_id)])
+        displaced = self.policy.displaced_by_verification(self.tree, measures, verify)
+        if displaced is not None:
+            measures = [d for d in measures if d is not displaced]
+            if displaced is not verify:  # it waits, parked, for a later step
+                self.tree.nodes[displaced.node_id].reason = (
+                    displaced.reason + "; waiting for a GPU slot (the verification of the forecast-only best took it)")
         prepare = getattr(self.port, "prepare_measurements", None)
         if prepare is not None and self.settings.policy.approval != "manual":
             planned = [d.node_id for d in measures][:max(0, self.budget_left())]

@@ -20,6 +20,7 @@ ABSTENTION_PRIORITY = 0.5  # an abstention is deferred to the GPU ahead of weakl
 MEASURE_FIRST_PRIORITY = 0.9  # a generator's measure-first child (a cure's start) goes ahead of most forecasts
 MEASURE_ORDERS = ("verify-first", "improvement")
 MEASURE_CHOICES = ("beat-probability", "improvement")
+VERIFY_SLOTS = ("extra", "shared")
 
 
 @dataclass
@@ -48,6 +49,11 @@ class PolicySettings:
     # run's start, when nearly every candidate beats the reference, so that the slots went by node id.
     # Chosen on validation families only: docs/search.md, "The choice of a step's measurements".
     measure_choice: str = "improvement"
+    # The GPU slot of the verification of a forecast-only best: "extra", a measurement on top of the step's
+    # (at most max_gpu_per_step + 1 in a step); "shared", one of the step's slots, which it takes only
+    # when its expected log improvement over the best measured speedup beats that of the step's weakest
+    # measurement (the one it displaces waits, parked, for a later step).
+    verify_slot: str = "extra"
     measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
     conformal_target: float | None = None  # error rate of accepted forecasts to stay under
     conformal_min_samples: int = 10
@@ -66,6 +72,8 @@ class PolicySettings:
             raise ValueError(f"The order of a step's measurements must be one of {', '.join(MEASURE_ORDERS)}.")
         if self.measure_choice not in MEASURE_CHOICES:
             raise ValueError(f"The choice of a step's measurements must be one of {', '.join(MEASURE_CHOICES)}.")
+        if self.verify_slot not in VERIFY_SLOTS:
+            raise ValueError(f"The verification's GPU slot must be one of {', '.join(VERIFY_SLOTS)}.")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -338,17 +346,32 @@ class SelectivePolicy:
         the ones measured ahead whatever the order (stable: ties keep the step's order)."""
         if self.settings.measure_order != "improvement":
             return measures
+        return sorted(measures, key=lambda d: -self._gain(tree, d))
+
+    def _gain(self, tree: PUCTTree, d: Decision) -> float:
+        """A measurement's expected log improvement over the best measured speedup (infinite for one
+        measured ahead whatever the order, or without a forecast to order it by)."""
+        node = tree.nodes[d.node_id]
+        if d.ahead or not node.forecast:
+            return math.inf
+        forecast = Forecast.from_dict(node.forecast)
+        if forecast.abstained:
+            return math.inf
         best = tree.best_measured()
-        best_speedup = best.speedup if best is not None else 1.0
+        return expected_log_improvement(forecast, best.speedup if best is not None else 1.0, self.bins)
 
-        def gain(d: Decision) -> float:
-            node = tree.nodes[d.node_id]
-            if d.ahead or not node.forecast:
-                return math.inf
-            forecast = Forecast.from_dict(node.forecast)
-            return math.inf if forecast.abstained else expected_log_improvement(forecast, best_speedup, self.bins)
-
-        return sorted(measures, key=lambda d: -gain(d))
+    def displaced_by_verification(self, tree: PUCTTree, measures: list[Decision],
+                                  verify: Decision | None) -> Decision | None:
+        """Under verify_slot "shared", the measurement of the step that the verification of a forecast-only
+        best does not add to but takes the place of: the one with the lowest expected log improvement among
+        the verification and the step's others (the verification itself when it is the weakest), or None
+        (no verification, verify_slot "extra", or a step with a slot to spare)."""
+        if verify is None or self.settings.verify_slot != "shared":
+            return None
+        if len(measures) <= self.settings.max_gpu_per_step:
+            return None
+        weakest = min(reversed(measures), key=lambda d: self._gain(tree, d))  # a tie drops the later one
+        return None if math.isinf(self._gain(tree, weakest)) else weakest
 
     @staticmethod
     def parent_speedup(tree: PUCTTree, node: Node) -> float | None:

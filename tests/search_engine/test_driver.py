@@ -240,6 +240,20 @@ def test_with_the_improvement_order_a_step_measures_its_most_promising_candidate
     assert sorted(orders["verify-first"]) == sorted(orders["improvement"])  # the same measurements, reordered
 
 
+def test_with_a_shared_slot_a_modest_forecast_only_best_waits_and_a_step_measures_no_more_than_its_slots():
+    counts = {}
+    for slot in ("extra", "shared"):
+        port = FakePort()
+        driver = make_driver(port=port, surrogate=ConfidentlyModestForVec4(), threshold=0.9, root_children=24,
+                             min_beat_prob=0.01, max_gpu_per_step=2, verify_slot=slot)
+        report = driver.step()
+        counts[slot] = [driver.tree.nodes[n].candidate["knobs"]["VEC"] for n in report.measured_requests]
+    assert len(counts["extra"]) == 3 and 4 in counts["extra"]  # the verification on top of the step's two
+    assert len(counts["shared"]) == 2 and 4 not in counts["shared"]  # it gave way to two more promising
+    # the modest best stays forecast-only; the displaced verification changed no state
+    assert any(n.state == "accepted-by-forecast" and n.candidate["knobs"]["VEC"] == 4 for n in driver.tree.nodes.values())
+
+
 def test_confident_slowdowns_are_pruned_and_never_expanded():
     driver = make_driver(surrogate=TableSurrogate(confidence=0.95, accuracy=1.0), threshold=0.5)
     driver.run(max_steps=40)

@@ -298,3 +298,33 @@ def test_a_stalled_search_measures_its_most_promising_parked_children():
     stalled = policy.decide(tree, [], 10, stalled=True)
     assert [(d.node_id, d.action) for d in stalled] == [(ids[1], "measure")]
     assert policy.decide(tree, [], 0, stalled=True) == []
+
+
+def test_a_shared_verification_slot_displaces_the_steps_weakest_measurement_or_gives_way():
+    # a forecast-only best confidently at 1.4-2x, and uncertain children that may well be 4x (bin 8) or 3x (bin 7)
+    tree, ids = tree_with_children([forecast_on(6, 0.9), forecast_on(8, 0.5), forecast_on(7, 0.5)])
+    tree.nodes[ids[0]].state = "accepted-by-forecast"
+    tree.set_provisional(ids[0], 1.7)
+    verify = Decision(ids[0], "measure", "verify", priority=2.0)
+    steps = [verify, Decision(ids[1], "measure", "uncertain", priority=0.9),
+             Decision(ids[2], "measure", "uncertain", priority=0.8)]
+    extra = SelectivePolicy(PolicySettings(max_gpu_per_step=2))
+    assert PolicySettings().verify_slot == "extra"
+    assert extra.displaced_by_verification(tree, steps, verify) is None  # on top of the step's two
+    shared = SelectivePolicy(PolicySettings(max_gpu_per_step=2, verify_slot="shared"))
+    # the modest best promises less than either uncertain child: it gives way
+    assert shared.displaced_by_verification(tree, steps, verify) is verify
+    # a slot to spare: the verification is made as well
+    assert shared.displaced_by_verification(tree, steps[:2], verify) is None
+    assert SelectivePolicy(PolicySettings(max_gpu_per_step=3, verify_slot="shared")).displaced_by_verification(
+        tree, steps, verify) is None
+    # a best forecast at 4x or more, against a child of 1.4-2x: the child waits
+    tree.nodes[ids[0]].forecast = forecast_on(8, 0.9).to_dict()
+    tree.nodes[ids[2]].forecast = forecast_on(6, 0.5).to_dict()
+    assert shared.displaced_by_verification(tree, steps, verify).node_id == ids[2]
+    # a measurement made ahead whatever the order is never displaced: the verification gives way to it
+    ahead = [verify, Decision(ids[1], "measure", "first", ahead=True), Decision(ids[2], "measure", "first", ahead=True)]
+    assert shared.displaced_by_verification(tree, ahead, verify) is verify
+    assert shared.displaced_by_verification(tree, steps, None) is None
+    with pytest.raises(ValueError, match="slot"):
+        PolicySettings(verify_slot="sometimes")

@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import numpy as np  # noqa: E402
 
 import search_bench as sb  # noqa: E402
-from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, PolicySettings  # noqa: E402
+from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
     DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_MIXTURE, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
@@ -75,7 +75,16 @@ def trace(dataset, model, ranks: dict, seed: int, args) -> dict:
                            "confidence": forecast.confidence if forecast else None})
             return result
 
+        displace = driver.policy.displaced_by_verification
+
+        def displaced(tree, measures, verify):
+            out = displace(tree, measures, verify)
+            if out is not None and events and "chosen" in events[-1]:
+                events[-1]["displaced"] = {"node": out.node_id, "zero_shot_rank": rank_of(out.node_id)}
+            return out
+
         driver.policy.measurement_order = ordered
+        driver.policy.displaced_by_verification = displaced
         port.request_measurement = measured
         watch.driver = driver
 
@@ -103,6 +112,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=DEFAULT_MIXTURE,
                         help="P(beats best) and the gain from the two models' normals (surrogates.learned; "
                              "--no-mixture reproduces the traces committed before the seventeenth session)")
+    parser.add_argument("--verify-slot", choices=VERIFY_SLOTS, default=PolicySettings.verify_slot,
+                        help="the verification of a forecast-only best on top of a step's measurements or in one "
+                             "of its slots (search_engine.policy; default: the app's)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=DEFAULT_COMMITTEE,
                         help="the recorded-data model as a committee of its calibration folds' models "
                              "(surrogates.learned; default: the app's)")
@@ -115,7 +127,8 @@ def main(argv=None) -> dict:
                                          + ([] if args.order_prior_rows is None else
                                             ["--order-prior-rows", str(args.order_prior_rows)])
                                          + (["--mixture"] if args.mixture else ["--no-mixture"])
-                                         + (["--committee"] if args.committee else ["--no-committee"]))
+                                         + (["--committee"] if args.committee else ["--no-committee"])
+                                         + ["--verify-slot", args.verify_slot])
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
@@ -145,6 +158,9 @@ def main(argv=None) -> dict:
                              f"; the recorded-data model's order recalibrated with slope {event['order_slope']:.2f}"))
                 for c in event["chosen"]:
                     print(f"  step {event['step']:3d} chooses zero-shot #{c['zero_shot_rank']}: {c['reason'][:120]}")
+                if event.get("displaced"):
+                    print(f"  step {event['step']:3d} leaves zero-shot #{event['displaced']['zero_shot_rank']} unmeasured: "
+                          "the step's weakest with the verification in one of its slots")
             else:
                 forecast, confidence = event["forecast_speedup"], event["confidence"]
                 then = "no forecast" if forecast is None else f"forecast then {forecast:.3g}x ({confidence:.2f})"
@@ -152,7 +168,9 @@ def main(argv=None) -> dict:
                       f"{' (at target)' if event['hit'] else ''}, {then}")
     result = {"family": held.name, "target": held.target, "measure_choice": args.measure_choice,
               "measure_order": args.measure_order, "moments": args.moments, "local_novelty": args.local_novelty,
-              "order_prior_rows": args.order_prior_rows, "mixture": args.mixture, "zero_shot_hit_ranks": hits[:20], "runs": runs}
+              "order_prior_rows": args.order_prior_rows, "mixture": args.mixture, "committee": args.committee, "local_reach": bench.local_reach,
+              "verify_slot": args.verify_slot,
+              "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(f"wrote {args.out}")
