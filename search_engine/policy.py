@@ -49,11 +49,13 @@ class PolicySettings:
     # run's start, when nearly every candidate beats the reference, so that the slots went by node id.
     # Chosen on validation families only: docs/search.md, "The choice of a step's measurements".
     measure_choice: str = "improvement"
-    # The GPU slot of the verification of a forecast-only best: "extra", a measurement on top of the step's
-    # (at most max_gpu_per_step + 1 in a step); "shared", one of the step's slots, which it takes only
-    # when its expected log improvement over the best measured speedup beats that of the step's weakest
-    # measurement (the one it displaces waits, parked, for a later step).
-    verify_slot: str = "extra"
+    # The GPU slot of the verification of a forecast-only best: "shared", one of the step's slots, which it
+    # takes only when its expected log improvement over the best measured speedup beats that of the step's
+    # weakest measurement (the one it displaces waits, parked, for a later step; a verification that gives
+    # way is made in a later step); "extra" (before the eighteenth session), a measurement on top of the
+    # step's, at most max_gpu_per_step + 1 in a step. Chosen on validation families only: docs/search.md,
+    # "The verification's GPU slot".
+    verify_slot: str = "shared"
     measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
     conformal_target: float | None = None  # error rate of accepted forecasts to stay under
     conformal_min_samples: int = 10
@@ -81,7 +83,10 @@ class PolicySettings:
     @classmethod
     def from_dict(cls, data: dict | None) -> "PolicySettings":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+        data = dict(data or {})
+        if data and "verify_slot" not in data:
+            data["verify_slot"] = "extra"  # a run saved before the setting goes on as it began
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass

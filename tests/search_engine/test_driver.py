@@ -230,8 +230,9 @@ def test_with_the_improvement_order_a_step_measures_its_most_promising_candidate
     orders = {}
     for order in ("verify-first", "improvement"):
         port = FakePort()
+        # the verification on top of the step's slots, so that both orders make the same measurements
         driver = make_driver(port=port, surrogate=ConfidentlyModestForVec4(), threshold=0.9, root_children=24,
-                             min_beat_prob=0.01, measure_order=order)
+                             min_beat_prob=0.01, measure_order=order, verify_slot="extra")
         report = driver.step()
         assert len(report.measured_requests) >= 2
         orders[order] = [driver.tree.nodes[n].candidate["knobs"]["VEC"] for n in port.requests]

@@ -308,8 +308,12 @@ def test_a_shared_verification_slot_displaces_the_steps_weakest_measurement_or_g
     verify = Decision(ids[0], "measure", "verify", priority=2.0)
     steps = [verify, Decision(ids[1], "measure", "uncertain", priority=0.9),
              Decision(ids[2], "measure", "uncertain", priority=0.8)]
-    extra = SelectivePolicy(PolicySettings(max_gpu_per_step=2))
-    assert PolicySettings().verify_slot == "extra"
+    extra = SelectivePolicy(PolicySettings(max_gpu_per_step=2, verify_slot="extra"))
+    assert PolicySettings().verify_slot == "shared"  # the default since the eighteenth session
+    # a run saved before the setting goes on as it began; one saved with it keeps it
+    assert PolicySettings.from_dict({"threshold": 0.7}).verify_slot == "extra"
+    assert PolicySettings.from_dict({"verify_slot": "shared"}).verify_slot == "shared"
+    assert PolicySettings.from_dict(None).verify_slot == "shared"
     assert extra.displaced_by_verification(tree, steps, verify) is None  # on top of the step's two
     shared = SelectivePolicy(PolicySettings(max_gpu_per_step=2, verify_slot="shared"))
     # the modest best promises less than either uncertain child: it gives way
