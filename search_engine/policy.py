@@ -3,7 +3,9 @@
 Every proposed child is forecast. A confident forecast (confidence >= the run's threshold) becomes
 the child's provisional value; a confident slowdown against its parent is pruned. An uncertain child
 (or an abstention) that could beat the current best goes to the GPU, at most k per step and within
-the run's GPU budget. The best value must be GPU-verified: a forecast-only best is queued.
+the run's GPU budget. A forecast-only best is queued for GPU verification: in one of the step's slots
+when it promises as much as the step's other measurements (verify_slot "shared", the default), else in a
+later step; what a run reports as its best is always measured.
 """
 
 from __future__ import annotations
