@@ -54,7 +54,7 @@ class PolicySettings:
     # The GPU slot of the verification of a forecast-only best: "shared", one of the step's slots, which it
     # takes only when its expected log improvement over the best measured speedup beats that of the step's
     # weakest measurement (the one it displaces waits, parked, for a later step; a verification that gives
-    # way is made in a later step); "extra" (before the eighteenth session), a measurement on top of the
+    # way competes again in the next step); "extra" (before the eighteenth session), a measurement on top of the
     # step's, at most max_gpu_per_step + 1 in a step. Chosen on validation families only: docs/search.md,
     # "The verification's GPU slot".
     verify_slot: str = "shared"

@@ -50,8 +50,8 @@ DEFAULT_MIXTURE = True
 # LearnedSurrogate(local_reach=...) of the app and the benchmarks: chosen on the validation families
 # (docs/search.md, "The two models' normals, not one").
 DEFAULT_LOCAL_REACH = 1.0
-# LearnedSurrogate(committee=...) of the app and the benchmarks (docs/search.md, "A committee of the
-# calibration folds' models").
+# LearnedSurrogate(committee=...) of the app and the benchmarks: tried on the validation families and not
+# kept (docs/search.md, "A committee of models").
 DEFAULT_COMMITTEE = False
 
 
