@@ -57,24 +57,27 @@ PROTOCOLS = {
     7: ("validation-protocol-7.txt", ("K", "L"), "K", "validation-selection-7.json"),
     8: ("validation-protocol-8.txt", ("L", "M"), "L", "validation-selection-8.json"),
     9: ("validation-protocol-9.txt", ("L", "N"), "L", "validation-selection-9.json"),
+    10: ("validation-protocol-10.txt", ("N", "O"), "N", "validation-selection-10.json"),
 }
 # the fourth protocol's configurations: D (today's default) with the run-local model's novelty at these
 # values, each run with two model seeds, whose 20 runs per family are pooled
 NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
-ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None}
+ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
-MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True}
+MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True}
 # the seventh's: K (the default before it), and L, whose run-local weight falls outside the range of the run's rows
-LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0}
+LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0}
 # the eighth's: L (the default before it), and M, whose recorded-data model is a committee of its
 # calibration folds' models
-COMMITTEE = {"L": False, "M": True, "N": False}
+COMMITTEE = {"L": False, "M": True, "N": False, "O": False}
 # the ninth's: L, and N, whose verification of a forecast-only best takes one of a step's GPU slots
-VERIFY_SLOT = {"L": "extra", "N": "shared"}
+VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared"}
+# the tenth's: N, and O, whose run-local model needs more evidence to take over (prior odds n : 24, not n : 8)
+LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0}
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
-             "L": "reach1", "M": "committee", "N": "verify-shared"}
+             "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
@@ -140,6 +143,8 @@ def main(argv=None) -> dict:
                 config["committee"] = COMMITTEE[name]
             if number >= 9:
                 config["verify_slot"] = VERIFY_SLOT[name]
+            if number >= 10:
+                config["local_prior_rows"] = LOCAL_PRIOR_ROWS[name]
         else:
             weight, order, choice, old, new, moments = CONFIGS[name]
             medians, sources = surrogate_medians(old) | surrogate_medians(new), [old, new]
