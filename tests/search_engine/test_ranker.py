@@ -162,8 +162,6 @@ def test_the_committee_averages_the_calibration_folds_models_and_survives_save_a
     # a model saved before the committee existed loads as a single model
     older = LearnedSurrogate(seed=0, ranker_weight=0.5).fit(train, groups=groups)
     del older.__dict__["committee"]
-    older._fitted = type(older._fitted)(older._fitted.classifier, older._fitted.classes, older._fitted.cumulative,
-                                        older._fitted.temperature)
     older.save(tmp_path / "old.joblib")
     loaded = LearnedSurrogate.load(tmp_path / "old.joblib")
     assert loaded.committee is False and np.allclose(loaded.predict_proba(requests), p_single)

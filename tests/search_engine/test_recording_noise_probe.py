@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +55,13 @@ def test_two_recordings_are_compared_variant_by_variant(probe):
     assert out["first_best_in_second"] == {"over_second_target": pytest.approx(3.9 / 3.705), "rank_in_second": 1}
     assert out["random_first_pick_hit_rate"] == 0.25
     assert out["first_recording_screened_pick_hit_rate"] == 1.0 and out["first_recording_order_first_hit"] == 1
+
+
+def test_a_probes_json_holds_the_common_header_its_own_fields_and_the_command(probe, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "p.json"
+    path = probe.write_probe("demo", "benchmarks/probes/demo.py", ["--draws", "5"], str(out), {"draws": 5, "families": {}})
+    data = json.loads(path.read_text())
+    assert path == out and data["probe"] == "demo" and data["screen"] == probe.SCREEN and data["draws"] == 5
+    assert data["command"] == "OMP_NUM_THREADS=1 python benchmarks/probes/demo.py --draws 5"
+    assert data["omp_threads"] == "1" and data["families"] == {}

@@ -23,10 +23,6 @@ the run; nothing here is tuned on the held-out family.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -42,7 +38,9 @@ from search_engine.policy import prob_above  # noqa: E402
 from search_engine.surrogates.features import feature_names  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate, _matrix  # noqa: E402
 
-SCREEN = 256
+sys.path.insert(0, str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"))
+from recording_noise import SCREEN, write_probe  # noqa: E402
+
 LEVELS = 30
 LGBM = dict(n_estimators=200, learning_rate=0.05, num_leaves=15, min_child_samples=20, verbose=-1, n_jobs=1,
             random_state=0)
@@ -153,16 +151,9 @@ def main(argv=None) -> int:
         cells = " ".join(f"{r['models'][n]['screen_top_pick_hit_rate']:>7.2f} ({r['models'][n]['first_hit_rank']!s:>4s})"
                          for n in names)
         print(f"{family:14s} {r['at_target_share']:>7.2f} {cells}")
-    out = {"probe": "first_pick_objectives", "date": dt.date.today().isoformat(),
-           "machine": f"cpu ({platform.machine()}), replay of the H200 records", "screen": SCREEN,
-           "draws": args.draws, "lightgbm": LGBM, "levels": LEVELS, "omp_threads": os.environ.get("OMP_NUM_THREADS"),
-           "command": "OMP_NUM_THREADS=1 python benchmarks/probes/cpu_2026-12-02/first_pick_objectives.py "
-                      + " ".join(argv if argv is not None else sys.argv[1:]),
-           "families": results, "seconds": time.perf_counter() - started}
-    path = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / \
-        f"probe_first_pick_objectives_cpu_{dt.date.today().isoformat()}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"\nwrote {path}")
+    write_probe("first_pick_objectives", "benchmarks/probes/cpu_2026-12-02/first_pick_objectives.py", argv, args.out,
+                {"draws": args.draws, "lightgbm": LGBM, "levels": LEVELS, "families": results,
+                 "seconds": time.perf_counter() - started})
     return 0
 
 

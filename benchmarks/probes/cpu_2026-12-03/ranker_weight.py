@@ -20,10 +20,6 @@ layernorm, hgemm, hgemm_mma): the weight was chosen on them, with the eight sear
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -38,7 +34,7 @@ from search_engine.policy import prob_above  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recording_noise import SCREEN, first_hit_in_order, screened_first_pick  # noqa: E402
+from recording_noise import SCREEN, first_hit_in_order, screened_first_pick, write_probe  # noqa: E402
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 VALIDATION = "column_sum,gelu,layernorm,hgemm,hgemm_mma"
@@ -93,17 +89,9 @@ def main(argv=None) -> int:
     means = {str(w): float(np.mean([r["weights"][str(w)]["p_beats_reference"]["screen_top_pick_hit_rate"]
                                     for r in results.values()])) for w in WEIGHTS}
     print(f"{'mean':14s} {'':>7s} " + " ".join(f"{means[str(w)]:>12.2f}" for w in WEIGHTS))
-    out = {"probe": "ranker_weight", "date": dt.date.today().isoformat(),
-           "machine": f"cpu ({platform.machine()}), replay of the H200 records", "screen": SCREEN, "draws": args.draws,
-           "omp_threads": os.environ.get("OMP_NUM_THREADS"),
-           "command": "OMP_NUM_THREADS=1 python benchmarks/probes/cpu_2026-12-03/ranker_weight.py "
-                      + " ".join(argv if argv is not None else sys.argv[1:]),
-           "families": results, "mean_hit_rate_by_p_beats_reference": means,
-           "seconds": time.perf_counter() - started}
-    path = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / \
-        f"probe_ranker_weight_cpu_{dt.date.today().isoformat()}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"\nwrote {path}")
+    write_probe("ranker_weight", "benchmarks/probes/cpu_2026-12-03/ranker_weight.py", argv, args.out,
+                {"draws": args.draws, "families": results, "mean_hit_rate_by_p_beats_reference": means,
+                 "seconds": time.perf_counter() - started})
     return 0
 
 

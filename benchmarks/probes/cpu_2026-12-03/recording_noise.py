@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -43,6 +44,19 @@ import benchmarks.search_bench as sb  # noqa: E402
 
 SECOND = ROOT / "benchmarks" / "results" / "recordings" / "h200_2026-12-03"
 SCREEN = 256
+
+
+def write_probe(probe: str, script: str, argv, out: str | None, fields: dict) -> Path:
+    """A first-pick probe's JSON (its name, the date, the machine, the screen width, the OpenMP threads and
+    the command that made it, then `fields`) written to `out`, or benchmarks/results/probe_<probe>_cpu_<date>.json."""
+    today = dt.date.today().isoformat()
+    data = {"probe": probe, "date": today, "machine": f"cpu ({platform.machine()}), replay of the H200 records",
+            "screen": SCREEN, "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+            "command": f"OMP_NUM_THREADS=1 python {script} " + " ".join(argv if argv is not None else sys.argv[1:])}
+    path = Path(out) if out else ROOT / "benchmarks" / "results" / f"probe_{probe}_cpu_{today}.json"
+    path.write_text(json.dumps(data | fields, indent=1) + "\n")
+    print(f"\nwrote {path}")
+    return path
 
 
 def ok_speedups(dataset) -> dict:

@@ -76,6 +76,9 @@ COMMITTEE = {"L": False, "M": True, "N": False, "O": False}
 VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared"}
 # the tenth's: N, and O, whose run-local model needs more evidence to take over (prior odds n : 24, not n : 8)
 LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0}
+# the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
+SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
+                  (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS))
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
              "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24"}
 MODEL_SEEDS = (0, 1)
@@ -133,18 +136,7 @@ def main(argv=None) -> dict:
             medians, sources = pooled_medians(name)
             config = {"ranker_weight": 0.5, "measure_order": "improvement", "measure_choice": "improvement",
                       "local_novelty": NOVELTY.get(name, 3), "model_seeds": list(MODEL_SEEDS)}
-            if number >= 5:
-                config["order_prior_rows"] = ORDER_PRIOR_ROWS[name]
-            if number >= 6:
-                config["mixture"] = MIXTURE[name]
-            if number >= 7:
-                config["local_reach"] = LOCAL_REACH[name]
-            if number >= 8:
-                config["committee"] = COMMITTEE[name]
-            if number >= 9:
-                config["verify_slot"] = VERIFY_SLOT[name]
-            if number >= 10:
-                config["local_prior_rows"] = LOCAL_PRIOR_ROWS[name]
+            config |= {setting: values[name] for since, setting, values in SETTINGS_SINCE if number >= since}
         else:
             weight, order, choice, old, new, moments = CONFIGS[name]
             medians, sources = surrogate_medians(old) | surrogate_medians(new), [old, new]

@@ -19,10 +19,6 @@ the eight families the search benchmark's test searches are not looked at.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -39,7 +35,7 @@ from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"))
-from recording_noise import SCREEN, first_hit_in_order, screened_first_pick  # noqa: E402
+from recording_noise import SCREEN, first_hit_in_order, screened_first_pick, write_probe  # noqa: E402
 
 VALIDATION = "column_sum,gelu,layernorm,dot,bincount,spmv_ell"
 TEST = {"conv2d", "gemv", "histogram256", "reduce_sum", "rmsnorm", "sgemm", "softmax", "transpose"}
@@ -95,16 +91,8 @@ def main(argv=None) -> int:
         cells = " | ".join(f"{r[k]['screen_top_pick_hit_rate']:5.2f} {r[k]['first_hit_rank']!s:>5s} "
                            f"{r[k]['first_hit_rank_by_mean']!s:>5s} {r[k]['spearman']:6.2f}" for k in ("single", "committee"))
         print(f"{family:12s} {r['at_target_share']:7.2f} | {cells}")
-    out = {"probe": "committee_order", "date": dt.date.today().isoformat(),
-           "machine": f"cpu ({platform.machine()}), replay of the H200 records", "screen": SCREEN, "draws": args.draws,
-           "omp_threads": os.environ.get("OMP_NUM_THREADS"),
-           "command": "OMP_NUM_THREADS=1 python benchmarks/probes/cpu_2026-12-04/committee_order.py "
-                      + " ".join(argv if argv is not None else sys.argv[1:]),
-           "families": results, "seconds": time.perf_counter() - started}
-    path = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / \
-        f"probe_committee_order_cpu_{dt.date.today().isoformat()}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"\nwrote {path}")
+    write_probe("committee_order", "benchmarks/probes/cpu_2026-12-04/committee_order.py", argv, args.out,
+                {"draws": args.draws, "families": results, "seconds": time.perf_counter() - started})
     return 0
 
 
