@@ -323,7 +323,9 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                             measure_order=getattr(args, "measure_order", "verify-first"),
                             measure_choice=getattr(args, "measure_choice", "beat-probability"),
                             # and those made before --verify-slot give the verification a slot of its own
-                            verify_slot=getattr(args, "verify_slot", "extra"))
+                            verify_slot=getattr(args, "verify_slot", "extra"),
+                            # and those made before --step-spread let a step measure near-identical variants
+                            step_spread=getattr(args, "step_spread", 0))
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
         surrogate.local_prior_rows = getattr(args, "local_prior_rows", surrogate.local_prior_rows)
@@ -810,6 +812,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verify-slot", choices=VERIFY_SLOTS, default=PolicySettings.verify_slot,
                         help="whether the verification of a forecast-only best is a measurement on top of a step's or "
                              "takes one of its slots (search_engine.policy; default: the app's, %(default)s)")
+    parser.add_argument("--step-spread", type=int, default=PolicySettings.step_spread,
+                        help="the knob values a step's measurements chosen by their forecasts must differ in, pairwise "
+                             "(search_engine.policy; default: the app's, %(default)s; 0: off)")
     parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS,
                         help="where the learned surrogate's forecast mean and spread come from (surrogates.learned; "
                              "default: the app's, %(default)s)")

@@ -58,6 +58,11 @@ class PolicySettings:
     # step's, at most max_gpu_per_step + 1 in a step. Chosen on validation families only: docs/search.md,
     # "The verification's GPU slot".
     verify_slot: str = "shared"
+    # How many knob values a step's measurements chosen by their forecasts must differ in, pairwise: a
+    # candidate within fewer of one the step already measures gives its slot to the next that is not (it
+    # keeps its place when no such candidate is left). Two near-identical kernels tend to miss together when
+    # the forecast of one was wrong. 0: off; candidates without knob values (an LLM's) never give way.
+    step_spread: int = 0
     measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
     conformal_target: float | None = None  # error rate of accepted forecasts to stay under
     conformal_min_samples: int = 10
@@ -78,6 +83,8 @@ class PolicySettings:
             raise ValueError(f"The choice of a step's measurements must be one of {', '.join(MEASURE_CHOICES)}.")
         if self.verify_slot not in VERIFY_SLOTS:
             raise ValueError(f"The verification's GPU slot must be one of {', '.join(VERIFY_SLOTS)}.")
+        if self.step_spread < 0:
+            raise ValueError("The knob values a step's measurements differ in must be 0 or more.")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,6 +95,8 @@ class PolicySettings:
         data = dict(data or {})
         if data and "verify_slot" not in data:
             data["verify_slot"] = "extra"  # a run saved before the setting goes on as it began
+        if data and "step_spread" not in data:
+            data["step_spread"] = 0  # likewise
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
@@ -309,6 +318,7 @@ class SelectivePolicy:
         if not settled_order:
             to_measure.sort(key=slot_order)
         slots = budget_left if s.measure_all else min(budget_left, s.max_gpu_per_step)
+        to_measure = self.spread(tree, to_measure, slots)
         for d in to_measure:
             if slots > 0:
                 decisions.append(d)
@@ -317,6 +327,24 @@ class SelectivePolicy:
                 decisions.append(Decision(d.node_id, "park", d.reason + "; waiting for a GPU slot",
                                           priority=d.priority))
         return decisions
+
+    def spread(self, tree: PUCTTree, ordered: list[Decision], slots: int) -> list[Decision]:
+        """`ordered` with the first `slots` chosen so that, under step_spread k > 0, no two measurements chosen
+        by their forecasts share all but fewer than k knob values: one that does waits behind the next that
+        does not. Measurements made ahead whatever the order are neither moved nor compared. When too few
+        candidates differ enough, the waiting ones fill the slots left, in their order."""
+        k = self.settings.step_spread
+        if k <= 0 or slots < 2 or len(ordered) < 2:
+            return ordered
+        chosen: list[Decision] = []
+        for d in ordered:
+            if len(chosen) == slots:
+                break
+            if d.ahead or all(c.ahead or knobs_differ(tree.nodes[d.node_id], tree.nodes[c.node_id]) >= k
+                              for c in chosen):
+                chosen.append(d)
+        picked = {id(d) for d in chosen}
+        return chosen + [d for d in ordered if id(d) not in picked]
 
     def _claim(self, forecast: Forecast, best_speedup: float, p_beat: float) -> float:
         """A forecast's claim on a GPU slot under measure_choice."""
@@ -388,6 +416,18 @@ class SelectivePolicy:
         if parent.speedup is not None:
             return parent.speedup
         return parent.provisional_speedup
+
+
+def knobs_differ(a: Node, b: Node) -> float:
+    """How many knob values two nodes' candidates differ in (a knob only one of them has counts); infinite
+    when either has none, as an LLM's candidates: they are never too close to each other."""
+    ka, kb = (a.candidate or {}).get("knobs"), (b.candidate or {}).get("knobs")
+    if not ka or not kb:
+        return math.inf
+    return sum(1 for name in set(ka) | set(kb) if ka.get(name, _MISSING) != kb.get(name, _MISSING))
+
+
+_MISSING = object()
 
 
 def calibration_pairs(tree: PUCTTree, bins: BinTable = DEFAULT_BINS, tolerance_bins: int = 0) -> list[tuple[float, bool]]:

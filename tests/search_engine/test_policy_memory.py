@@ -332,3 +332,31 @@ def test_a_shared_verification_slot_displaces_the_steps_weakest_measurement_or_g
     assert shared.displaced_by_verification(tree, steps, None) is None
     with pytest.raises(ValueError, match="slot"):
         PolicySettings(verify_slot="sometimes")
+
+
+def test_a_spread_step_measures_kernels_that_differ_in_enough_knob_values():
+    # bins 8, 8, 7: the two most promising share every knob but one; under step_spread 2 the second slot goes
+    # to the next that differs from the first in two knobs, and the near twin waits, parked
+    tree, ids = tree_with_children([forecast_on(b, 0.4) for b in (8, 8, 7)])
+    for nid, knobs in zip(ids, ({"bx": 128, "unroll": 4, "vec": 2}, {"bx": 128, "unroll": 8, "vec": 2},
+                                {"bx": 256, "unroll": 4, "vec": 4})):
+        tree.nodes[nid].candidate["knobs"] = knobs
+    assert PolicySettings().step_spread == 0  # off unless chosen
+    plain = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2))
+    assert [d.node_id for d in plain.decide(tree, ids, 10) if d.action == "measure"] == [ids[0], ids[1]]
+    spread = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=2, step_spread=2))
+    decisions = {d.node_id: d for d in spread.decide(tree, ids, 10)}
+    assert [n for n, d in decisions.items() if d.action == "measure"] == [ids[0], ids[2]]
+    assert decisions[ids[1]].action == "park" and "waiting for a GPU slot" in decisions[ids[1]].reason
+    # when nothing else differs enough, the near twin still fills the slot
+    tree.nodes[ids[2]].candidate["knobs"] = {"bx": 128, "unroll": 2, "vec": 2}
+    assert [d.node_id for d in spread.decide(tree, ids, 10) if d.action == "measure"] == [ids[0], ids[1]]
+    # candidates without knob values (an LLM's) are never too close
+    for nid in ids:
+        tree.nodes[nid].candidate["knobs"] = None
+    assert [d.node_id for d in spread.decide(tree, ids, 10) if d.action == "measure"] == [ids[0], ids[1]]
+    # a run saved before the setting goes on without it
+    assert PolicySettings.from_dict({"threshold": 0.7}).step_spread == 0
+    assert PolicySettings.from_dict({"step_spread": 2}).step_spread == 2
+    with pytest.raises(ValueError, match="knob values"):
+        PolicySettings(step_spread=-1)

@@ -58,29 +58,34 @@ PROTOCOLS = {
     8: ("validation-protocol-8.txt", ("L", "M"), "L", "validation-selection-8.json"),
     9: ("validation-protocol-9.txt", ("L", "N"), "L", "validation-selection-9.json"),
     10: ("validation-protocol-10.txt", ("N", "O"), "N", "validation-selection-10.json"),
+    11: ("validation-protocol-11.txt", ("N", "P"), "N", "validation-selection-11.json"),
 }
 # the fourth protocol's configurations: D (today's default) with the run-local model's novelty at these
 # values, each run with two model seeds, whose 20 runs per family are pooled
 NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
-ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None}
+ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None, "P": None}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
-MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True}
+MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True}
 # the seventh's: K (the default before it), and L, whose run-local weight falls outside the range of the run's rows
-LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0}
+LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0}
 # the eighth's: L (the default before it), and M, whose recorded-data model is a committee of its
 # calibration folds' models
-COMMITTEE = {"L": False, "M": True, "N": False, "O": False}
+COMMITTEE = {"L": False, "M": True, "N": False, "O": False, "P": False}
 # the ninth's: L, and N, whose verification of a forecast-only best takes one of a step's GPU slots
-VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared"}
+VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared", "P": "shared"}
 # the tenth's: N, and O, whose run-local model needs more evidence to take over (prior odds n : 24, not n : 8)
-LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0}
+LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0}
+# the eleventh's: N, and P, whose step's measurements differ pairwise in at least 2 knob values
+STEP_SPREAD = {"N": 0, "P": 2}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
 SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
-                  (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS))
+                  (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS),
+                  (11, "step_spread", STEP_SPREAD))
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
-             "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24"}
+             "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24",
+             "P": "spread2"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")

@@ -115,6 +115,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--verify-slot", choices=VERIFY_SLOTS, default=PolicySettings.verify_slot,
                         help="the verification of a forecast-only best on top of a step's measurements or in one "
                              "of its slots (search_engine.policy; default: the app's)")
+    parser.add_argument("--step-spread", type=int, default=PolicySettings.step_spread,
+                        help="the knob values a step's measurements must differ in (search_engine.policy; default: "
+                             "the app's)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=DEFAULT_COMMITTEE,
                         help="the recorded-data model as a committee of its calibration folds' models "
                              "(surrogates.learned; default: the app's)")
@@ -128,7 +131,8 @@ def main(argv=None) -> dict:
                                             ["--order-prior-rows", str(args.order_prior_rows)])
                                          + (["--mixture"] if args.mixture else ["--no-mixture"])
                                          + (["--committee"] if args.committee else ["--no-committee"])
-                                         + ["--verify-slot", args.verify_slot])
+                                         + ["--verify-slot", args.verify_slot]
+                                         + ["--step-spread", str(args.step_spread)])
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
@@ -169,7 +173,7 @@ def main(argv=None) -> dict:
     result = {"family": held.name, "target": held.target, "measure_choice": args.measure_choice,
               "measure_order": args.measure_order, "moments": args.moments, "local_novelty": args.local_novelty,
               "order_prior_rows": args.order_prior_rows, "mixture": args.mixture, "committee": args.committee, "local_reach": bench.local_reach,
-              "verify_slot": args.verify_slot,
+              "verify_slot": args.verify_slot, "step_spread": args.step_spread,
               "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
