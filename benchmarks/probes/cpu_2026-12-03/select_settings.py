@@ -59,33 +59,36 @@ PROTOCOLS = {
     9: ("validation-protocol-9.txt", ("L", "N"), "L", "validation-selection-9.json"),
     10: ("validation-protocol-10.txt", ("N", "O"), "N", "validation-selection-10.json"),
     11: ("validation-protocol-11.txt", ("N", "P"), "N", "validation-selection-11.json"),
+    12: ("validation-protocol-12.txt", ("N", "O", "Q"), "N", "validation-selection-12.json"),
 }
+# from the twelfth protocol on, an equal sum of medians is decided by the lower sum of the runs' means
+MEANS_SINCE = 12
 # the fourth protocol's configurations: D (today's default) with the run-local model's novelty at these
 # values, each run with two model seeds, whose 20 runs per family are pooled
 NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
-ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None, "P": None}
+ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None, "P": None, "Q": None}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
-MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True}
+MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True, "Q": True}
 # the seventh's: K (the default before it), and L, whose run-local weight falls outside the range of the run's rows
-LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0}
+LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0, "Q": 1.0}
 # the eighth's: L (the default before it), and M, whose recorded-data model is a committee of its
 # calibration folds' models
-COMMITTEE = {"L": False, "M": True, "N": False, "O": False, "P": False}
+COMMITTEE = {"L": False, "M": True, "N": False, "O": False, "P": False, "Q": False}
 # the ninth's: L, and N, whose verification of a forecast-only best takes one of a step's GPU slots
-VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared", "P": "shared"}
+VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared", "P": "shared", "Q": "shared"}
 # the tenth's: N, and O, whose run-local model needs more evidence to take over (prior odds n : 24, not n : 8)
-LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0}
+LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0, "Q": 24.0}
 # the eleventh's: N, and P, whose step's measurements differ pairwise in at least 2 knob values
-STEP_SPREAD = {"N": 0, "P": 2}
+STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
 SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
                   (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS),
                   (11, "step_spread", STEP_SPREAD))
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
              "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24",
-             "P": "spread2"}
+             "P": "spread2", "Q": "prior24-spread2"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
@@ -106,8 +109,8 @@ def surrogate_medians(name: str) -> dict[str, float]:
     return out
 
 
-def pooled_medians(config: str) -> tuple[dict[str, float], list[str]]:
-    """Per family, the median of the surrogate PUCT's runs over both model seeds, and the files read."""
+def pooled_runs(config: str) -> tuple[dict[str, list[int]], list[str]]:
+    """Per family, the surrogate PUCT's runs over both model seeds, and the files read."""
     values, sources = {}, []
     for triplet in TRIPLETS:
         for seed in MODEL_SEEDS:
@@ -115,6 +118,12 @@ def pooled_medians(config: str) -> tuple[dict[str, float], list[str]]:
             sources.append(name)
             for family, runs in json.loads((RESULTS / (PREFIX + name)).read_text())["search"].items():
                 values.setdefault(family, []).extend(runs["puct_surrogate"]["values"])
+    return values, sources
+
+
+def pooled_medians(config: str) -> tuple[dict[str, float], list[str]]:
+    """Per family, the median of the surrogate PUCT's runs over both model seeds, and the files read."""
+    values, sources = pooled_runs(config)
     return {f: float(statistics.median(v)) for f, v in values.items()}, sources
 
 
@@ -154,11 +163,16 @@ def main(argv=None) -> dict:
         total = sum(medians[f] for f in base)
         result["configs"][name] = config | {"medians": medians, "passes": passes, "sum_of_medians": total,
                                             "sources": sources}
+        if number >= MEANS_SINCE:
+            means = {f: float(statistics.mean(v)) for f, v in pooled_runs(name)[0].items()}
+            result["configs"][name] |= {"means": means, "sum_of_means": round(sum(means[f] for f in base), 6)}
         print(f"{name:8s}" + "".join(f"{medians[f]:12.1f}" for f in base) + f"{len(passes):8d}{total:8.1f}")
     print(f"{'all/KT':8s}" + "".join(f"{b['measure_all']:>6.1f}/{b['best_kt']:<5.1f}" for b in base.values()))
     # the rule: most passes, then the lower sum of medians, then the app's settings before
+    # (from MEANS_SINCE on, then the lower sum of means; an exact tie keeps the earlier configuration)
     ranked = sorted(result["configs"], key=lambda n: (-len(result["configs"][n]["passes"]),
-                                                      result["configs"][n]["sum_of_medians"], n != keep, n))
+                                                      result["configs"][n]["sum_of_medians"],
+                                                      result["configs"][n].get("sum_of_means", 0.0), n != keep, n))
     result["chosen"] = ranked[0]
     print(f"chosen: {ranked[0]} {result['configs'][ranked[0]]}")
     out = RESULTS / (PREFIX + written)
