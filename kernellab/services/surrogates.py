@@ -83,8 +83,8 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
-    from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_REACH, DEFAULT_MIXTURE,
-                                                  LearnedSurrogate)
+    from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
+                                                  DEFAULT_MIXTURE, LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
@@ -100,6 +100,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 model.local_novelty = DEFAULT_LOCAL_NOVELTY
                 model.mixture = DEFAULT_MIXTURE
                 model.local_reach = DEFAULT_LOCAL_REACH
+                model.local_prior_rows = DEFAULT_LOCAL_PRIOR_ROWS
             else:
                 from kernellab.datasets import all_recorded_rows
 

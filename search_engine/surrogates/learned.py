@@ -50,6 +50,10 @@ DEFAULT_MIXTURE = True
 # LearnedSurrogate(local_reach=...) of the app and the benchmarks: chosen on the validation families
 # (docs/search.md, "The two models' normals, not one").
 DEFAULT_LOCAL_REACH = 1.0
+# LearnedSurrogate(local_prior_rows=...) of the app and the benchmarks: the run-local model's prior odds
+# n : local_prior_rows against the recorded-data model, chosen on the validation families (docs/search.md,
+# "The run-local model's prior odds, again"; 8 before the nineteenth session).
+DEFAULT_LOCAL_PRIOR_ROWS = 24.0
 # LearnedSurrogate(committee=...) of the app and the benchmarks: tried on the validation families and not
 # kept (docs/search.md, "A committee of models").
 DEFAULT_COMMITTEE = False
@@ -85,7 +89,7 @@ class LearnedSurrogate:
                  learning_rate: float = 0.08, max_leaf_nodes: int = 15, l2_regularization: float = 1.0,
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
                  version: str = "1", threads: int | None = 1, online: str = "local",
-                 local_prior_rows: float = 8.0, local_min_sigma: float = 0.15, target: str = "centred",
+                 local_prior_rows: float = DEFAULT_LOCAL_PRIOR_ROWS, local_min_sigma: float = 0.15, target: str = "centred",
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = None,
                  mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = DEFAULT_LOCAL_REACH,

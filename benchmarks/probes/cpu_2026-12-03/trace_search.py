@@ -33,7 +33,7 @@ import search_bench as sb  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
-    DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_MIXTURE, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
+    DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -118,6 +118,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--step-spread", type=int, default=PolicySettings.step_spread,
                         help="the knob values a step's measurements must differ in (search_engine.policy; default: "
                              "the app's)")
+    parser.add_argument("--local-prior-rows", type=float, default=DEFAULT_LOCAL_PRIOR_ROWS,
+                        help="the run-local model's prior odds n : this (surrogates.learned; default: the app's; 8 "
+                             "reproduces the traces committed before the nineteenth session)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=DEFAULT_COMMITTEE,
                         help="the recorded-data model as a committee of its calibration folds' models "
                              "(surrogates.learned; default: the app's)")
@@ -132,7 +135,8 @@ def main(argv=None) -> dict:
                                          + (["--mixture"] if args.mixture else ["--no-mixture"])
                                          + (["--committee"] if args.committee else ["--no-committee"])
                                          + ["--verify-slot", args.verify_slot]
-                                         + ["--step-spread", str(args.step_spread)])
+                                         + ["--step-spread", str(args.step_spread)]
+                                         + ["--local-prior-rows", str(args.local_prior_rows)])
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
@@ -174,6 +178,7 @@ def main(argv=None) -> dict:
               "measure_order": args.measure_order, "moments": args.moments, "local_novelty": args.local_novelty,
               "order_prior_rows": args.order_prior_rows, "mixture": args.mixture, "committee": args.committee, "local_reach": bench.local_reach,
               "verify_slot": args.verify_slot, "step_spread": args.step_spread,
+              "local_prior_rows": args.local_prior_rows,
               "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
