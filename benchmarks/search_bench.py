@@ -329,7 +329,7 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
         # settings made before --local-prior-rows (the probes before the eighteenth session) keep the prior odds
-        # n : 8 their committed figures were measured with
+        # n : 8 their committed figures were measured with, whatever the default
         surrogate.local_prior_rows = getattr(args, "local_prior_rows", 8.0)
         # settings made before --local-novelty (the probes before the sixteenth session) keep the novelty of 0
         # their committed figures were measured with

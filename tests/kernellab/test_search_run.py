@@ -290,12 +290,12 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
     settings.DATA_DIR = tmp_path
     old = LearnedSurrogate().fit(family_rows()[:60])
     del old.__dict__["local_novelty"], old.__dict__["mixture"], old.__dict__["local_reach"]  # saved before them
-    old.local_prior_rows = 8.0  # saved with the odds before the nineteenth session
+    old.local_prior_rows = 24.0  # saved with the odds protocol 12 chose and the test took back
     path = surrogates.learned_cache_path(exclude_problem="nothing", gpu="H200")
     old.save(path)
     loaded = LearnedSurrogate.load(path)
     # loaded as such, it forecasts as it used to
-    assert (loaded.local_novelty, loaded.mixture, loaded.local_reach, loaded.local_prior_rows) == (0.0, False, None, 8.0)
+    assert (loaded.local_novelty, loaded.mixture, loaded.local_reach, loaded.local_prior_rows) == (0.0, False, None, 24.0)
     surrogates._learned.pop(("nothing", "H200"), None)
     try:
         model = surrogates.learned_surrogate(exclude_problem="nothing", gpu="H200")
@@ -303,6 +303,6 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.local_novelty == DEFAULT_LOCAL_NOVELTY > 0
         assert model.mixture is DEFAULT_MIXTURE is True
         assert model.local_reach == DEFAULT_LOCAL_REACH == 1.0
-        assert model.local_prior_rows == DEFAULT_LOCAL_PRIOR_ROWS == 24.0
+        assert model.local_prior_rows == DEFAULT_LOCAL_PRIOR_ROWS == 8.0
     finally:
         surrogates._learned.pop(("nothing", "H200"), None)

@@ -119,8 +119,7 @@ def main(argv=None) -> dict:
                         help="the knob values a step's measurements must differ in (search_engine.policy; default: "
                              "the app's)")
     parser.add_argument("--local-prior-rows", type=float, default=DEFAULT_LOCAL_PRIOR_ROWS,
-                        help="the run-local model's prior odds n : this (surrogates.learned; default: the app's; 8 "
-                             "reproduces the traces committed before the nineteenth session)")
+                        help="the run-local model's prior odds n : this (surrogates.learned; default: the app's)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=DEFAULT_COMMITTEE,
                         help="the recorded-data model as a committee of its calibration folds' models "
                              "(surrogates.learned; default: the app's)")
