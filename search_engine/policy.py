@@ -418,6 +418,9 @@ class SelectivePolicy:
         return parent.provisional_speedup
 
 
+_MISSING = object()  # a knob one candidate lacks: unequal to any value of the other's
+
+
 def knobs_differ(a: Node, b: Node) -> float:
     """How many knob values two nodes' candidates differ in (a knob only one of them has counts); infinite
     when either has none, as an LLM's candidates: they are never too close to each other."""
@@ -425,9 +428,6 @@ def knobs_differ(a: Node, b: Node) -> float:
     if not ka or not kb:
         return math.inf
     return sum(1 for name in set(ka) | set(kb) if ka.get(name, _MISSING) != kb.get(name, _MISSING))
-
-
-_MISSING = object()
 
 
 def calibration_pairs(tree: PUCTTree, bins: BinTable = DEFAULT_BINS, tolerance_bins: int = 0) -> list[tuple[float, bool]]:
