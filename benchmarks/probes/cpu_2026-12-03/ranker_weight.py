@@ -19,7 +19,6 @@ layernorm, hgemm, hgemm_mma): the weight was chosen on them, with the eight sear
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,8 @@ from search_engine.policy import prob_above  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recording_noise import SCREEN, first_hit_in_order, screened_first_pick, write_probe  # noqa: E402
+from recording_noise import (SCREEN, family_hits, first_hit_in_order, held_out_families, leave_out,  # noqa: E402
+                             probe_parser, screened_first_pick, write_probe)
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 VALIDATION = "column_sum,gelu,layernorm,hgemm,hgemm_mma"
@@ -48,26 +48,18 @@ def screened_hits(score: np.ndarray, hit: np.ndarray, draws: int, seed: int = 0)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=VALIDATION, help="held-out families to report")
-    parser.add_argument("--draws", type=int, default=400)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
+    args = probe_parser(__doc__, families=VALIDATION).parse_args(argv)
     started = time.perf_counter()
-    datasets = sb.recorded_datasets()
-    wanted = [f for f in args.families.split(",") if f]
-    unknown = set(wanted) - {d.name for d in datasets}
-    if unknown:
-        print(f"No recorded H200 records of {', '.join(sorted(unknown))}.", file=sys.stderr)
+    found = held_out_families(args.families)
+    if found is None:
         return 2
+    datasets, held_out = found
     results = {}
-    for held in [d for d in datasets if d.name in wanted]:
-        train = [r for d in datasets if d is not held for r in d.rows]
+    for held in held_out:
+        train = leave_out(datasets, held)
         model = LearnedSurrogate(seed=0, ranker_weight=1.0).fit(train, groups=[r["problem_name"] for r in train])
         requests = sb._requests(held.rows)
-        speedups = np.array([r["speedup"] for r in held.rows])
-        target = held.target if held.reachable else 0.95 * float(speedups.max())
-        hit = speedups >= target
+        speedups, target, hit = family_hits(held)
         weights = {}
         for weight in WEIGHTS:
             model.ranker_weight = weight

@@ -46,6 +46,49 @@ SECOND = ROOT / "benchmarks" / "results" / "recordings" / "h200_2026-12-03"
 SCREEN = 256
 
 
+# the search benchmark's validation families (the settings protocols search them) and its test families
+VALIDATION = "column_sum,gelu,layernorm,dot,bincount,spmv_ell"
+TEST = frozenset({"conv2d", "gemv", "histogram256", "reduce_sum", "rmsnorm", "sgemm", "softmax", "transpose"})
+
+
+def probe_parser(doc: str, families: str = VALIDATION) -> argparse.ArgumentParser:
+    """A first-pick probe's arguments: --families (held out in turn), --draws (random screens), --out."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--families", default=families, help="held-out families to report")
+    parser.add_argument("--draws", type=int, default=400)
+    parser.add_argument("--out", default=None)
+    return parser
+
+
+def held_out_families(families: str, refuse: frozenset = frozenset()):
+    """(every recorded dataset, those named in `families`), or None after saying on stderr why not: a family
+    in `refuse` (the test families, for a probe that must not look at them) or one without records."""
+    wanted = [f for f in families.split(",") if f]
+    if refuse & set(wanted):
+        print("This probe does not look at the test families: " + ", ".join(sorted(refuse & set(wanted))),
+              file=sys.stderr)
+        return None
+    datasets = sb.recorded_datasets()
+    unknown = set(wanted) - {d.name for d in datasets}
+    if unknown:
+        print(f"No recorded H200 records of {', '.join(sorted(unknown))}.", file=sys.stderr)
+        return None
+    return datasets, [d for d in datasets if d.name in wanted]
+
+
+def leave_out(datasets: list, held) -> list:
+    """Every recorded row but those of `held`: what a model of the held-out family trains on."""
+    return [r for d in datasets if d is not held for r in d.rows]
+
+
+def family_hits(held):
+    """(speedups, target, at target) of a held-out family: its target, or 95% of its best where the vendor's
+    is out of reach."""
+    speedups = np.array([r["speedup"] for r in held.rows])
+    target = held.target if held.reachable else 0.95 * float(speedups.max())
+    return speedups, target, speedups >= target
+
+
 def write_probe(probe: str, script: str, argv, out: str | None, fields: dict) -> Path:
     """A first-pick probe's JSON (its name, the date, the machine, the screen width, the OpenMP threads and
     the command that made it, then `fields`) written to `out`, or benchmarks/results/probe_<probe>_cpu_<date>.json."""

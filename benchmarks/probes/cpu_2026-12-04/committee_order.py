@@ -18,7 +18,6 @@ the eight families the search benchmark's test searches are not looked at.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -35,10 +34,8 @@ from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"))
-from recording_noise import SCREEN, first_hit_in_order, screened_first_pick, write_probe  # noqa: E402
-
-VALIDATION = "column_sum,gelu,layernorm,dot,bincount,spmv_ell"
-TEST = {"conv2d", "gemv", "histogram256", "reduce_sum", "rmsnorm", "sgemm", "softmax", "transpose"}
+from recording_noise import (SCREEN, TEST, VALIDATION, family_hits, first_hit_in_order, held_out_families,  # noqa: E402
+                             leave_out, probe_parser, screened_first_pick, write_probe)
 
 
 def scores(model: LearnedSurrogate, requests, speedups: np.ndarray, hit: np.ndarray, draws: int) -> dict:
@@ -52,30 +49,19 @@ def scores(model: LearnedSurrogate, requests, speedups: np.ndarray, hit: np.ndar
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=VALIDATION, help="held-out families to report")
-    parser.add_argument("--draws", type=int, default=400)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    wanted = [f for f in args.families.split(",") if f]
-    if TEST & set(wanted):
-        print("This probe does not look at the test families: " + ", ".join(sorted(TEST & set(wanted))), file=sys.stderr)
-        return 2
+    args = probe_parser(__doc__, families=VALIDATION).parse_args(argv)
     started = time.perf_counter()
-    datasets = sb.recorded_datasets()
-    unknown = set(wanted) - {d.name for d in datasets}
-    if unknown:
-        print(f"No recorded H200 records of {', '.join(sorted(unknown))}.", file=sys.stderr)
+    found = held_out_families(args.families, refuse=TEST)
+    if found is None:
         return 2
+    datasets, held_out = found
     results = {}
-    for held in [d for d in datasets if d.name in wanted]:
-        train = [r for d in datasets if d is not held for r in d.rows]
+    for held in held_out:
+        train = leave_out(datasets, held)
         model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT, committee=True).fit(
             train, groups=[r["problem_name"] for r in train])
         requests = sb._requests(held.rows)
-        speedups = np.array([r["speedup"] for r in held.rows])
-        target = held.target if held.reachable else 0.95 * float(speedups.max())
-        hit = speedups >= target
+        speedups, target, hit = family_hits(held)
         committee = scores(model, requests, speedups, hit, args.draws)
         members, ranker_members = model._fitted.members, model._ranker.members
         model._fitted.members, model._ranker.members = (), []

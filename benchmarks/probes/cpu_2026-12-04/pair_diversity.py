@@ -20,7 +20,6 @@ refused.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -37,10 +36,8 @@ from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"))
-from recording_noise import SCREEN, write_probe  # noqa: E402
-
-VALIDATION = "column_sum,gelu,layernorm,dot,bincount,spmv_ell"
-TEST = {"conv2d", "gemv", "histogram256", "reduce_sum", "rmsnorm", "sgemm", "softmax", "transpose"}
+from recording_noise import (SCREEN, TEST, VALIDATION, family_hits, held_out_families, leave_out,  # noqa: E402
+                             probe_parser, write_probe)
 
 
 def knob_matrix(rows, names) -> np.ndarray:
@@ -90,30 +87,19 @@ def pair_rates(gain: np.ndarray, hit: np.ndarray, knobs: np.ndarray, min_differ:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=VALIDATION, help="held-out families to report")
-    parser.add_argument("--draws", type=int, default=400)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    wanted = [f for f in args.families.split(",") if f]
-    if TEST & set(wanted):
-        print("This probe does not look at the test families: " + ", ".join(sorted(TEST & set(wanted))), file=sys.stderr)
-        return 2
+    args = probe_parser(__doc__, families=VALIDATION).parse_args(argv)
     started = time.perf_counter()
-    datasets = sb.recorded_datasets()
-    unknown = set(wanted) - {d.name for d in datasets}
-    if unknown:
-        print(f"No recorded H200 records of {', '.join(sorted(unknown))}.", file=sys.stderr)
+    found = held_out_families(args.families, refuse=TEST)
+    if found is None:
         return 2
+    datasets, held_out = found
     results = {}
-    for held in [d for d in datasets if d.name in wanted]:
-        train = [r for d in datasets if d is not held for r in d.rows]
+    for held in held_out:
+        train = leave_out(datasets, held)
         model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT).fit(train, groups=[r["problem_name"] for r in train])
         forecasts = model.forecast_many(sb._requests(held.rows))
         gain = np.array([expected_log_improvement(f, 1.0) for f in forecasts])
-        speedups = np.array([r["speedup"] for r in held.rows])
-        target = held.target if held.reachable else 0.95 * float(speedups.max())
-        hit = speedups >= target
+        speedups, _, hit = family_hits(held)
         names = list(held.knobs)
         knobs = knob_matrix(held.rows, names)
         half = math.ceil(len(names) / 2)
