@@ -83,6 +83,14 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
     if name == "spmv_ell":
         gathered = inputs["x"].astype(cp.float64)[inputs["col"]]  # [R, K]: x[col[r, k]]
         return {"y": (inputs["val"].astype(cp.float64) * gathered).sum(axis=1)}
+    if name == "nbody":
+        pos = inputs["pos"].astype(cp.float64)
+        acc = cp.empty((pos.shape[0], 3), dtype=cp.float64)
+        for start in range(0, pos.shape[0], 256):  # 256 bodies i at a time: [256, N, 3] in float64
+            d = pos[None, :, :3] - pos[start:start + 256, None, :3]
+            r2 = (d * d).sum(axis=2) + 0.01
+            acc[start:start + 256] = (d * (pos[None, :, 3] / (r2 * cp.sqrt(r2)))[:, :, None]).sum(axis=1)
+        return {"acc": acc}
     raise KeyError(name)
 
 
@@ -127,6 +135,9 @@ class Case:
                 init = arg.get("init", "normal")
                 if init == "normal":
                     value = rng.standard_normal(shape, dtype=cp.float32)
+                elif init.startswith("uniform:"):
+                    _, lo, hi = init.split(":")
+                    value = rng.uniform(float(lo), float(hi), size=shape, dtype=cp.float32)
                 elif init.startswith("randint:"):
                     _, lo, hi = init.split(":")
                     value = rng.integers(int(lo), int(hi) + 1, size=shape, dtype=cp.int64)
