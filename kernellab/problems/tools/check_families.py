@@ -91,6 +91,11 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
             r2 = (d * d).sum(axis=2) + 0.01
             acc[start:start + 256] = (d * (pos[None, :, 3] / (r2 * cp.sqrt(r2)))[:, :, None]).sum(axis=1)
         return {"acc": acc}
+    if name == "stencil3d":
+        x = cp.pad(inputs["inp"].astype(cp.float64), 1)  # zeros outside the grid
+        c = x[1:-1, 1:-1, 1:-1]
+        return {"out": -2.5 * c + 0.75 * (x[1:-1, 1:-1, :-2] + x[1:-1, 1:-1, 2:])
+                + 0.5 * (x[1:-1, :-2, 1:-1] + x[1:-1, 2:, 1:-1]) + 0.25 * (x[:-2, 1:-1, 1:-1] + x[2:, 1:-1, 1:-1])}
     raise KeyError(name)
 
 
