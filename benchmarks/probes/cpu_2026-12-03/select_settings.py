@@ -60,6 +60,7 @@ PROTOCOLS = {
     10: ("validation-protocol-10.txt", ("N", "O"), "N", "validation-selection-10.json"),
     11: ("validation-protocol-11.txt", ("N", "P"), "N", "validation-selection-11.json"),
     12: ("validation-protocol-12.txt", ("N", "O", "Q"), "N", "validation-selection-12.json"),
+    15: ("validation-protocol-15.txt", ("N18", "S18"), "N18", "validation-selection-15.json"),
 }
 # from the twelfth protocol on, an equal sum of medians is decided by the lower sum of the runs' means
 MEANS_SINCE = 12
@@ -68,30 +69,43 @@ MEANS_SINCE = 12
 NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
-ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None, "P": None, "Q": None}
+ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None, "P": None, "Q": None,
+                    "N18": None, "S18": 8}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
-MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True, "Q": True}
+MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True, "Q": True, "N18": True, "S18": True}
 # the seventh's: K (the default before it), and L, whose run-local weight falls outside the range of the run's rows
-LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0, "Q": 1.0}
+LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0, "Q": 1.0, "N18": 1.0, "S18": 1.0}
 # the eighth's: L (the default before it), and M, whose recorded-data model is a committee of its
 # calibration folds' models
-COMMITTEE = {"L": False, "M": True, "N": False, "O": False, "P": False, "Q": False}
+COMMITTEE = {"L": False, "M": True, "N": False, "O": False, "P": False, "Q": False, "N18": False, "S18": False}
 # the ninth's: L, and N, whose verification of a forecast-only best takes one of a step's GPU slots
-VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared", "P": "shared", "Q": "shared"}
+VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared", "P": "shared", "Q": "shared", "N18": "shared", "S18": "shared"}
 # the tenth's: N, and O, whose run-local model needs more evidence to take over (prior odds n : 24, not n : 8)
-LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0, "Q": 24.0}
+LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0, "Q": 24.0, "N18": 8.0, "S18": 8.0}
 # the eleventh's: N, and P, whose step's measurements differ pairwise in at least 2 knob values
-STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2}
+STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2, "N18": 0, "S18": 0}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
 SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
                   (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS),
                   (11, "step_spread", STEP_SPREAD))
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
              "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24",
-             "P": "spread2", "Q": "prior24-spread2"}
+             "P": "spread2", "Q": "prior24-spread2", "N18": "N18", "S18": "S18"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
+# From the fifteenth protocol on, eight validation families: nbody and stencil3d (recorded after every setting
+# was fixed, protocols 13 and 14) join the six; every configuration's runs are made afresh with the eighteen
+# recorded families, in files dated 2026-12-04, and the two families' baselines come from their held-out runs.
+EIGHT_SINCE = 15
+PREFIX_EIGHT = "search_cpu_2026-12-04_"
+GROUPS_EIGHT = TRIPLETS + ("2heldout-families",)
+BASELINES_EIGHT = ("nbody_heldout_model-seed0.json", "stencil3d_heldout_model-seed0.json")
+
+
+def layout(number: int) -> tuple[str, tuple[str, ...]]:
+    """The file prefix and the groups of validation families a protocol's runs are in."""
+    return (PREFIX_EIGHT, GROUPS_EIGHT) if number >= EIGHT_SINCE else (PREFIX, TRIPLETS)
 
 
 def surrogate_medians(name: str) -> dict[str, float]:
@@ -109,28 +123,32 @@ def surrogate_medians(name: str) -> dict[str, float]:
     return out
 
 
-def pooled_runs(config: str) -> tuple[dict[str, list[int]], list[str]]:
+def pooled_runs(config: str, number: int = 4) -> tuple[dict[str, list[int]], list[str]]:
     """Per family, the surrogate PUCT's runs over both model seeds, and the files read."""
     values, sources = {}, []
-    for triplet in TRIPLETS:
+    prefix, groups = layout(number)
+    for triplet in groups:
         for seed in MODEL_SEEDS:
             name = f"{triplet}_{RUN_NAMES[config]}_model-seed{seed}.json"
             sources.append(name)
-            for family, runs in json.loads((RESULTS / (PREFIX + name)).read_text())["search"].items():
+            for family, runs in json.loads((RESULTS / (prefix + name)).read_text())["search"].items():
                 values.setdefault(family, []).extend(runs["puct_surrogate"]["values"])
     return values, sources
 
 
-def pooled_medians(config: str) -> tuple[dict[str, float], list[str]]:
+def pooled_medians(config: str, number: int = 4) -> tuple[dict[str, float], list[str]]:
     """Per family, the median of the surrogate PUCT's runs over both model seeds, and the files read."""
-    values, sources = pooled_runs(config)
+    values, sources = pooled_runs(config, number)
     return {f: float(statistics.median(v)) for f, v in values.items()}, sources
 
 
-def baselines() -> dict[str, dict]:
+def baselines(number: int = 1) -> dict[str, dict]:
     out = {}
-    for name in BASELINES:
-        for family, runs in json.loads((RESULTS / (PREFIX + name)).read_text())["search"].items():
+    files = [PREFIX + name for name in BASELINES]
+    if number >= EIGHT_SINCE:
+        files += [PREFIX_EIGHT + name for name in BASELINES_EIGHT]
+    for path in files:
+        for family, runs in json.loads((RESULTS / path).read_text())["search"].items():
             kt = {m: r["median"] for m, r in runs.items() if m.startswith("kt_")}
             out[family] = {"measure_all": runs["puct_measure_all"]["median"], "best_kt": min(kt.values()),
                            "best_kt_strategy": min(kt, key=kt.get)}
@@ -142,12 +160,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--protocol", type=int, choices=sorted(PROTOCOLS), default=1)
     number = parser.parse_args(argv).protocol
     protocol, names, keep, written = PROTOCOLS[number]
-    base = baselines()
-    result = {"protocol": PREFIX + protocol, "baselines": base, "configs": {}}
+    base = baselines(number)
+    prefix = layout(number)[0]
+    result = {"protocol": prefix + protocol, "baselines": base, "configs": {}}
     print(f"{'config':8s}" + "".join(f"{f:>12s}" for f in base) + f"{'passes':>8s}{'sum':>8s}")
     for name in names:
         if number >= 4:
-            medians, sources = pooled_medians(name)
+            medians, sources = pooled_medians(name, number)
             config = {"ranker_weight": 0.5, "measure_order": "improvement", "measure_choice": "improvement",
                       "local_novelty": NOVELTY.get(name, 3), "model_seeds": list(MODEL_SEEDS)}
             config |= {setting: values[name] for since, setting, values in SETTINGS_SINCE if number >= since}
@@ -164,7 +183,7 @@ def main(argv=None) -> dict:
         result["configs"][name] = config | {"medians": medians, "passes": passes, "sum_of_medians": total,
                                             "sources": sources}
         if number >= MEANS_SINCE:
-            means = {f: float(statistics.mean(v)) for f, v in pooled_runs(name)[0].items()}
+            means = {f: float(statistics.mean(v)) for f, v in pooled_runs(name, number)[0].items()}
             result["configs"][name] |= {"means": means, "sum_of_means": round(sum(means[f] for f in base), 6)}
         print(f"{name:8s}" + "".join(f"{medians[f]:12.1f}" for f in base) + f"{len(passes):8d}{total:8.1f}")
     print(f"{'all/KT':8s}" + "".join(f"{b['measure_all']:>6.1f}/{b['best_kt']:<5.1f}" for b in base.values()))
@@ -175,7 +194,7 @@ def main(argv=None) -> dict:
                                                       result["configs"][n].get("sum_of_means", 0.0), n != keep, n))
     result["chosen"] = ranked[0]
     print(f"chosen: {ranked[0]} {result['configs'][ranked[0]]}")
-    out = RESULTS / (PREFIX + written)
+    out = RESULTS / (prefix + written)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out.relative_to(RESULTS.parents[1])}")
     return result
