@@ -777,6 +777,11 @@ def cpu_name() -> str:
     return re.sub(r"[^a-z0-9]+", "-", (platform.processor() or platform.machine()).lower())
 
 
+def optional_float(text: str) -> float | None:
+    """A number, or None for 'none' (a setting switched off)."""
+    return None if text.strip().lower() == "none" else float(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The benchmark's options (a probe that replays its runs takes its defaults from here)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -823,10 +828,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--local-novelty", type=float, default=app.local_novelty,
                         help="how much a candidate's knob values unseen in the run widen its run-local forecast "
                              "(surrogates.learned; default: the app's, %(default)s)")
-    parser.add_argument("--order-prior-rows", type=float, default=app.order_prior_rows,
+    parser.add_argument("--order-prior-rows", type=optional_float, default=app.order_prior_rows,
                         help="recalibrate the recorded-data model's order on the run's measurements, its slope "
                              "shrunk towards 1 by this many pseudo rows (surrogates.learned; default: the app's, "
-                             "%(default)s, None: off)")
+                             "%(default)s; none: off, as before protocol 15)")
     parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=app.mixture,
                         help="read P(beats best) and the expected gain from the two models' normals, not from one "
                              "normal of the blend's moments (surrogates.learned; default: the app's, %(default)s)")

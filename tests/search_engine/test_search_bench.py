@@ -245,6 +245,16 @@ def test_the_surrogates_seed_is_a_setting_of_its_own_and_reaches_every_held_out_
     assert bench.build_parser().parse_args([]).moments == bench.LearnedSurrogate().moments
 
 
+def test_the_order_recalibration_defaults_to_the_apps_and_can_be_switched_off(bench):
+    from search_engine.surrogates.learned import DEFAULT_ORDER_PRIOR_ROWS
+
+    assert bench.build_parser().parse_args([]).order_prior_rows == DEFAULT_ORDER_PRIOR_ROWS == 8.0
+    assert bench.build_parser().parse_args(["--order-prior-rows", "none"]).order_prior_rows is None
+    assert bench.build_parser().parse_args(["--order-prior-rows", "3"]).order_prior_rows == 3.0
+    with pytest.raises(SystemExit):
+        bench.build_parser().parse_args(["--order-prior-rows", "off"])
+
+
 def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tmp_path):
     import gzip
 

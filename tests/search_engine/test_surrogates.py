@@ -530,6 +530,7 @@ def test_with_moments_from_the_level_a_run_above_the_top_bin_is_forecast_at_its_
     def loaded(moments, factor=None):
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
         m.moments = moments
+        m.order_prior_rows = None  # the moments alone: the order's recalibration also carries the run's level
         if factor:
             m.learn([{"request": q, "speedup": factor * r["speedup"]} for q, r in zip(reqs, rows)])
         return m

@@ -33,7 +33,8 @@ import search_bench as sb  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
-    DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate)
+    DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, DEFAULT_ORDER_PRIOR_ROWS,
+    MOMENTS, LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -107,8 +108,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--moments", choices=MOMENTS, default=DEFAULT_MOMENTS)
     parser.add_argument("--local-novelty", type=float, default=DEFAULT_LOCAL_NOVELTY,
                         help="0 reproduces the traces committed before the sixteenth session's choice of 3")
-    parser.add_argument("--order-prior-rows", type=float, default=None,
-                        help="recalibrate the recorded-data model's order on the run's rows (surrogates.learned)")
+    parser.add_argument("--order-prior-rows", type=sb.optional_float, default=DEFAULT_ORDER_PRIOR_ROWS,
+                        help="recalibrate the recorded-data model's order on the run's rows (surrogates.learned); "
+                             "none reproduces the traces committed before protocol 15")
     parser.add_argument("--mixture", action=argparse.BooleanOptionalAction, default=DEFAULT_MIXTURE,
                         help="P(beats best) and the gain from the two models' normals (surrogates.learned; "
                              "--no-mixture reproduces the traces committed before the seventeenth session)")
@@ -129,8 +131,7 @@ def main(argv=None) -> dict:
     # the search benchmark's defaults for everything else
     bench = sb.build_parser().parse_args(["--measure-order", args.measure_order, "--measure-choice", args.measure_choice,
                                           "--moments", args.moments, "--local-novelty", str(args.local_novelty)]
-                                         + ([] if args.order_prior_rows is None else
-                                            ["--order-prior-rows", str(args.order_prior_rows)])
+                                         + ["--order-prior-rows", str(args.order_prior_rows)]
                                          + (["--mixture"] if args.mixture else ["--no-mixture"])
                                          + (["--committee"] if args.committee else ["--no-committee"])
                                          + ["--verify-slot", args.verify_slot]
