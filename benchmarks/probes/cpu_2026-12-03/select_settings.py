@@ -15,6 +15,8 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 5 # the fifth
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 6 # the sixth
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 7 # the seventh
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 15 # and so on (8-12, 15);
+    # from the fifteenth on, eight validation families (nbody and stencil3d) in files dated 2026-12-04
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
