@@ -340,6 +340,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.mixture = getattr(args, "mixture", False)
         # and those made before --local-reach weigh the run-local model alike for every candidate
         surrogate.local_reach = getattr(args, "local_reach", None)
+        # and those made before --weigh-calibrated earn the run-local model's weight against the model as trained
+        surrogate.weigh_calibrated = getattr(args, "weigh_calibrated", False)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -839,6 +841,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the run-local model's weight falls for candidates whose recorded-data mean lies outside "
                              "the run's rows' range, over this many of their sds (surrogates.learned; default: the "
                              "app's, %(default)s, None: the same weight everywhere)")
+    parser.add_argument("--weigh-calibrated", action=argparse.BooleanOptionalAction, default=app.weigh_calibrated,
+                        help="earn the run-local model's weight against the recorded-data model as recalibrated on the "
+                             "run's other rows, not as trained (surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")

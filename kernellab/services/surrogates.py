@@ -84,7 +84,8 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
     from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
-                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, LearnedSurrogate)
+                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED,
+                                                  LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
@@ -102,6 +103,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 model.local_reach = DEFAULT_LOCAL_REACH
                 model.local_prior_rows = DEFAULT_LOCAL_PRIOR_ROWS
                 model.order_prior_rows = DEFAULT_ORDER_PRIOR_ROWS
+                model.weigh_calibrated = DEFAULT_WEIGH_CALIBRATED
             else:
                 from kernellab.datasets import all_recorded_rows
 

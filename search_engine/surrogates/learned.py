@@ -61,6 +61,10 @@ DEFAULT_LOCAL_PRIOR_ROWS = 8.0
 # data misjudges (stencil3d: forecasts of 3x for variants at 0.6x) is then forecast at the run's level (its mean
 # run 25.4 -> 17.3 measurements; docs/search.md, "The recorded-data model's order on the run's level").
 DEFAULT_ORDER_PRIOR_ROWS = 8.0
+# LearnedSurrogate(weigh_calibrated=...) of the app and the benchmarks: whether the run-local model's weight is
+# earned against the recorded-data model as the run recalibrated it (order_prior_rows) or as it was trained
+# (docs/search.md, "The run-local model's weight against the recalibrated model").
+DEFAULT_WEIGH_CALIBRATED = False
 # LearnedSurrogate(committee=...) of the app and the benchmarks: tried on the validation families and not
 # kept (docs/search.md, "A committee of models").
 DEFAULT_COMMITTEE = False
@@ -100,7 +104,7 @@ class LearnedSurrogate:
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = DEFAULT_ORDER_PRIOR_ROWS,
                  mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = DEFAULT_LOCAL_REACH,
-                 committee: bool = DEFAULT_COMMITTEE) -> None:
+                 committee: bool = DEFAULT_COMMITTEE, weigh_calibrated: bool = DEFAULT_WEIGH_CALIBRATED) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -148,6 +152,14 @@ class LearnedSurrogate:
         # is the run's, not the top bin's. Only the continuous part (what P(beats best) and the expected
         # improvement read) changes; the bins, and so the confidence, do not.
         self.order_prior_rows = order_prior_rows
+        # weigh_calibrated (with order_prior_rows): the run-local model's weight (_local_weight) compares its
+        # out-of-bag forecasts of the run's rows with the recorded-data model's forecasts of them as recalibrated
+        # on the run's other rows (leave one out), which is the model the blend holds from the third row on.
+        # Without it the comparison is against the model as trained, whose level and order the recalibration
+        # has already corrected: on a family whose level the recorded data misjudges, the run-local model then
+        # wins every comparison and, flat over a handful of rows, sends the run to the variants whose knob
+        # values it has not seen (stencil3d: the recorded-data model's last-ranked variants, at 0.38x).
+        self.weigh_calibrated = weigh_calibrated
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
         # expected improvement. Without it they come from one normal of the blend's mean and spread, which
@@ -283,10 +295,10 @@ class LearnedSurrogate:
         requests = [_row_request(r) for r in kept]
         vocabulary = sorted({name for q in requests for name in _defines(q.candidate.get("source", ""))})
         X0 = _matrix(requests)
-        base_mean = None
+        base_mean = base_var = None
         if self._fitted is not None:
             with _openmp_threads(self.threads):
-                base_mean = self._base(X0)[1]
+                _, base_mean, base_var = self._base(X0)
         X = self._local_matrix(requests, X0, vocabulary, base_mean)
         y = np.log([r["speedup"] for r in kept])
         # Every feature is a candidate at every split: with a handful of rows, a random half of
@@ -312,7 +324,7 @@ class LearnedSurrogate:
         k = self.local_prior_rows
         error_var = (seen.sum() * oob_mse + k * max(float(np.var(y)), self.local_min_sigma ** 2)) / (seen.sum() + k)
         error_var = max(error_var, self.local_min_sigma ** 2)
-        weight = self._local_weight(requests, y, oob_mu, error_var)
+        weight = self._local_weight(requests, y, oob_mu, error_var, base_mean, base_var)
         seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
         run_var = max(float(np.var(y)), self.local_min_sigma ** 2)
         calibration = self._order_calibration(base_mean, y, run_var) if base_mean is not None else None
@@ -327,27 +339,23 @@ class LearnedSurrogate:
         """(beta, the model's mean over the run's rows, the run's mean, the run's variance), or None (off, or
         fewer than 3 rows): the slope of the run's log speedups on the recorded-data model's means, shrunk
         towards 1 by order_prior_rows pseudo rows and held within [0, 1]."""
-        k = self.order_prior_rows
-        n = len(y)
-        if k is None or n < 3:
+        if self.order_prior_rows is None or len(y) < 3:
             return None
-        m_bar, y_bar = float(np.mean(base_mean)), float(np.mean(y))
-        s_mm = float(np.sum((base_mean - m_bar) ** 2))
-        if s_mm <= 1e-12:  # the model forecast the run's rows alike: nothing tells its order from the run's
-            beta = 1.0
-        else:
-            slope = float(np.sum((base_mean - m_bar) * (y - y_bar))) / s_mm
-            beta = (n * slope + k) / (n + k)
-        return min(1.0, max(0.0, beta)), m_bar, y_bar, run_var
+        return _calibration(base_mean, y, self.order_prior_rows, run_var)
 
-    def _local_weight(self, requests, y: np.ndarray, oob_mu: np.ndarray, error_var: float) -> float:
+    def _local_weight(self, requests, y: np.ndarray, oob_mu: np.ndarray, error_var: float,
+                      base_mean: np.ndarray | None = None, base_var: np.ndarray | None = None) -> float:
         """How much the run-local model counts against the recorded-data model.
 
         A Bayesian model average over the run's measured rows: the probability the recorded-data
         model gave each row's true bin against the run-local model's out-of-bag forecast of it.
         The prior odds are n : local_prior_rows. So when the recorded data knows nothing of this
         problem (sgemm after five memory-bound problems) the run's own rows take over after a few
-        measurements, and when it does know, it keeps its say."""
+        measurements, and when it does know, it keeps its say.
+
+        With weigh_calibrated, once the run has 3 rows and its order is recalibrated, the recorded-data model's
+        probability of each row is that of the recalibrated normal fitted on the run's other rows (base_mean,
+        base_var: the model's moments over the run's rows), out of sample as the run-local model's is."""
         n = len(y)
         if self._fitted is None:
             return 1.0
@@ -355,16 +363,32 @@ class LearnedSurrogate:
         prior = math.log(n / self.local_prior_rows)
         if not seen.any():
             return 1.0 / (1.0 + math.exp(-prior))
-        X = _matrix([q for q, s in zip(requests, seen) if s])
-        with _openmp_threads(self.threads):
-            base = self._base_probs(X)
         bins = np.array([self.bins.bin_of(math.exp(v)) for v in y[seen]])
+        if self.weigh_calibrated and self.order_prior_rows is not None and n >= 3 and base_mean is not None:
+            base = _normal_bins(*self._left_out_calibrated(base_mean, base_var, y, np.flatnonzero(seen)), self.bins)
+        else:
+            X = _matrix([q for q, s in zip(requests, seen) if s])
+            with _openmp_threads(self.threads):
+                base = self._base_probs(X)
         rows = np.arange(len(bins))
         local = _normal_bins(oob_mu[seen], np.full(len(bins), math.sqrt(error_var)), self.bins)
         ll_base = float(np.sum(np.log(np.clip(base[rows, bins - 1], 1e-6, 1.0))))
         ll_local = float(np.sum(np.log(np.clip(local[rows, bins - 1], 1e-6, 1.0))))
         log_odds = max(-8.0, min(8.0, prior + ll_local - ll_base))
         return 1.0 / (1.0 + math.exp(-log_odds))
+
+    def _left_out_calibrated(self, base_mean: np.ndarray, base_var: np.ndarray, y: np.ndarray, rows: np.ndarray):
+        """The recalibrated recorded-data model's mean and sd of log speedup for each of rows, its slope and
+        the run's level fitted on the run's other rows (as _order_calibration does, at least 2 of them)."""
+        mu, sd = np.empty(len(rows)), np.empty(len(rows))
+        for j, i in enumerate(rows):
+            others = np.arange(len(y)) != i
+            rest = y[others]
+            run_var = max(float(np.var(rest)), self.local_min_sigma ** 2)
+            beta, m_bar, y_bar, _ = _calibration(base_mean[others], rest, self.order_prior_rows, run_var)
+            mu[j] = y_bar + beta * (base_mean[i] - m_bar)
+            sd[j] = math.sqrt(beta ** 2 * base_var[i] + (1 - beta ** 2) * run_var)
+        return mu, sd
 
     def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str],
                       base_mean: np.ndarray | None = None) -> np.ndarray:
@@ -564,7 +588,7 @@ class LearnedSurrogate:
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
-                            ("local_reach", None), ("committee", False)):
+                            ("local_reach", None), ("committee", False), ("weigh_calibrated", False)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -671,6 +695,20 @@ def _openmp_threads(threads: int | None):
     if not _THREADPOOLS:
         _THREADPOOLS.append(ThreadpoolController())
     return _THREADPOOLS[0].limit(limits=threads, user_api="openmp")
+
+
+def _calibration(base_mean: np.ndarray, y: np.ndarray, k: float, run_var: float) -> tuple:
+    """(beta, mean of base_mean, mean of y, run_var): the slope of y on the recorded-data model's means base_mean,
+    shrunk towards 1 by k pseudo rows and held within [0, 1] (1 where the means are all alike)."""
+    n = len(y)
+    m_bar, y_bar = float(np.mean(base_mean)), float(np.mean(y))
+    s_mm = float(np.sum((base_mean - m_bar) ** 2))
+    if s_mm <= 1e-12:  # the model forecast the run's rows alike: nothing tells its order from the run's
+        beta = 1.0
+    else:
+        slope = float(np.sum((base_mean - m_bar) * (y - y_bar))) / s_mm
+        beta = (n * slope + k) / (n + k)
+    return min(1.0, max(0.0, beta)), m_bar, y_bar, run_var
 
 
 def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarray:

@@ -255,6 +255,22 @@ def test_the_order_recalibration_defaults_to_the_apps_and_can_be_switched_off(be
         bench.build_parser().parse_args(["--order-prior-rows", "off"])
 
 
+def test_the_run_local_weight_against_the_recalibrated_model_defaults_to_the_apps_and_reaches_the_surrogate(bench):
+    from search_engine.surrogates.learned import DEFAULT_WEIGH_CALIBRATED
+
+    assert bench.build_parser().parse_args([]).weigh_calibrated is DEFAULT_WEIGH_CALIBRATED
+    assert bench.build_parser().parse_args(["--weigh-calibrated"]).weigh_calibrated is True
+    assert bench.build_parser().parse_args(["--no-weigh-calibrated"]).weigh_calibrated is False
+    # the setting reaches the run's surrogate; settings saved before it keep the weight earned as before
+    dataset = small_family(bench)
+    for changes, expected in (({"weigh_calibrated": True}, True), ({}, False)):
+        surrogate = _RecordingSurrogate()
+        surrogate.online_weight = 1.0
+        surrogate.weigh_calibrated = None
+        bench.run_puct(dataset, 0, surrogate, False, search_args(**changes), root_children=16)
+        assert surrogate.weigh_calibrated is expected
+
+
 def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tmp_path):
     import gzip
 

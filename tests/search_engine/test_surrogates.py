@@ -621,6 +621,66 @@ def test_order_prior_rows_recalibrates_the_recorded_data_models_order_on_the_run
     assert learnt(backwards[:2], 3)._local.calibration is None
 
 
+def test_weigh_calibrated_earns_the_run_local_weight_against_the_recalibrated_model_left_out_row_by_row(trained, tmp_path):
+    from scipy.stats import norm
+
+    from search_engine.surrogates.learned import _calibration
+
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    rows, reqs = test[:6], _requests_of(test[:6])
+    # the run's rows all at a fifth of what was recorded: the model as trained misjudges the level, while its
+    # order (what the recalibration keeps) is right
+    run = [{"request": q, "speedup": r["speedup"] / 5} for q, r in zip(reqs, rows)]
+
+    def learnt(weigh, k=8.0, n=len(run)):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.order_prior_rows, m.weigh_calibrated = k, weigh
+        m.learn(run[:n])
+        return m
+
+    plain, weighed = learnt(False), learnt(True)
+    # the same run-local forest and recalibration; only the weight differs
+    assert plain._local.calibration == weighed._local.calibration
+    assert weighed._local.weight < plain._local.weight
+    # the weight by hand: each row's probability under the normal recalibrated on the other five rows
+    m = weighed
+    _, base_mean, base_var = m._base(_matrix(reqs))
+    y = np.log([r["speedup"] for r in run])
+    X = m._local_matrix(reqs, _matrix(reqs), m._local.vocabulary, base_mean)
+    per_tree = np.stack([t.predict(X) for t in m._local.forest.estimators_])
+    oob = np.ones_like(per_tree, dtype=bool)
+    for t, samples in enumerate(m._local.forest.estimators_samples_):
+        oob[t, samples] = False
+    seen = oob.sum(axis=0) > 0
+    oob_mu = (per_tree * oob).sum(axis=0) / np.maximum(oob.sum(axis=0), 1)
+    edges = np.log(m.bins.edges)
+
+    def p_bin(mu, sd, v):
+        k = m.bins.bin_of(math.exp(v)) - 1
+        hi = norm.cdf((edges[k] - mu) / sd) if k < len(edges) else 1.0
+        lo = norm.cdf((edges[k - 1] - mu) / sd) if k > 0 else 0.0
+        return (hi - lo + 1e-4) / (1 + m.bins.n_bins * 1e-4)
+
+    ll_base = ll_local = 0.0
+    for i in np.flatnonzero(seen):
+        others = np.arange(len(y)) != i
+        var = max(np.var(y[others]), m.local_min_sigma ** 2)
+        beta, m_bar, y_bar, _ = _calibration(base_mean[others], y[others], 8.0, var)
+        ll_base += math.log(max(p_bin(y_bar + beta * (base_mean[i] - m_bar),
+                                      math.sqrt(beta ** 2 * base_var[i] + (1 - beta ** 2) * var), y[i]), 1e-6))
+        ll_local += math.log(max(p_bin(oob_mu[i], math.sqrt(m._local.error_var), y[i]), 1e-6))
+    log_odds = max(-8.0, min(8.0, math.log(len(y) / m.local_prior_rows) + ll_local - ll_base))
+    assert m._local.weight == pytest.approx(1 / (1 + math.exp(-log_odds)), rel=1e-6)
+    # without the recalibration (off, or fewer than 3 rows) the weight is earned as before
+    assert learnt(True, None)._local.weight == learnt(False, None)._local.weight
+    assert learnt(True, n=2)._local.weight == learnt(False, n=2)._local.weight
+    # a model saved before the setting loads with it off
+    del model.__dict__["weigh_calibrated"]
+    model.save(tmp_path / "old.joblib")
+    assert LearnedSurrogate.load(tmp_path / "old.joblib").weigh_calibrated is False
+
+
 def test_with_mixture_a_forecast_carries_both_models_normals_whose_moments_are_its_own(trained, tmp_path):
     from search_engine.policy import expected_log_improvement
 
