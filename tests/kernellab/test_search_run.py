@@ -293,13 +293,13 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
     del old.__dict__["local_novelty"], old.__dict__["mixture"], old.__dict__["local_reach"]  # saved before them
     old.local_prior_rows = 24.0  # saved with the odds protocol 12 chose and the test took back
     old.order_prior_rows = None  # saved before protocol 15 chose the recalibration
-    old.weigh_calibrated = not DEFAULT_WEIGH_CALIBRATED
+    old.weigh_calibrated = False  # saved before protocol 16 chose the weight against the recalibrated model
     path = surrogates.learned_cache_path(exclude_problem="nothing", gpu="H200")
     old.save(path)
     loaded = LearnedSurrogate.load(path)
     # loaded as such, it forecasts as it used to
     assert (loaded.local_novelty, loaded.mixture, loaded.local_reach, loaded.local_prior_rows,
-            loaded.order_prior_rows) == (0.0, False, None, 24.0, None)
+            loaded.order_prior_rows, loaded.weigh_calibrated) == (0.0, False, None, 24.0, None, False)
     surrogates._learned.pop(("nothing", "H200"), None)
     try:
         model = surrogates.learned_surrogate(exclude_problem="nothing", gpu="H200")
@@ -309,6 +309,6 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.local_reach == DEFAULT_LOCAL_REACH == 1.0
         assert model.local_prior_rows == DEFAULT_LOCAL_PRIOR_ROWS == 8.0
         assert model.order_prior_rows == DEFAULT_ORDER_PRIOR_ROWS == 8.0
-        assert model.weigh_calibrated is DEFAULT_WEIGH_CALIBRATED
+        assert model.weigh_calibrated is DEFAULT_WEIGH_CALIBRATED is True
     finally:
         surrogates._learned.pop(("nothing", "H200"), None)

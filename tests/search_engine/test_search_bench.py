@@ -258,7 +258,7 @@ def test_the_order_recalibration_defaults_to_the_apps_and_can_be_switched_off(be
 def test_the_run_local_weight_against_the_recalibrated_model_defaults_to_the_apps_and_reaches_the_surrogate(bench):
     from search_engine.surrogates.learned import DEFAULT_WEIGH_CALIBRATED
 
-    assert bench.build_parser().parse_args([]).weigh_calibrated is DEFAULT_WEIGH_CALIBRATED
+    assert bench.build_parser().parse_args([]).weigh_calibrated is DEFAULT_WEIGH_CALIBRATED is True
     assert bench.build_parser().parse_args(["--weigh-calibrated"]).weigh_calibrated is True
     assert bench.build_parser().parse_args(["--no-weigh-calibrated"]).weigh_calibrated is False
     # the setting reaches the run's surrogate; settings saved before it keep the weight earned as before

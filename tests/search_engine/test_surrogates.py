@@ -372,16 +372,27 @@ def test_the_runs_own_rows_take_over_only_where_the_recorded_data_misjudges_the_
     model = LearnedSurrogate(seed=0, target="absolute").fit(train)
     model.save(tmp_path / "m.joblib")
     rows = test[:8]
-    agreeing = LearnedSurrogate.load(tmp_path / "m.joblib")
-    agreeing.learn([{"request": q, "speedup": r["speedup"]} for q, r in zip(_requests_of(rows), rows)])
-    contradicting = LearnedSurrogate.load(tmp_path / "m.joblib")
-    contradicting.learn([{"request": q, "speedup": 40 * r["speedup"]} for q, r in zip(_requests_of(rows), rows)])
-    # The recorded data predicts this family well: the run's eight rows add to it without taking over.
-    assert agreeing._local.weight < 0.9
-    # The run says every variant is 40x faster than the recorded data thinks: its rows win.
-    assert contradicting._local.weight > 0.95
-    assert contradicting._local.weight > agreeing._local.weight
-    assert "weighted" in contradicting.forecast(_requests_of(test[8:9])[0]).reasoning
+
+    def learnt(speedup_of, weigh_calibrated):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.weigh_calibrated = weigh_calibrated
+        m.learn([{"request": q, "speedup": speedup_of(r["speedup"])} for q, r in zip(_requests_of(rows), rows)])
+        return m
+
+    for weigh_calibrated in (False, True):
+        agreeing = learnt(lambda s: s, weigh_calibrated)
+        # The recorded data predicts this family well: the run's eight rows add to it without taking over.
+        assert agreeing._local.weight < 0.9
+        # The run ranks the variants the other way round: its rows win.
+        backwards = learnt(lambda s: 1 / s, weigh_calibrated)
+        assert backwards._local.weight > 0.95 and backwards._local.calibration[0] == 0.0
+        assert "weighted" in backwards.forecast(_requests_of(test[8:9])[0]).reasoning
+    # The run says every variant is 40x faster than the recorded data thinks, in the same order. Against the
+    # model as trained its rows win; against the model recalibrated on them (the default, which moves the
+    # recorded-data model to the run's level) they only share the say, as the agreeing run's do.
+    assert learnt(lambda s: 40 * s, False)._local.weight > 0.95
+    faster = learnt(lambda s: 40 * s, True)
+    assert faster._local.calibration[0] == 1.0 and faster._local.weight < 0.6
 
 
 def test_the_centred_model_moves_to_the_runs_level_and_hands_over_a_ranking_it_gets_wrong(trained, tmp_path):
@@ -593,7 +604,8 @@ def test_order_prior_rows_recalibrates_the_recorded_data_models_order_on_the_run
 
     def learnt(speedups, k):
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
-        m.order_prior_rows = k
+        # the recalibration alone: with weigh_calibrated it would also change the run-local weight, and so the bins
+        m.order_prior_rows, m.weigh_calibrated = k, False
         m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, speedups)])
         return m
 
