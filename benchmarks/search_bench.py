@@ -342,6 +342,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.local_reach = getattr(args, "local_reach", None)
         # and those made before --weigh-calibrated earn the run-local model's weight against the model as trained
         surrogate.weigh_calibrated = getattr(args, "weigh_calibrated", False)
+        # and those made before --spread-prior-rows keep the recalibrated model's spread as it was
+        surrogate.spread_prior_rows = getattr(args, "spread_prior_rows", None)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -844,6 +846,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--weigh-calibrated", action=argparse.BooleanOptionalAction, default=app.weigh_calibrated,
                         help="earn the run-local model's weight against the recorded-data model as recalibrated on the "
                              "run's other rows, not as trained (surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--spread-prior-rows", type=optional_float, default=app.spread_prior_rows,
+                        help="rescale the recalibrated recorded-data model's spread by its error on the run's rows, "
+                             "shrunk towards 1 by this many pseudo rows (surrogates.learned; default: the app's, "
+                             "%(default)s; none: off)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")

@@ -84,8 +84,8 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
     from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
-                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED,
-                                                  LearnedSurrogate)
+                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_SPREAD_PRIOR_ROWS,
+                                                  DEFAULT_WEIGH_CALIBRATED, LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
@@ -104,6 +104,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 model.local_prior_rows = DEFAULT_LOCAL_PRIOR_ROWS
                 model.order_prior_rows = DEFAULT_ORDER_PRIOR_ROWS
                 model.weigh_calibrated = DEFAULT_WEIGH_CALIBRATED
+                model.spread_prior_rows = DEFAULT_SPREAD_PRIOR_ROWS
             else:
                 from kernellab.datasets import all_recorded_rows
 

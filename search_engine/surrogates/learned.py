@@ -66,6 +66,9 @@ DEFAULT_ORDER_PRIOR_ROWS = 8.0
 # protocol 16 on the eight validation families, on a tie of the medians decided by the means (docs/search.md,
 # "The run-local model's weight against the recalibrated model").
 DEFAULT_WEIGH_CALIBRATED = True
+# LearnedSurrogate(spread_prior_rows=...) of the app and the benchmarks (None: off): the recalibrated recorded-data
+# model's spread rescaled by its error on the run's rows (docs/search.md, "The recalibrated model's spread").
+DEFAULT_SPREAD_PRIOR_ROWS = None
 # LearnedSurrogate(committee=...) of the app and the benchmarks: tried on the validation families and not
 # kept (docs/search.md, "A committee of models").
 DEFAULT_COMMITTEE = False
@@ -105,7 +108,8 @@ class LearnedSurrogate:
                  level_prior_rows: float = 1.0, ranker_weight: float = 0.0, moments: str = DEFAULT_MOMENTS,
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = DEFAULT_ORDER_PRIOR_ROWS,
                  mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = DEFAULT_LOCAL_REACH,
-                 committee: bool = DEFAULT_COMMITTEE, weigh_calibrated: bool = DEFAULT_WEIGH_CALIBRATED) -> None:
+                 committee: bool = DEFAULT_COMMITTEE, weigh_calibrated: bool = DEFAULT_WEIGH_CALIBRATED,
+                 spread_prior_rows: float | None = DEFAULT_SPREAD_PRIOR_ROWS) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -161,6 +165,16 @@ class LearnedSurrogate:
         # wins every comparison and, flat over a handful of rows, sends the run to the variants whose knob
         # values it has not seen (stencil3d: the recorded-data model's last-ranked variants, at 0.38x).
         self.weigh_calibrated = weigh_calibrated
+        # spread_prior_rows (None: off; with order_prior_rows): the recalibrated recorded-data model's variance is
+        # multiplied by its mean squared error on the run's rows in units of its own variance (each row forecast by
+        # the recalibration fitted on the others), shrunk towards 1 by this many pseudo rows, and held at least
+        # local_min_sigma squared. The recorded-data model's spread is its doubt about a problem it has never seen,
+        # most of it about where the problem's variants lie; once the run has measured a few, a model whose
+        # recalibrated order fits them closely forecasts with less doubt. Without it, a candidate beyond the run's
+        # rows (where local_reach hands the say back to the recorded-data model) keeps the recorded-data model's
+        # whole width, and the expected improvement, which favours width, sends the run to the candidates that
+        # model ranks last (gelu: ranks 986-989 of 990, at 0.67x).
+        self.spread_prior_rows = spread_prior_rows
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
         # expected improvement. Without it they come from one normal of the blend's mean and spread, which
@@ -329,12 +343,17 @@ class LearnedSurrogate:
         seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
         run_var = max(float(np.var(y)), self.local_min_sigma ** 2)
         calibration = self._order_calibration(base_mean, y, run_var) if base_mean is not None else None
+        spread = 1.0
+        if calibration is not None and self.spread_prior_rows is not None:
+            mu, sd = self._left_out_calibrated(base_mean, base_var, y, np.arange(len(y)))
+            k = self.spread_prior_rows
+            spread = float((np.sum(((y - mu) / sd) ** 2) + k) / (len(y) + k))
         reach = None
         if base_mean is not None:
             reach = (float(np.min(base_mean)), float(np.max(base_mean)),
                      max(float(np.std(base_mean)), self.local_min_sigma))
         self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var, calibration,
-                             reach)
+                             reach, spread)
 
     def _order_calibration(self, base_mean: np.ndarray, y: np.ndarray, run_var: float):
         """(beta, the model's mean over the run's rows, the run's mean, the run's variance), or None (off, or
@@ -528,6 +547,9 @@ class LearnedSurrogate:
             beta, m_bar, y_bar, run_var = calibration
             base_mean = y_bar + beta * (base_mean - m_bar)
             base_var = beta ** 2 * base_var + (1 - beta ** 2) * run_var
+            spread = getattr(self._local, "spread", 1.0)  # (a run-local model saved before it had one)
+            if spread != 1.0:
+                base_var = np.maximum(spread * base_var, self.local_min_sigma ** 2)
         mean = (1 - w) * base_mean + w * mu
         var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
         components = None
@@ -589,7 +611,8 @@ class LearnedSurrogate:
                             ("level_prior_rows", 1.0), ("_level", 0.0), ("_prior_level", 0.0),
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
-                            ("local_reach", None), ("committee", False), ("weigh_calibrated", False)):
+                            ("local_reach", None), ("committee", False), ("weigh_calibrated", False),
+                            ("spread_prior_rows", None)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -609,6 +632,8 @@ class _Local:
     # (lowest, highest, sd at least local_min_sigma) of the recorded-data model's means over the run's rows:
     # where its weight holds in full (LearnedSurrogate(local_reach=...)), or None
     reach: tuple | None = None
+    # the factor on the recalibrated recorded-data model's variance (LearnedSurrogate(spread_prior_rows=...)); 1: none
+    spread: float = 1.0
 
 
 # Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,

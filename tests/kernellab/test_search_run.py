@@ -284,8 +284,8 @@ def test_a_run_compiles_its_next_step_while_its_measurements_wait_for_the_gpu_wo
 def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_run_local_settings(settings, tmp_path):
     from kernellab.services import surrogates
     from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
-                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED,
-                                                  LearnedSurrogate)
+                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_SPREAD_PRIOR_ROWS,
+                                                  DEFAULT_WEIGH_CALIBRATED, LearnedSurrogate)
     from tests.search_engine.test_surrogates import family_rows
 
     settings.DATA_DIR = tmp_path
@@ -294,6 +294,7 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
     old.local_prior_rows = 24.0  # saved with the odds protocol 12 chose and the test took back
     old.order_prior_rows = None  # saved before protocol 15 chose the recalibration
     old.weigh_calibrated = False  # saved before protocol 16 chose the weight against the recalibrated model
+    old.spread_prior_rows = 5.0  # a setting of its own, which the app's replaces
     path = surrogates.learned_cache_path(exclude_problem="nothing", gpu="H200")
     old.save(path)
     loaded = LearnedSurrogate.load(path)
@@ -310,5 +311,6 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.local_prior_rows == DEFAULT_LOCAL_PRIOR_ROWS == 8.0
         assert model.order_prior_rows == DEFAULT_ORDER_PRIOR_ROWS == 8.0
         assert model.weigh_calibrated is DEFAULT_WEIGH_CALIBRATED is True
+        assert model.spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS
     finally:
         surrogates._learned.pop(("nothing", "H200"), None)

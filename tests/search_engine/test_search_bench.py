@@ -271,6 +271,21 @@ def test_the_run_local_weight_against_the_recalibrated_model_defaults_to_the_app
         assert surrogate.weigh_calibrated is expected
 
 
+def test_the_recalibrated_models_spread_defaults_to_the_apps_and_reaches_the_surrogate(bench):
+    from search_engine.surrogates.learned import DEFAULT_SPREAD_PRIOR_ROWS
+
+    assert bench.build_parser().parse_args([]).spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS
+    assert bench.build_parser().parse_args(["--spread-prior-rows", "3"]).spread_prior_rows == 3.0
+    assert bench.build_parser().parse_args(["--spread-prior-rows", "none"]).spread_prior_rows is None
+    dataset = small_family(bench)
+    for changes, expected in (({"spread_prior_rows": 3.0}, 3.0), ({}, None)):
+        surrogate = _RecordingSurrogate()
+        surrogate.online_weight = 1.0
+        surrogate.spread_prior_rows = "unset"
+        bench.run_puct(dataset, 0, surrogate, False, search_args(**changes), root_children=16)
+        assert surrogate.spread_prior_rows == expected
+
+
 def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tmp_path):
     import gzip
 

@@ -693,6 +693,50 @@ def test_weigh_calibrated_earns_the_run_local_weight_against_the_recalibrated_mo
     assert LearnedSurrogate.load(tmp_path / "old.joblib").weigh_calibrated is False
 
 
+def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_on_the_runs_rows(trained, tmp_path):
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    reqs = _requests_of(test[:8])
+    others = _requests_of(test[8:40])
+    truth = [r["speedup"] for r in test[:8]]
+
+    def learnt(speedups, k, n=8):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.spread_prior_rows = k
+        m.learn([{"request": q, "speedup": s} for q, s in zip(reqs[:n], speedups[:n])])
+        return m
+
+    off = learnt(truth, None)
+    assert off._local.spread == 1.0
+    on = learnt(truth, 3.0)
+    # the factor by hand: each row's squared error under the recalibration fitted on the other rows, in units
+    # of that forecast's variance, averaged with 3 pseudo rows of 1
+    _, base_mean, base_var = on._base(_matrix(reqs))
+    y = np.log(truth)
+    mu, sd = on._left_out_calibrated(base_mean, base_var, y, np.arange(8))
+    assert on._local.spread == pytest.approx((np.sum(((y - mu) / sd) ** 2) + 3) / 11)
+    # the recorded-data model's normal in each forecast: the same mean, its variance times the factor (held at
+    # least local_min_sigma squared); the run-local model's normal and the weights do not change
+    for f_off, f_on in zip(off.forecast_many(others), on.forecast_many(others)):
+        (w0, a0, s0), (w1, b0, t0) = f_off.log_mixture
+        (v0, a1, s1), (v1, b1, t1) = f_on.log_mixture
+        assert (v0, v1, a1, b1, t1) == pytest.approx((w0, w1, a0, b0, t0))
+        assert s1 ** 2 == pytest.approx(max(on._local.spread * s0 ** 2, on.local_min_sigma ** 2))
+    # a run whose rows the recalibrated model forecasts far off widens it; no recalibration (fewer than 3 rows,
+    # or order_prior_rows off), no factor
+    scrambled = [truth[i] * (8.0 if i % 2 else 1 / 8.0) for i in range(8)]
+    assert learnt(scrambled, 3.0)._local.spread > 1.0 > on._local.spread
+    assert learnt(truth, 3.0, n=2)._local.spread == 1.0
+    m = LearnedSurrogate.load(tmp_path / "m.joblib")
+    m.spread_prior_rows, m.order_prior_rows = 3.0, None
+    m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, truth)])
+    assert m._local.spread == 1.0
+    # a model saved before the setting loads with it off
+    del model.__dict__["spread_prior_rows"]
+    model.save(tmp_path / "old.joblib")
+    assert LearnedSurrogate.load(tmp_path / "old.joblib").spread_prior_rows is None
+
+
 def test_with_mixture_a_forecast_carries_both_models_normals_whose_moments_are_its_own(trained, tmp_path):
     from search_engine.policy import expected_log_improvement
 

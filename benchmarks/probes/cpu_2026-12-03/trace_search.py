@@ -34,7 +34,7 @@ from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, 
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
     DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, DEFAULT_ORDER_PRIOR_ROWS,
-    DEFAULT_WEIGH_CALIBRATED, MOMENTS, LearnedSurrogate)
+    DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED, MOMENTS, LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -128,6 +128,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--weigh-calibrated", action=argparse.BooleanOptionalAction, default=DEFAULT_WEIGH_CALIBRATED,
                         help="the run-local model's weight earned against the recalibrated recorded-data model "
                              "(surrogates.learned; default: the app's)")
+    parser.add_argument("--spread-prior-rows", type=sb.optional_float, default=DEFAULT_SPREAD_PRIOR_ROWS,
+                        help="the recalibrated model's spread rescaled on the run's rows (surrogates.learned; "
+                             "default: the app's; none: off)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -140,7 +143,8 @@ def main(argv=None) -> dict:
                                          + ["--verify-slot", args.verify_slot]
                                          + ["--step-spread", str(args.step_spread)]
                                          + ["--local-prior-rows", str(args.local_prior_rows)]
-                                         + (["--weigh-calibrated"] if args.weigh_calibrated else ["--no-weigh-calibrated"]))
+                                         + (["--weigh-calibrated"] if args.weigh_calibrated else ["--no-weigh-calibrated"])
+                                         + ["--spread-prior-rows", str(args.spread_prior_rows)])
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
@@ -183,6 +187,7 @@ def main(argv=None) -> dict:
               "order_prior_rows": args.order_prior_rows, "mixture": args.mixture, "committee": args.committee, "local_reach": bench.local_reach,
               "verify_slot": args.verify_slot, "step_spread": args.step_spread,
               "local_prior_rows": args.local_prior_rows, "weigh_calibrated": args.weigh_calibrated,
+              "spread_prior_rows": args.spread_prior_rows,
               "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
