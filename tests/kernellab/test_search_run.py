@@ -294,13 +294,14 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
     old.local_prior_rows = 24.0  # saved with the odds protocol 12 chose and the test took back
     old.order_prior_rows = None  # saved before protocol 15 chose the recalibration
     old.weigh_calibrated = False  # saved before protocol 16 chose the weight against the recalibrated model
-    old.spread_prior_rows = 5.0  # a setting of its own, which the app's replaces
+    old.spread_prior_rows = None  # saved before protocol 17 chose the rescaled spread
     path = surrogates.learned_cache_path(exclude_problem="nothing", gpu="H200")
     old.save(path)
     loaded = LearnedSurrogate.load(path)
     # loaded as such, it forecasts as it used to
     assert (loaded.local_novelty, loaded.mixture, loaded.local_reach, loaded.local_prior_rows,
-            loaded.order_prior_rows, loaded.weigh_calibrated) == (0.0, False, None, 24.0, None, False)
+            loaded.order_prior_rows, loaded.weigh_calibrated, loaded.spread_prior_rows) == \
+        (0.0, False, None, 24.0, None, False, None)
     surrogates._learned.pop(("nothing", "H200"), None)
     try:
         model = surrogates.learned_surrogate(exclude_problem="nothing", gpu="H200")
@@ -311,6 +312,6 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.local_prior_rows == DEFAULT_LOCAL_PRIOR_ROWS == 8.0
         assert model.order_prior_rows == DEFAULT_ORDER_PRIOR_ROWS == 8.0
         assert model.weigh_calibrated is DEFAULT_WEIGH_CALIBRATED is True
-        assert model.spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS
+        assert model.spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS == 3.0
     finally:
         surrogates._learned.pop(("nothing", "H200"), None)

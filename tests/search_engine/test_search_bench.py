@@ -274,7 +274,7 @@ def test_the_run_local_weight_against_the_recalibrated_model_defaults_to_the_app
 def test_the_recalibrated_models_spread_defaults_to_the_apps_and_reaches_the_surrogate(bench):
     from search_engine.surrogates.learned import DEFAULT_SPREAD_PRIOR_ROWS
 
-    assert bench.build_parser().parse_args([]).spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS
+    assert bench.build_parser().parse_args([]).spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS == 3.0
     assert bench.build_parser().parse_args(["--spread-prior-rows", "3"]).spread_prior_rows == 3.0
     assert bench.build_parser().parse_args(["--spread-prior-rows", "none"]).spread_prior_rows is None
     dataset = small_family(bench)

@@ -714,6 +714,7 @@ def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_
     _, base_mean, base_var = on._base(_matrix(reqs))
     y = np.log(truth)
     mu, sd = on._left_out_calibrated(base_mean, base_var, y, np.arange(8))
+    sd = np.maximum(sd, on.local_min_sigma)
     assert on._local.spread == pytest.approx((np.sum(((y - mu) / sd) ** 2) + 3) / 11)
     # the recorded-data model's normal in each forecast: the same mean, its variance times the factor (held at
     # least local_min_sigma squared); the run-local model's normal and the weights do not change
@@ -731,6 +732,16 @@ def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_
     m.spread_prior_rows, m.order_prior_rows = 3.0, None
     m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, truth)])
     assert m._local.spread == 1.0
+    # a recorded-data model sure of one bin (a variance near 0) does not blow the factor up: its sd counts as at
+    # least local_min_sigma
+    sure = LearnedSurrogate.load(tmp_path / "m.joblib")
+    sure.spread_prior_rows = 3.0
+    base = sure._base
+    sure._base = lambda X: (lambda p, m, v: (p, m, np.full_like(v, 1e-12)))(*base(X))
+    sure.learn([{"request": q, "speedup": s} for q, s in zip(reqs, truth)])
+    _, base_mean, _ = base(_matrix(reqs))
+    mu, _ = sure._left_out_calibrated(base_mean, np.full(8, 1e-12), y, np.arange(8))
+    assert sure._local.spread == pytest.approx((np.sum(((y - mu) / sure.local_min_sigma) ** 2) + 3) / 11)
     # a model saved before the setting loads with it off
     del model.__dict__["spread_prior_rows"]
     model.save(tmp_path / "old.joblib")
