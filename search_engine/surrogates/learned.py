@@ -340,13 +340,17 @@ class LearnedSurrogate:
         k = self.local_prior_rows
         error_var = (seen.sum() * oob_mse + k * max(float(np.var(y)), self.local_min_sigma ** 2)) / (seen.sum() + k)
         error_var = max(error_var, self.local_min_sigma ** 2)
-        weight = self._local_weight(requests, y, oob_mu, error_var, base_mean, base_var)
-        seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
         run_var = max(float(np.var(y)), self.local_min_sigma ** 2)
         calibration = self._order_calibration(base_mean, y, run_var) if base_mean is not None else None
+        # each row's recalibrated forecast from the other rows, for the weight and the spread
+        left_out = None
+        if calibration is not None and (self.weigh_calibrated or self.spread_prior_rows is not None):
+            left_out = self._left_out_calibrated(base_mean, base_var, y)
+        weight = self._local_weight(requests, y, oob_mu, error_var, left_out if self.weigh_calibrated else None)
+        seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
         spread = 1.0
-        if calibration is not None and self.spread_prior_rows is not None:
-            mu, sd = self._left_out_calibrated(base_mean, base_var, y, np.arange(len(y)))
+        if left_out is not None and self.spread_prior_rows is not None:
+            mu, sd = left_out
             # (an sd below local_min_sigma, a model sure of one bin, would blow the factor up for every candidate)
             sd = np.maximum(sd, self.local_min_sigma)
             k = self.spread_prior_rows
@@ -367,7 +371,7 @@ class LearnedSurrogate:
         return _calibration(base_mean, y, self.order_prior_rows, run_var)
 
     def _local_weight(self, requests, y: np.ndarray, oob_mu: np.ndarray, error_var: float,
-                      base_mean: np.ndarray | None = None, base_var: np.ndarray | None = None) -> float:
+                      left_out: tuple | None = None) -> float:
         """How much the run-local model counts against the recorded-data model.
 
         A Bayesian model average over the run's measured rows: the probability the recorded-data
@@ -376,9 +380,9 @@ class LearnedSurrogate:
         problem (sgemm after five memory-bound problems) the run's own rows take over after a few
         measurements, and when it does know, it keeps its say.
 
-        With weigh_calibrated, once the run has 3 rows and its order is recalibrated, the recorded-data model's
-        probability of each row is that of the recalibrated normal fitted on the run's other rows (base_mean,
-        base_var: the model's moments over the run's rows), out of sample as the run-local model's is."""
+        With left_out (weigh_calibrated, once the run has 3 rows and its order is recalibrated: the mean and sd
+        of each row under the recalibration fitted on the run's other rows), the recorded-data model's
+        probability of each row is that normal's, out of sample as the run-local model's is."""
         n = len(y)
         if self._fitted is None:
             return 1.0
@@ -387,8 +391,8 @@ class LearnedSurrogate:
         if not seen.any():
             return 1.0 / (1.0 + math.exp(-prior))
         bins = np.array([self.bins.bin_of(math.exp(v)) for v in y[seen]])
-        if self.weigh_calibrated and self.order_prior_rows is not None and n >= 3 and base_mean is not None:
-            base = _normal_bins(*self._left_out_calibrated(base_mean, base_var, y, np.flatnonzero(seen)), self.bins)
+        if left_out is not None:
+            base = _normal_bins(left_out[0][seen], left_out[1][seen], self.bins)
         else:
             X = _matrix([q for q, s in zip(requests, seen) if s])
             with _openmp_threads(self.threads):
@@ -400,17 +404,17 @@ class LearnedSurrogate:
         log_odds = max(-8.0, min(8.0, prior + ll_local - ll_base))
         return 1.0 / (1.0 + math.exp(-log_odds))
 
-    def _left_out_calibrated(self, base_mean: np.ndarray, base_var: np.ndarray, y: np.ndarray, rows: np.ndarray):
-        """The recalibrated recorded-data model's mean and sd of log speedup for each of rows, its slope and
-        the run's level fitted on the run's other rows (as _order_calibration does, at least 2 of them)."""
-        mu, sd = np.empty(len(rows)), np.empty(len(rows))
-        for j, i in enumerate(rows):
+    def _left_out_calibrated(self, base_mean: np.ndarray, base_var: np.ndarray, y: np.ndarray):
+        """The recalibrated recorded-data model's mean and sd of log speedup for each of the run's rows, its slope
+        and the run's level fitted on the run's other rows (as _order_calibration does, at least 2 of them)."""
+        mu, sd = np.empty(len(y)), np.empty(len(y))
+        for i in range(len(y)):
             others = np.arange(len(y)) != i
             rest = y[others]
             run_var = max(float(np.var(rest)), self.local_min_sigma ** 2)
             beta, m_bar, y_bar, _ = _calibration(base_mean[others], rest, self.order_prior_rows, run_var)
-            mu[j] = y_bar + beta * (base_mean[i] - m_bar)
-            sd[j] = math.sqrt(beta ** 2 * base_var[i] + (1 - beta ** 2) * run_var)
+            mu[i] = y_bar + beta * (base_mean[i] - m_bar)
+            sd[i] = math.sqrt(beta ** 2 * base_var[i] + (1 - beta ** 2) * run_var)
         return mu, sd
 
     def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str],

@@ -687,10 +687,6 @@ def test_weigh_calibrated_earns_the_run_local_weight_against_the_recalibrated_mo
     # without the recalibration (off, or fewer than 3 rows) the weight is earned as before
     assert learnt(True, None)._local.weight == learnt(False, None)._local.weight
     assert learnt(True, n=2)._local.weight == learnt(False, n=2)._local.weight
-    # a model saved before the setting loads with it off
-    del model.__dict__["weigh_calibrated"]
-    model.save(tmp_path / "old.joblib")
-    assert LearnedSurrogate.load(tmp_path / "old.joblib").weigh_calibrated is False
 
 
 def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_on_the_runs_rows(trained, tmp_path):
@@ -713,7 +709,7 @@ def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_
     # of that forecast's variance, averaged with 3 pseudo rows of 1
     _, base_mean, base_var = on._base(_matrix(reqs))
     y = np.log(truth)
-    mu, sd = on._left_out_calibrated(base_mean, base_var, y, np.arange(8))
+    mu, sd = on._left_out_calibrated(base_mean, base_var, y)
     sd = np.maximum(sd, on.local_min_sigma)
     assert on._local.spread == pytest.approx((np.sum(((y - mu) / sd) ** 2) + 3) / 11)
     # the recorded-data model's normal in each forecast: the same mean, its variance times the factor (held at
@@ -740,12 +736,21 @@ def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_
     sure._base = lambda X: (lambda p, m, v: (p, m, np.full_like(v, 1e-12)))(*base(X))
     sure.learn([{"request": q, "speedup": s} for q, s in zip(reqs, truth)])
     _, base_mean, _ = base(_matrix(reqs))
-    mu, _ = sure._left_out_calibrated(base_mean, np.full(8, 1e-12), y, np.arange(8))
+    mu, _ = sure._left_out_calibrated(base_mean, np.full(8, 1e-12), y)
     assert sure._local.spread == pytest.approx((np.sum(((y - mu) / sure.local_min_sigma) ** 2) + 3) / 11)
-    # a model saved before the setting loads with it off
-    del model.__dict__["spread_prior_rows"]
-    model.save(tmp_path / "old.joblib")
-    assert LearnedSurrogate.load(tmp_path / "old.joblib").spread_prior_rows is None
+
+
+@pytest.mark.parametrize("setting, off", [("weigh_calibrated", False), ("spread_prior_rows", None)])
+def test_a_model_saved_before_a_run_local_setting_loads_with_it_off(trained, tmp_path, setting, off):
+    model = LearnedSurrogate.load(_saved(trained[0], tmp_path / "m.joblib"))
+    assert getattr(model, setting) != off  # today's default is on
+    del model.__dict__[setting]
+    assert getattr(LearnedSurrogate.load(_saved(model, tmp_path / "old.joblib")), setting) == off
+
+
+def _saved(model, path):
+    model.save(path)
+    return path
 
 
 def test_with_mixture_a_forecast_carries_both_models_normals_whose_moments_are_its_own(trained, tmp_path):
