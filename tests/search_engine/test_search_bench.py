@@ -132,6 +132,20 @@ def test_a_vendor_faster_than_every_variant_sets_the_target_and_every_run_then_c
     assert small_family(bench).target == pytest.approx(0.95 * 4.0)
 
 
+def test_a_validation_family_named_to_ignore_its_vendor_counts_its_variants_alone(bench):
+    dataset = small_family(bench, vendor={"name": "vendor:lib", "speedup": 5.0, "source": "test"})
+    dataset.vendor_in_target = False
+    assert dataset.target == pytest.approx(0.95 * 4.0) and dataset.reachable
+    order = [r for r in bench.random_order(dataset, 0) if dataset.gpu_cost(r)]
+    hit = next(i for i, r in enumerate(order, 1) if r["knobs"] == {"A": 6, "B": 3})
+    assert bench.run_random(dataset, 0)["measurements"] == hit
+
+
+def test_ignoring_the_vendor_of_a_family_that_is_not_recorded_is_refused_with_its_name(bench):
+    with pytest.raises(SystemExit, match="--ignore-vendor names no recorded family: nosuch"):
+        bench.main(["--ignore-vendor", "nosuch", "--seeds", "1", "--out", "/dev/null"])
+
+
 def test_wall_time_counts_every_compile_check_beside_the_measurements(bench):
     dataset = small_family(bench)
     order = [dataset.records[(1, 7)],  # does not compile
