@@ -346,6 +346,10 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.weigh_calibrated = getattr(args, "weigh_calibrated", False)
         # and those made before --spread-prior-rows keep the recalibrated model's spread as it was
         surrogate.spread_prior_rows = getattr(args, "spread_prior_rows", None)
+        # and those made before --calibrated-moments recalibrate the bins' moments
+        surrogate.calibrated_moments = getattr(args, "calibrated_moments", "bins")
+        # and those made before --pooled-spread give each candidate the recalibrated model's own spread
+        surrogate.pooled_spread = getattr(args, "pooled_spread", False)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -855,6 +859,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rescale the recalibrated recorded-data model's spread by its error on the run's rows, "
                              "shrunk towards 1 by this many pseudo rows (surrogates.learned; default: the app's, "
                              "%(default)s; none: off)")
+    parser.add_argument("--calibrated-moments", choices=MOMENTS, default=app.calibrated_moments,
+                        help="the recorded-data model's moments that the recalibration reads from a run's third row on: "
+                             "the published bins' or the relative bins' moved by the level, which the top bin does "
+                             "not cut off (surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--pooled-spread", action=argparse.BooleanOptionalAction, default=app.pooled_spread,
+                        help="one spread, its error on the run's rows, for every candidate of the recalibrated "
+                             "recorded-data model (surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")

@@ -83,9 +83,11 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
-    from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
-                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_SPREAD_PRIOR_ROWS,
-                                                  DEFAULT_WEIGH_CALIBRATED, LearnedSurrogate)
+    from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_NOVELTY,
+                                                  DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH, DEFAULT_MIXTURE,
+                                                  DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
+                                                  DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED,
+                                                  LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     from kernellab.selectors.problems import bundled_dir
@@ -105,6 +107,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 model.order_prior_rows = DEFAULT_ORDER_PRIOR_ROWS
                 model.weigh_calibrated = DEFAULT_WEIGH_CALIBRATED
                 model.spread_prior_rows = DEFAULT_SPREAD_PRIOR_ROWS
+                model.calibrated_moments = DEFAULT_CALIBRATED_MOMENTS
+                model.pooled_spread = DEFAULT_POOLED_SPREAD
             else:
                 from kernellab.datasets import all_recorded_rows
 

@@ -73,6 +73,12 @@ DEFAULT_SPREAD_PRIOR_ROWS = 3.0
 # LearnedSurrogate(committee=...) of the app and the benchmarks: tried on the validation families and not
 # kept (docs/search.md, "A committee of models").
 DEFAULT_COMMITTEE = False
+# LearnedSurrogate(calibrated_moments=...) of the app and the benchmarks: the moments the recalibration of the
+# recorded-data model's order reads from a run's third row on (MOMENTS). Under trial (protocol 18).
+DEFAULT_CALIBRATED_MOMENTS = "bins"
+# LearnedSurrogate(pooled_spread=...) of the app and the benchmarks: the recalibrated recorded-data model's spread
+# one pooled figure for every candidate (its error on the run's rows). Under trial (protocol 18).
+DEFAULT_POOLED_SPREAD = False
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -110,13 +116,15 @@ class LearnedSurrogate:
                  local_novelty: float = DEFAULT_LOCAL_NOVELTY, order_prior_rows: float | None = DEFAULT_ORDER_PRIOR_ROWS,
                  mixture: bool = DEFAULT_MIXTURE, local_reach: float | None = DEFAULT_LOCAL_REACH,
                  committee: bool = DEFAULT_COMMITTEE, weigh_calibrated: bool = DEFAULT_WEIGH_CALIBRATED,
-                 spread_prior_rows: float | None = DEFAULT_SPREAD_PRIOR_ROWS) -> None:
+                 spread_prior_rows: float | None = DEFAULT_SPREAD_PRIOR_ROWS,
+                 calibrated_moments: str = DEFAULT_CALIBRATED_MOMENTS,
+                 pooled_spread: bool = DEFAULT_POOLED_SPREAD) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
             raise ValueError("The training target must be 'centred' (speedups relative to each problem's "
                              "geometric mean) or 'absolute'.")
-        if moments not in MOMENTS:
+        if moments not in MOMENTS or calibrated_moments not in MOMENTS:
             raise ValueError(f"The forecasts' mean and spread must come from one of {', '.join(MOMENTS)}.")
         self.bins = bins
         self.seed = seed
@@ -176,6 +184,26 @@ class LearnedSurrogate:
         # whole width, and the expected improvement, which favours width, sends the run to the candidates that
         # model ranks last (gelu: ranks 986-989 of 990, at 0.67x).
         self.spread_prior_rows = spread_prior_rows
+        # calibrated_moments (with order_prior_rows; "level" needs the centred target): the moments of the
+        # recorded-data model that the recalibration, the run-local weight and reach, and the run-local forest's
+        # prior feature read once the run has 3 rows. The recalibration takes the run's level from the run's rows,
+        # so the published bins' cut-off at the top bin (>= 4x) only loses order there: on a family whose variants
+        # run at 10-60x (hgemm_mma) the bins put nearly every candidate in the top bin, with the same mean and
+        # almost no spread, and the model's order survives only in how sure it is of that bin. "level" reads the
+        # moments of the model's relative bins (plus the level, which the recalibration cancels) instead; before
+        # the third row nothing changes.
+        self.calibrated_moments = calibrated_moments
+        # pooled_spread (with order_prior_rows): from the third row on, the recalibrated recorded-data model forecasts
+        # every candidate with one variance, its mean squared error on the run's rows (each row forecast by the
+        # recalibration fitted on the others), shrunk towards the mean of those forecasts' own variances by
+        # spread_prior_rows (or 3) pseudo rows and held at least local_min_sigma squared; it replaces
+        # spread_prior_rows' factor. A candidate's own variance is the spread of the model's bins, which is small
+        # where the model is sure of a bin: sure of the open top bin (>= 4x) it is near nothing, however far above
+        # 4x the family lies, and wide where its mass is split between two bins. Near the top of a family that lies
+        # above the bins, the expected improvement (which favours width) then measured the variants the model
+        # ranks lower before its favourites (hgemm_mma: zero-shot ranks 426-634 before 1). With one spread, its
+        # candidates are told apart by their recalibrated means.
+        self.pooled_spread = pooled_spread
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
         # expected improvement. Without it they come from one normal of the blend's mean and spread, which
@@ -290,14 +318,15 @@ class LearnedSurrogate:
         """The recorded-data model's bin probabilities, tempered and moved to the run's level."""
         return self._base(X)[0]
 
-    def _base(self, X: np.ndarray):
+    def _base(self, X: np.ndarray, moments: str | None = None):
         """The recorded-data model's bin probabilities at the run's level, and the mean and variance of
         its log speedup: the bins' moments, or with moments="level" (centred target) the relative
-        bins' moments moved by the level, which the top bin does not cut off."""
+        bins' moments moved by the level, which the top bin does not cut off. moments: another than
+        self.moments (the run-local model's, calibrated_moments)."""
         relative = self._relative_probs(X)
         probabilities = _shift_bins(relative, self._level, self.bins) if self._level else relative
         logs = np.log(np.asarray(self.bins.representatives()))
-        moved = self.moments == "level" and self.target == "centred"
+        moved = (moments or self.moments) == "level" and self.target == "centred"
         source = relative if moved else probabilities
         mean = source @ logs
         var = np.maximum(source @ (logs ** 2) - mean ** 2, 1e-12)
@@ -312,9 +341,13 @@ class LearnedSurrogate:
         vocabulary = sorted({name for q in requests for name in _defines(q.candidate.get("source", ""))})
         X0 = _matrix(requests)
         base_mean = base_var = None
+        # the moments every use of the recorded-data model's mean reads, here and in its forecasts (_predict)
+        moments = self.moments
+        if self.order_prior_rows is not None and len(kept) >= 3:
+            moments = self.calibrated_moments
         if self._fitted is not None:
             with _openmp_threads(self.threads):
-                _, base_mean, base_var = self._base(X0)
+                _, base_mean, base_var = self._base(X0, moments)
         X = self._local_matrix(requests, X0, vocabulary, base_mean)
         y = np.log([r["speedup"] for r in kept])
         # Every feature is a candidate at every split: with a handful of rows, a random half of
@@ -344,7 +377,8 @@ class LearnedSurrogate:
         calibration = self._order_calibration(base_mean, y, run_var) if base_mean is not None else None
         # each row's recalibrated forecast from the other rows, for the weight and the spread
         left_out = None
-        if calibration is not None and (self.weigh_calibrated or self.spread_prior_rows is not None):
+        if calibration is not None and (self.weigh_calibrated or self.spread_prior_rows is not None
+                                        or self.pooled_spread):
             left_out = self._left_out_calibrated(base_mean, base_var, y)
         weight = self._local_weight(requests, y, oob_mu, error_var, left_out if self.weigh_calibrated else None)
         seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
@@ -355,12 +389,18 @@ class LearnedSurrogate:
             sd = np.maximum(sd, self.local_min_sigma)
             k = self.spread_prior_rows
             spread = float((np.sum(((y - mu) / sd) ** 2) + k) / (len(y) + k))
+        pooled_var = None
+        if left_out is not None and self.pooled_spread:
+            mu, sd = left_out
+            k = self.spread_prior_rows if self.spread_prior_rows is not None else 3.0
+            pooled_var = max(float((np.sum((y - mu) ** 2) + k * np.mean(sd ** 2)) / (len(y) + k)),
+                             self.local_min_sigma ** 2)
         reach = None
         if base_mean is not None:
             reach = (float(np.min(base_mean)), float(np.max(base_mean)),
                      max(float(np.std(base_mean)), self.local_min_sigma))
         self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var, calibration,
-                             reach, spread)
+                             reach, spread, moments, pooled_var)
 
     def _order_calibration(self, base_mean: np.ndarray, y: np.ndarray, run_var: float):
         """(beta, the model's mean over the run's rows, the run's mean, the run's variance), or None (off, or
@@ -535,7 +575,8 @@ class LearnedSurrogate:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
         X = _matrix(requests)
         with _openmp_threads(self.threads):
-            base, base_mean, base_var = self._base(X) if self._fitted else (None, None, None)
+            moments = getattr(self._local, "moments", None)  # (None: no run-local model, or one saved before)
+            base, base_mean, base_var = self._base(X, moments) if self._fitted else (None, None, None)
             if self._local is None:
                 if base is None or self.moments == "bins":
                     return base, None, None, None
@@ -555,7 +596,10 @@ class LearnedSurrogate:
             base_mean = y_bar + beta * (base_mean - m_bar)
             base_var = beta ** 2 * base_var + (1 - beta ** 2) * run_var
             spread = getattr(self._local, "spread", 1.0)  # (a run-local model saved before it had one)
-            if spread != 1.0:
+            pooled_var = getattr(self._local, "pooled_var", None)  # (a run-local model saved before it had one)
+            if pooled_var is not None:
+                base_var = np.full_like(base_var, pooled_var)
+            elif spread != 1.0:
                 base_var = np.maximum(spread * base_var, self.local_min_sigma ** 2)
         mean = (1 - w) * base_mean + w * mu
         var = (1 - w) * (base_var + (base_mean - mean) ** 2) + w * (sigma ** 2 + (mu - mean) ** 2)
@@ -619,7 +663,7 @@ class LearnedSurrogate:
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
                             ("local_reach", None), ("committee", False), ("weigh_calibrated", False),
-                            ("spread_prior_rows", None)):
+                            ("spread_prior_rows", None), ("calibrated_moments", "bins"), ("pooled_spread", False)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -641,6 +685,11 @@ class _Local:
     reach: tuple | None = None
     # the factor on the recalibrated recorded-data model's variance (LearnedSurrogate(spread_prior_rows=...)); 1: none
     spread: float = 1.0
+    # the moments of the recorded-data model it was fitted against (LearnedSurrogate(calibrated_moments=...)); None:
+    # the model's own
+    moments: str | None = None
+    # the one variance of the recalibrated recorded-data model (LearnedSurrogate(pooled_spread=True)); None: its own
+    pooled_var: float | None = None
 
 
 # Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,

@@ -300,6 +300,23 @@ def test_the_recalibrated_models_spread_defaults_to_the_apps_and_reaches_the_sur
         assert surrogate.spread_prior_rows == expected
 
 
+@pytest.mark.parametrize("setting, flag, value, old", [("calibrated_moments", "--calibrated-moments", "level", "bins"),
+                                                       ("pooled_spread", "--pooled-spread", None, False)])
+def test_a_trial_setting_defaults_to_the_apps_and_reaches_the_surrogate(bench, setting, flag, value, old):
+    from search_engine.surrogates.learned import LearnedSurrogate
+
+    assert getattr(bench.build_parser().parse_args([]), setting) == getattr(LearnedSurrogate(), setting)
+    given = bench.build_parser().parse_args([flag] + ([value] if value else []))
+    assert getattr(given, setting) == (value or True)
+    dataset = small_family(bench)
+    for changes, expected in (({setting: getattr(given, setting)}, getattr(given, setting)), ({}, old)):
+        surrogate = _RecordingSurrogate()
+        surrogate.online_weight = 1.0
+        setattr(surrogate, setting, "unset")
+        bench.run_puct(dataset, 0, surrogate, False, search_args(**changes), root_children=16)
+        assert getattr(surrogate, setting) == expected
+
+
 def test_another_recording_replaces_the_families_it_holds_and_no_other(bench, tmp_path):
     import gzip
 

@@ -740,6 +740,82 @@ def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_
     assert sure._local.spread == pytest.approx((np.sum(((y - mu) / sure.local_min_sigma) ** 2) + 3) / 11)
 
 
+def test_calibrated_moments_level_recalibrates_the_relative_bins_moments_from_the_third_row(trained, tmp_path):
+    from search_engine.surrogates.learned import _calibration
+
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    reqs, others = _requests_of(test[:6]), _requests_of(test[6:30])
+    # a run far above the recorded speedups, where the published bins' top bin cuts their moments off
+    run = [{"request": q, "speedup": r["speedup"] * 40} for q, r in zip(reqs, test[:6])]
+
+    def learnt(moments, n=6):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.calibrated_moments, m.spread_prior_rows = moments, None
+        m.learn(run[:n])
+        return m
+
+    bins, level = learnt("bins"), learnt("level")
+    assert bins._local.moments == "bins" and level._local.moments == "level"
+    # the recalibration by hand on the relative bins' moments moved by the level
+    _, mean, var = level._base(_matrix(reqs), "level")
+    y = np.log([r["speedup"] for r in run])
+    run_var = max(float(np.var(y)), level.local_min_sigma ** 2)
+    beta, m_bar, y_bar, run_var = _calibration(mean, y, level.order_prior_rows, run_var)
+    assert level._local.calibration == pytest.approx((beta, m_bar, y_bar, run_var))
+    _, o_mean, o_var = level._base(_matrix(others), "level")
+    for f, a, v in zip(level.forecast_many(others), o_mean, o_var):
+        (_, base_mean, base_sd), _ = f.log_mixture
+        assert base_mean == pytest.approx(y_bar + beta * (a - m_bar))
+        assert base_sd ** 2 == pytest.approx(beta ** 2 * v + (1 - beta ** 2) * run_var)
+    # the bins' moments differ there (their top bin cuts them off); with 2 rows, before any recalibration,
+    # both forecast alike
+    assert [f.log_mixture for f in bins.forecast_many(others)] != [f.log_mixture for f in level.forecast_many(others)]
+    two_bins, two_level = learnt("bins", 2), learnt("level", 2)
+    assert two_level._local.moments == "bins"
+    assert [f.log_mixture for f in two_bins.forecast_many(others)] == [f.log_mixture for f in two_level.forecast_many(others)]
+    with pytest.raises(ValueError, match="mean and spread"):
+        LearnedSurrogate(calibrated_moments="median")
+
+
+def test_pooled_spread_gives_every_candidate_of_the_recalibrated_model_one_spread_from_its_error(trained, tmp_path):
+    model, _, test = trained
+    model.save(tmp_path / "m.joblib")
+    reqs, others = _requests_of(test[:8]), _requests_of(test[8:40])
+    truth = [r["speedup"] for r in test[:8]]
+
+    def learnt(pooled, n=8):
+        m = LearnedSurrogate.load(tmp_path / "m.joblib")
+        m.pooled_spread = pooled
+        m.learn([{"request": q, "speedup": s} for q, s in zip(reqs[:n], truth[:n])])
+        return m
+
+    off, on = learnt(False), learnt(True)
+    assert off._local.pooled_var is None
+    # by hand: the left-out recalibrated forecasts' squared errors with 3 (spread_prior_rows) pseudo rows at the
+    # mean of their own variances
+    _, base_mean, base_var = on._base(_matrix(reqs))
+    y = np.log(truth)
+    mu, sd = on._left_out_calibrated(base_mean, base_var, y)
+    assert on._local.pooled_var == pytest.approx(max((np.sum((y - mu) ** 2) + 3 * np.mean(sd ** 2)) / 11,
+                                                     on.local_min_sigma ** 2))
+    # one spread for every candidate, the same means and run-local normals as without it
+    for f_off, f_on in zip(off.forecast_many(others), on.forecast_many(others)):
+        (w0, a0, _), local0 = f_off.log_mixture
+        (v0, a1, s1), local1 = f_on.log_mixture
+        assert (v0, a1) == pytest.approx((w0, a0)) and local1 == pytest.approx(local0)
+        assert s1 ** 2 == pytest.approx(on._local.pooled_var)
+    # no recalibration yet (2 rows): nothing pooled
+    assert learnt(True, 2)._local.pooled_var is None
+
+
+@pytest.mark.parametrize("setting, old", [("calibrated_moments", "bins"), ("pooled_spread", False)])
+def test_a_model_saved_before_a_trial_setting_loads_with_its_old_behaviour(trained, tmp_path, setting, old):
+    model = LearnedSurrogate.load(_saved(trained[0], tmp_path / "m.joblib"))
+    del model.__dict__[setting]
+    assert getattr(LearnedSurrogate.load(_saved(model, tmp_path / "old.joblib")), setting) == old
+
+
 @pytest.mark.parametrize("setting, off", [("weigh_calibrated", False), ("spread_prior_rows", None)])
 def test_a_model_saved_before_a_run_local_setting_loads_with_it_off(trained, tmp_path, setting, off):
     model = LearnedSurrogate.load(_saved(trained[0], tmp_path / "m.joblib"))

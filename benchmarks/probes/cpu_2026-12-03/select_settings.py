@@ -15,8 +15,9 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 5 # the fifth
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 6 # the sixth
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 7 # the seventh
-    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 15 # and so on (8-12, 15-17);
-    # from the fifteenth on, eight validation families (nbody and stencil3d) in files dated 2026-12-04
+    .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 15 # and so on (8-12, 15-18);
+    # from the fifteenth on, eight validation families (nbody and stencil3d) in files dated 2026-12-04;
+    # from the eighteenth on, nine (hgemm_mma, to 95% of its best variant)
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -65,6 +66,7 @@ PROTOCOLS = {
     15: ("validation-protocol-15.txt", ("N18", "S18"), "N18", "validation-selection-15.json"),
     16: ("validation-protocol-16.txt", ("S18", "W18"), "S18", "validation-selection-16.json"),
     17: ("validation-protocol-17.txt", ("W18", "V18"), "W18", "validation-selection-17.json"),
+    18: ("validation-protocol-18.txt", ("V18f", "X18"), "V18f", "validation-selection-18.json"),
 }
 # from the twelfth protocol on, an equal sum of medians is decided by the lower sum of the runs' means
 MEANS_SINCE = 12
@@ -95,15 +97,21 @@ STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2, "N18": 0, "S18": 0, "W18": 0, "V1
 WEIGH_CALIBRATED = {"S18": False, "W18": True, "V18": True}
 # the seventeenth's: W18 (the default since the sixteenth), and V18, whose recalibrated recorded-data model's spread
 # is rescaled by its error on the run's rows (3 pseudo rows)
-SPREAD_PRIOR_ROWS = {"W18": None, "V18": 3.0}
+SPREAD_PRIOR_ROWS = {"W18": None, "V18": 3.0, "V18f": 3.0, "X18": 3.0}
+# the eighteenth's: V18f (V18 with the sd floor, the default since the seventeenth), and X18, whose recalibration
+# reads the relative bins' moments and whose recalibrated model has one pooled spread
+CALIBRATED_MOMENTS = {"V18f": "bins", "X18": "level"}
+POOLED_SPREAD = {"V18f": False, "X18": True}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
 SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
                   (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS),
                   (11, "step_spread", STEP_SPREAD), (16, "weigh_calibrated", WEIGH_CALIBRATED),
-                  (17, "spread_prior_rows", SPREAD_PRIOR_ROWS))
+                  (17, "spread_prior_rows", SPREAD_PRIOR_ROWS), (18, "calibrated_moments", CALIBRATED_MOMENTS),
+                  (18, "pooled_spread", POOLED_SPREAD))
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
              "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24",
-             "P": "spread2", "Q": "prior24-spread2", "N18": "N18", "S18": "S18", "W18": "W18", "V18": "V18"}
+             "P": "spread2", "Q": "prior24-spread2", "N18": "N18", "S18": "S18", "W18": "W18", "V18": "V18",
+             "V18f": "V18-floor", "X18": "X18"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
@@ -116,8 +124,17 @@ GROUPS_EIGHT = TRIPLETS + ("2heldout-families",)
 BASELINES_EIGHT = ("nbody_heldout_model-seed0.json", "stencil3d_heldout_model-seed0.json")
 
 
+# From the eighteenth on, nine: hgemm_mma joins, searched to 95% of its best variant (search_bench --ignore-vendor);
+# its baselines come from today's default's run with them
+NINE_SINCE = 18
+GROUPS_NINE = GROUPS_EIGHT + ("hgemm_mma-variants-target",)
+BASELINES_NINE = ("hgemm_mma-variants-target_V18-floor_model-seed0.json",)
+
+
 def layout(number: int) -> tuple[str, tuple[str, ...]]:
     """The file prefix and the groups of validation families a protocol's runs are in."""
+    if number >= NINE_SINCE:
+        return PREFIX_EIGHT, GROUPS_NINE
     return (PREFIX_EIGHT, GROUPS_EIGHT) if number >= EIGHT_SINCE else (PREFIX, TRIPLETS)
 
 
@@ -160,6 +177,8 @@ def baselines(number: int = 1) -> dict[str, dict]:
     files = [PREFIX + name for name in BASELINES]
     if number >= EIGHT_SINCE:
         files += [PREFIX_EIGHT + name for name in BASELINES_EIGHT]
+    if number >= NINE_SINCE:
+        files += [PREFIX_EIGHT + name for name in BASELINES_NINE]
     for path in files:
         for family, runs in json.loads((RESULTS / path).read_text())["search"].items():
             kt = {m: r["median"] for m, r in runs.items() if m.startswith("kt_")}

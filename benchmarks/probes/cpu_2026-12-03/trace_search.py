@@ -34,7 +34,8 @@ from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, 
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
     DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, DEFAULT_ORDER_PRIOR_ROWS,
-    DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED, MOMENTS, LearnedSurrogate)
+    DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED, DEFAULT_CALIBRATED_MOMENTS, DEFAULT_POOLED_SPREAD, MOMENTS,
+    LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -131,6 +132,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--spread-prior-rows", type=sb.optional_float, default=DEFAULT_SPREAD_PRIOR_ROWS,
                         help="the recalibrated model's spread rescaled on the run's rows (surrogates.learned; "
                              "default: the app's; none: off)")
+    parser.add_argument("--calibrated-moments", choices=MOMENTS, default=DEFAULT_CALIBRATED_MOMENTS,
+                        help="the moments the recalibration reads from the third row on (surrogates.learned)")
+    parser.add_argument("--pooled-spread", action=argparse.BooleanOptionalAction, default=DEFAULT_POOLED_SPREAD,
+                        help="one spread for every candidate of the recalibrated model (surrogates.learned)")
+    parser.add_argument("--ignore-vendor", action="store_true",
+                        help="the family's target from its variants alone, as search_bench --ignore-vendor (validation)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -144,12 +151,15 @@ def main(argv=None) -> dict:
                                          + ["--step-spread", str(args.step_spread)]
                                          + ["--local-prior-rows", str(args.local_prior_rows)]
                                          + (["--weigh-calibrated"] if args.weigh_calibrated else ["--no-weigh-calibrated"])
-                                         + ["--spread-prior-rows", str(args.spread_prior_rows)])
+                                         + ["--spread-prior-rows", str(args.spread_prior_rows)]
+                                         + ["--calibrated-moments", args.calibrated_moments]
+                                         + (["--pooled-spread"] if args.pooled_spread else ["--no-pooled-spread"]))
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
     if held is None:
         raise SystemExit(f"{args.family}: no recorded family of that name.")
+    held.vendor_in_target = not args.ignore_vendor
     train = [r for d in datasets if d is not held for r in d.rows]
     model = LearnedSurrogate(seed=bench.model_seed, ranker_weight=bench.ranker_weight, moments=bench.moments,
                              committee=bench.committee).fit(train, groups=[r["problem_name"] for r in train])
@@ -187,7 +197,8 @@ def main(argv=None) -> dict:
               "order_prior_rows": args.order_prior_rows, "mixture": args.mixture, "committee": args.committee, "local_reach": bench.local_reach,
               "verify_slot": args.verify_slot, "step_spread": args.step_spread,
               "local_prior_rows": args.local_prior_rows, "weigh_calibrated": args.weigh_calibrated,
-              "spread_prior_rows": args.spread_prior_rows,
+              "spread_prior_rows": args.spread_prior_rows, "calibrated_moments": args.calibrated_moments,
+              "pooled_spread": args.pooled_spread,
               "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
