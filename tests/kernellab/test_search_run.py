@@ -283,9 +283,11 @@ def test_a_run_compiles_its_next_step_while_its_measurements_wait_for_the_gpu_wo
 
 def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_run_local_settings(settings, tmp_path):
     from kernellab.services import surrogates
-    from search_engine.surrogates.learned import (DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
-                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_SPREAD_PRIOR_ROWS,
-                                                  DEFAULT_WEIGH_CALIBRATED, LearnedSurrogate)
+    from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_NOVELTY,
+                                                  DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH, DEFAULT_MIXTURE,
+                                                  DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
+                                                  DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED,
+                                                  LearnedSurrogate)
     from tests.search_engine.test_surrogates import family_rows
 
     settings.DATA_DIR = tmp_path
@@ -295,13 +297,14 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
     old.order_prior_rows = None  # saved before protocol 15 chose the recalibration
     old.weigh_calibrated = False  # saved before protocol 16 chose the weight against the recalibrated model
     old.spread_prior_rows = None  # saved before protocol 17 chose the rescaled spread
+    del old.__dict__["calibrated_moments"], old.__dict__["pooled_spread"]  # saved before protocol 18 chose them
     path = surrogates.learned_cache_path(exclude_problem="nothing", gpu="H200")
     old.save(path)
     loaded = LearnedSurrogate.load(path)
     # loaded as such, it forecasts as it used to
     assert (loaded.local_novelty, loaded.mixture, loaded.local_reach, loaded.local_prior_rows,
-            loaded.order_prior_rows, loaded.weigh_calibrated, loaded.spread_prior_rows) == \
-        (0.0, False, None, 24.0, None, False, None)
+            loaded.order_prior_rows, loaded.weigh_calibrated, loaded.spread_prior_rows, loaded.calibrated_moments,
+            loaded.pooled_spread) == (0.0, False, None, 24.0, None, False, None, "bins", False)
     surrogates._learned.pop(("nothing", "H200"), None)
     try:
         model = surrogates.learned_surrogate(exclude_problem="nothing", gpu="H200")
@@ -313,5 +316,7 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.order_prior_rows == DEFAULT_ORDER_PRIOR_ROWS == 8.0
         assert model.weigh_calibrated is DEFAULT_WEIGH_CALIBRATED is True
         assert model.spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS == 3.0
+        assert model.calibrated_moments == DEFAULT_CALIBRATED_MOMENTS == "level"
+        assert model.pooled_spread is DEFAULT_POOLED_SPREAD is True
     finally:
         surrogates._learned.pop(("nothing", "H200"), None)

@@ -302,7 +302,7 @@ def test_the_recalibrated_models_spread_defaults_to_the_apps_and_reaches_the_sur
 
 @pytest.mark.parametrize("setting, flag, value, old", [("calibrated_moments", "--calibrated-moments", "level", "bins"),
                                                        ("pooled_spread", "--pooled-spread", None, False)])
-def test_a_trial_setting_defaults_to_the_apps_and_reaches_the_surrogate(bench, setting, flag, value, old):
+def test_protocol_18s_settings_default_to_the_apps_and_reach_the_surrogate(bench, setting, flag, value, old):
     from search_engine.surrogates.learned import LearnedSurrogate
 
     assert getattr(bench.build_parser().parse_args([]), setting) == getattr(LearnedSurrogate(), setting)

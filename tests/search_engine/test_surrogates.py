@@ -605,7 +605,9 @@ def test_order_prior_rows_recalibrates_the_recorded_data_models_order_on_the_run
     def learnt(speedups, k):
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
         # the recalibration alone: with weigh_calibrated it would also change the run-local weight, and so the bins
+        # (and, as before protocol 18, on the published bins' moments with the model's own spread)
         m.order_prior_rows, m.weigh_calibrated = k, False
+        m.calibrated_moments, m.pooled_spread = "bins", False
         m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, speedups)])
         return m
 
@@ -648,6 +650,7 @@ def test_weigh_calibrated_earns_the_run_local_weight_against_the_recalibrated_mo
     def learnt(weigh, k=8.0, n=len(run)):
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
         m.order_prior_rows, m.weigh_calibrated = k, weigh
+        m.calibrated_moments = "bins"  # (the published bins' moments, as before protocol 18)
         m.learn(run[:n])
         return m
 
@@ -699,6 +702,7 @@ def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_
     def learnt(speedups, k, n=8):
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
         m.spread_prior_rows = k
+        m.calibrated_moments, m.pooled_spread = "bins", False  # (the factor alone, as before protocol 18)
         m.learn([{"request": q, "speedup": s} for q, s in zip(reqs[:n], speedups[:n])])
         return m
 
@@ -726,14 +730,16 @@ def test_spread_prior_rows_rescales_the_recalibrated_models_spread_by_its_error_
     assert learnt(truth, 3.0, n=2)._local.spread == 1.0
     m = LearnedSurrogate.load(tmp_path / "m.joblib")
     m.spread_prior_rows, m.order_prior_rows = 3.0, None
+    m.pooled_spread = False
     m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, truth)])
     assert m._local.spread == 1.0
     # a recorded-data model sure of one bin (a variance near 0) does not blow the factor up: its sd counts as at
     # least local_min_sigma
     sure = LearnedSurrogate.load(tmp_path / "m.joblib")
     sure.spread_prior_rows = 3.0
+    sure.calibrated_moments, sure.pooled_spread = "bins", False
     base = sure._base
-    sure._base = lambda X: (lambda p, m, v: (p, m, np.full_like(v, 1e-12)))(*base(X))
+    sure._base = lambda X, moments=None: (lambda p, m, v: (p, m, np.full_like(v, 1e-12)))(*base(X, moments))
     sure.learn([{"request": q, "speedup": s} for q, s in zip(reqs, truth)])
     _, base_mean, _ = base(_matrix(reqs))
     mu, _ = sure._left_out_calibrated(base_mean, np.full(8, 1e-12), y)
@@ -751,7 +757,7 @@ def test_calibrated_moments_level_recalibrates_the_relative_bins_moments_from_th
 
     def learnt(moments, n=6):
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
-        m.calibrated_moments, m.spread_prior_rows = moments, None
+        m.calibrated_moments, m.spread_prior_rows, m.pooled_spread = moments, None, False
         m.learn(run[:n])
         return m
 
@@ -794,7 +800,7 @@ def test_pooled_spread_gives_every_candidate_of_the_recalibrated_model_one_sprea
     assert off._local.pooled_var is None
     # by hand: the left-out recalibrated forecasts' squared errors with 3 (spread_prior_rows) pseudo rows at the
     # mean of their own variances
-    _, base_mean, base_var = on._base(_matrix(reqs))
+    _, base_mean, base_var = on._base(_matrix(reqs), on._local.moments)
     y = np.log(truth)
     mu, sd = on._left_out_calibrated(base_mean, base_var, y)
     assert on._local.pooled_var == pytest.approx(max((np.sum((y - mu) ** 2) + 3 * np.mean(sd ** 2)) / 11,
@@ -809,14 +815,8 @@ def test_pooled_spread_gives_every_candidate_of_the_recalibrated_model_one_sprea
     assert learnt(True, 2)._local.pooled_var is None
 
 
-@pytest.mark.parametrize("setting, old", [("calibrated_moments", "bins"), ("pooled_spread", False)])
-def test_a_model_saved_before_a_trial_setting_loads_with_its_old_behaviour(trained, tmp_path, setting, old):
-    model = LearnedSurrogate.load(_saved(trained[0], tmp_path / "m.joblib"))
-    del model.__dict__[setting]
-    assert getattr(LearnedSurrogate.load(_saved(model, tmp_path / "old.joblib")), setting) == old
-
-
-@pytest.mark.parametrize("setting, off", [("weigh_calibrated", False), ("spread_prior_rows", None)])
+@pytest.mark.parametrize("setting, off", [("weigh_calibrated", False), ("spread_prior_rows", None),
+                                          ("calibrated_moments", "bins"), ("pooled_spread", False)])
 def test_a_model_saved_before_a_run_local_setting_loads_with_it_off(trained, tmp_path, setting, off):
     model = LearnedSurrogate.load(_saved(trained[0], tmp_path / "m.joblib"))
     assert getattr(model, setting) != off  # today's default is on

@@ -76,25 +76,25 @@ NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
 ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None, "P": None, "Q": None,
-                    "N18": None, "S18": 8, "W18": 8, "V18": 8}
+                    "N18": None, "S18": 8, "W18": 8, "V18": 8, "V18f": 8, "X18": 8}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
-MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True, "Q": True, "N18": True, "S18": True, "W18": True, "V18": True}
+MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True, "Q": True, "N18": True, "S18": True, "W18": True, "V18": True, "V18f": True, "X18": True}
 # the seventh's: K (the default before it), and L, whose run-local weight falls outside the range of the run's rows
-LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0, "Q": 1.0, "N18": 1.0, "S18": 1.0, "W18": 1.0, "V18": 1.0}
+LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0, "Q": 1.0, "N18": 1.0, "S18": 1.0, "W18": 1.0, "V18": 1.0, "V18f": 1.0, "X18": 1.0}
 # the eighth's: L (the default before it), and M, whose recorded-data model is a committee of its
 # calibration folds' models
 COMMITTEE = {"L": False, "M": True, "N": False, "O": False, "P": False, "Q": False, "N18": False, "S18": False,
-             "W18": False, "V18": False}
+             "W18": False, "V18": False, "V18f": False, "X18": False}
 # the ninth's: L, and N, whose verification of a forecast-only best takes one of a step's GPU slots
 VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared", "P": "shared", "Q": "shared", "N18": "shared", "S18": "shared",
-               "W18": "shared", "V18": "shared"}
+               "W18": "shared", "V18": "shared", "V18f": "shared", "X18": "shared"}
 # the tenth's: N, and O, whose run-local model needs more evidence to take over (prior odds n : 24, not n : 8)
-LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0, "Q": 24.0, "N18": 8.0, "S18": 8.0, "W18": 8.0, "V18": 8.0}
+LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0, "Q": 24.0, "N18": 8.0, "S18": 8.0, "W18": 8.0, "V18": 8.0, "V18f": 8.0, "X18": 8.0}
 # the eleventh's: N, and P, whose step's measurements differ pairwise in at least 2 knob values
-STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2, "N18": 0, "S18": 0, "W18": 0, "V18": 0}
+STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2, "N18": 0, "S18": 0, "W18": 0, "V18": 0, "V18f": 0, "X18": 0}
 # the sixteenth's: S18 (the default since the fifteenth), and W18, whose run-local weight is earned against the
 # recorded-data model as recalibrated on the run's other rows
-WEIGH_CALIBRATED = {"S18": False, "W18": True, "V18": True}
+WEIGH_CALIBRATED = {"S18": False, "W18": True, "V18": True, "V18f": True, "X18": True}
 # the seventeenth's: W18 (the default since the sixteenth), and V18, whose recalibrated recorded-data model's spread
 # is rescaled by its error on the run's rows (3 pseudo rows)
 SPREAD_PRIOR_ROWS = {"W18": None, "V18": 3.0, "V18f": 3.0, "X18": 3.0}
