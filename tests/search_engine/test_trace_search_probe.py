@@ -55,3 +55,37 @@ def test_a_trace_lists_what_each_step_chose_and_measured_with_the_zero_shot_rank
     assert all(m["zero_shot_rank"] in ranks.values() for m in measured)
     assert all(m["hit"] == (m["speedup"] >= dataset.target) for m in measured)
     assert len(run["screened_best_ranks"]) == 10 and run["screened_best_ranks"] == sorted(run["screened_best_ranks"])
+
+
+def test_with_gains_a_trace_lists_the_candidates_each_step_chose_from_by_expected_improvement(probe):
+    from search_engine.policy import expected_log_improvement
+
+    sb = probe.sb
+    sb._TARGET["fraction"] = sb.TARGET_FRACTION
+    dataset = sb.synthetic_datasets()[0]
+    ranks = probe.zero_shot_ranks(ByKnobSum(), dataset)
+    hits = {rank for key, rank in ranks.items() if dataset.records[key]["speedup"] >= dataset.target}
+    args = Namespace(threshold=0.5, gpu_per_step=2, children=8, root_children=32, min_gpu_per_step=1, c=1.0,
+                     retrain_every=0, min_beat_prob=0.15, conformal=0.0, online_weight=10.0, max_steps=4,
+                     measure_order="improvement", measure_choice="improvement")
+    plain = probe.trace(dataset, ByKnobSum(), ranks, seed=1, args=args)
+    run = probe.trace(dataset, ByKnobSum(), ranks, seed=1, args=args, gains=2)
+    standing = [e for e in run["events"] if "standings" in e]
+    # watching changes nothing the run does
+    assert [e for e in run["events"] if "standings" not in e] == plain["events"]
+    assert [e["standings"] for e in standing] == [1, 2][:len(standing)] and standing
+    first = standing[0]
+    # before any measurement the best is the reference's 1x; the screened children that compiled wait
+    assert first["best"] == 1.0 and 3 <= first["unmeasured"] <= 32 and len(first["top"]) == 3
+    assert [row["place"] for row in first["top"]] == [1, 2, 3]
+    # each gain is the stand-in's forecast's expected improvement over the best, in descending order
+    knobs_of = {rank: dict(zip(dataset.knobs, key)) for key, rank in ranks.items()}
+    for event in standing:
+        for row in event["top"]:
+            forecast = ByKnobSum().forecast(sb.ForecastRequest(candidate={"knobs": knobs_of[row["zero_shot_rank"]]},
+                                                               reference={}, problem={}, hardware={}))
+            assert row["gain"] == pytest.approx(expected_log_improvement(forecast, event["best"]))
+            assert row["normals"] == []  # the stand-in gives one normal, no mixture
+        gains = [row["gain"] for row in event["top"]]
+        assert gains == sorted(gains, reverse=True)
+        assert all(h["zero_shot_rank"] in hits and 1 <= h["place"] <= event["unmeasured"] for h in event["hits"])

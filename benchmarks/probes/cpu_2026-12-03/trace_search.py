@@ -12,6 +12,11 @@ forecast at the time and measured speedup. It also prints the best
 zero-shot ranks among the root's screened children: when they hold a hit the first step did not measure, the
 search lost the model's order, not the model.
 
+With --gains N the first N steps also print the candidates a step chose from, ordered by expected improvement,
+and where each hit already in the tree stood among them: how hgemm_mma's rank 1, in the tree from step 1, was
+found waiting behind wider normals (docs/search.md, "The recalibrated model on the relative bins, with one
+spread").
+
 This is how the first step's ties in P(beats best) were found on gelu (docs/search.md, "The choice of a step's
 measurements"): `--measure-choice beat-probability` reproduces that trace. Use it on validation families;
 a setting chosen by tracing the eight test families would no longer be tested by them.
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -30,7 +36,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import numpy as np  # noqa: E402
 
 import search_bench as sb  # noqa: E402
-from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
+from search_engine.policy import (MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings,  # noqa: E402
+                                  expected_log_improvement)
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
     DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, DEFAULT_ORDER_PRIOR_ROWS,
@@ -45,12 +52,44 @@ def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
     return {dataset.key(dataset.rows[i]["candidate"]["knobs"]): rank for rank, i in enumerate(order, 1)}
 
 
-def trace(dataset, model, ranks: dict, seed: int, args) -> dict:
-    """The run's steps: the measurements chosen (node, zero-shot rank, reason) and what each measured."""
+def standings(tree, rank_of, hits: set, top: int = 3) -> dict:
+    """Before a step decides: the tree's unmeasured candidates with a forecast ordered by the expected log
+    improvement over the best measured speedup (what a step's GPU slots go by), the first `top` of them, and where
+    each hit the tree already holds stands in that order, with the two models' normals of each."""
+    best = max((n.speedup for n in tree.nodes.values() if n.speedup), default=1.0)
+    rows = []
+    for node in tree.nodes.values():
+        if node.speedup is None and node.forecast and rank_of(node.id):
+            forecast = Forecast.from_dict(node.forecast)
+            normals = [{"weight": w, "speedup": math.exp(m), "sd": sd} for w, m, sd in forecast.log_mixture or ()]
+            rows.append({"node": node.id, "zero_shot_rank": rank_of(node.id), "normals": normals,
+                         "gain": expected_log_improvement(forecast, best)})
+    rows.sort(key=lambda r: (-r["gain"], r["node"]))
+    for place, row in enumerate(rows, 1):
+        row["place"] = place
+    return {"best": best, "unmeasured": len(rows), "top": rows[:top],
+            "hits": [r for r in rows if r["zero_shot_rank"] in hits]}
+
+
+def trace(dataset, model, ranks: dict, seed: int, args, gains: int = 0) -> dict:
+    """The run's steps: the measurements chosen (node, zero-shot rank, reason) and what each measured; with gains,
+    for the first `gains` steps also the standings before the step decided (`standings`)."""
     events: list[dict] = []
+    hit_ranks = {rank for key, rank in ranks.items() if dataset.records[key]["speedup"] >= dataset.target}
 
     def watch(driver, port):
         measure, order = port.request_measurement, driver.policy.measurement_order
+        decide = driver.policy.decide
+
+        def deciding(tree, *a, **kw):
+            # (a step that expanded has counted itself before it decides; a stalled one counts itself after)
+            step = driver.step_count + (1 if kw.get("stalled") else 0)
+            if step <= gains:
+                events.append({"standings": step} | standings(tree, rank_of, hit_ranks))
+            return decide(tree, *a, **kw)
+
+        if gains > 0:
+            driver.policy.decide = deciding
 
         def rank_of(node_id):
             knobs = (driver.tree.nodes[node_id].candidate or {}).get("knobs")
@@ -94,7 +133,7 @@ def trace(dataset, model, ranks: dict, seed: int, args) -> dict:
     tree = watch.driver.tree
     root_knobs = [(n.candidate or {}).get("knobs") for n in tree.nodes.values() if n.parent_id == 0]
     screened = sorted(ranks[dataset.key(k)] for k in root_knobs if k and dataset.key(k) in ranks)
-    hits = {rank for key, rank in ranks.items() if dataset.records[key]["speedup"] >= dataset.target}
+    hits = hit_ranks
     return {"seed": seed, "measurements": result["measurements"], "events": events,
             "screened_best_ranks": screened[:10],
             "screened_first_hit_rank": next((r for r in screened if r in hits), None)}
@@ -139,6 +178,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--ignore-vendor", action="store_true",
                         help="the family's target from its variants alone, as search_bench --ignore-vendor (validation)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
+    parser.add_argument("--gains", type=int, default=0,
+                        help="for this many first steps, also print the top candidates by expected improvement and "
+                             "where each hit already in the tree stands among them, with the two models' normals")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     # the search benchmark's defaults for everything else
@@ -169,11 +211,19 @@ def main(argv=None) -> dict:
           f"zero-shot ranks of the first hits {hits[:8]}")
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        run = trace(held, model, ranks, seed, bench)
+        run = trace(held, model, ranks, seed, bench, gains=args.gains)
         runs.append(run)
         print(f"\nseed {seed}: target reached at measurement {run['measurements']}; best zero-shot ranks screened "
               f"at the root {run['screened_best_ranks'][:6]}, the first hit among them {run['screened_first_hit_rank']}")
         for event in run["events"]:
+            if "standings" in event:
+                print(f"  step {event['standings']:3d} decides among {event['unmeasured']} unmeasured candidates "
+                      f"(best measured {event['best']:.3g}x), by expected improvement:")
+                for row in event["top"] + [h for h in event["hits"] if h["place"] > len(event["top"])]:
+                    normals = " ".join(f"[w {n['weight']:.2f}: {n['speedup']:.3g}x sd {n['sd']:.2f}]" for n in row["normals"])
+                    hit = " (a hit)" if row in event["hits"] else ""
+                    print(f"    #{row['place']:<4d} zero-shot #{row['zero_shot_rank']}{hit}: gain {row['gain']:.4f} {normals}")
+                continue
             if "chosen" in event:
                 if event["step"] >= args.steps:
                     break
