@@ -892,6 +892,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def named_families(text: str, datasets: list[Dataset], flag: str) -> set[str]:
+    """The comma-separated family names a flag gives, refused with the names that no dataset has."""
+    names = {name for name in text.split(",") if name}
+    unknown = names - {d.name for d in datasets}
+    if unknown:
+        raise SystemExit(f"{flag} names no recorded family: {', '.join(sorted(unknown))}.")
+    return names
+
+
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     _TARGET["fraction"] = args.target
@@ -905,15 +914,9 @@ def main(argv=None) -> dict:
         print("NOTE: no recorded H200 datasets (kernellab/problems/*/records/h200.jsonl.gz) were found;"
               " these figures come from SYNTHETIC records (benchmarks/search_synthetic.py), not from a GPU.\n")
         datasets = synthetic_datasets()
-    excluded = {name for name in args.exclude.split(",") if name}
-    unknown = excluded - {d.name for d in datasets}
-    if unknown:
-        raise SystemExit(f"--exclude names no recorded family: {', '.join(sorted(unknown))}.")
+    excluded = named_families(args.exclude, datasets, "--exclude")
     datasets = [d for d in datasets if d.name not in excluded]
-    no_vendor = {name for name in args.ignore_vendor.split(",") if name}
-    unknown = no_vendor - {d.name for d in datasets}
-    if unknown:
-        raise SystemExit(f"--ignore-vendor names no recorded family: {', '.join(sorted(unknown))}.")
+    no_vendor = named_families(args.ignore_vendor, datasets, "--ignore-vendor")
     for dataset in datasets:
         dataset.vendor_in_target = dataset.name not in no_vendor
     if args.families:

@@ -269,47 +269,23 @@ def test_the_order_recalibration_defaults_to_the_apps_and_can_be_switched_off(be
         bench.build_parser().parse_args(["--order-prior-rows", "off"])
 
 
-def test_the_run_local_weight_against_the_recalibrated_model_defaults_to_the_apps_and_reaches_the_surrogate(bench):
-    from search_engine.surrogates.learned import DEFAULT_WEIGH_CALIBRATED
-
-    assert bench.build_parser().parse_args([]).weigh_calibrated is DEFAULT_WEIGH_CALIBRATED is True
-    assert bench.build_parser().parse_args(["--weigh-calibrated"]).weigh_calibrated is True
-    assert bench.build_parser().parse_args(["--no-weigh-calibrated"]).weigh_calibrated is False
-    # the setting reaches the run's surrogate; settings saved before it keep the weight earned as before
-    dataset = small_family(bench)
-    for changes, expected in (({"weigh_calibrated": True}, True), ({}, False)):
-        surrogate = _RecordingSurrogate()
-        surrogate.online_weight = 1.0
-        surrogate.weigh_calibrated = None
-        bench.run_puct(dataset, 0, surrogate, False, search_args(**changes), root_children=16)
-        assert surrogate.weigh_calibrated is expected
-
-
-def test_the_recalibrated_models_spread_defaults_to_the_apps_and_reaches_the_surrogate(bench):
-    from search_engine.surrogates.learned import DEFAULT_SPREAD_PRIOR_ROWS
-
-    assert bench.build_parser().parse_args([]).spread_prior_rows == DEFAULT_SPREAD_PRIOR_ROWS == 3.0
-    assert bench.build_parser().parse_args(["--spread-prior-rows", "3"]).spread_prior_rows == 3.0
-    assert bench.build_parser().parse_args(["--spread-prior-rows", "none"]).spread_prior_rows is None
-    dataset = small_family(bench)
-    for changes, expected in (({"spread_prior_rows": 3.0}, 3.0), ({}, None)):
-        surrogate = _RecordingSurrogate()
-        surrogate.online_weight = 1.0
-        surrogate.spread_prior_rows = "unset"
-        bench.run_puct(dataset, 0, surrogate, False, search_args(**changes), root_children=16)
-        assert surrogate.spread_prior_rows == expected
-
-
-@pytest.mark.parametrize("setting, flag, value, old", [("calibrated_moments", "--calibrated-moments", "level", "bins"),
-                                                       ("pooled_spread", "--pooled-spread", None, False)])
-def test_protocol_18s_settings_default_to_the_apps_and_reach_the_surrogate(bench, setting, flag, value, old):
+@pytest.mark.parametrize("setting, given, value, old", [
+    ("weigh_calibrated", ["--no-weigh-calibrated"], False, False),  # protocol 16
+    ("weigh_calibrated", ["--weigh-calibrated"], True, False),
+    ("spread_prior_rows", ["--spread-prior-rows", "none"], None, None),  # protocol 17
+    ("spread_prior_rows", ["--spread-prior-rows", "3"], 3.0, None),
+    ("calibrated_moments", ["--calibrated-moments", "bins"], "bins", "bins"),  # protocol 18
+    ("calibrated_moments", ["--calibrated-moments", "level"], "level", "bins"),
+    ("pooled_spread", ["--no-pooled-spread"], False, False),
+    ("pooled_spread", ["--pooled-spread"], True, False)])
+def test_a_run_local_setting_defaults_to_the_apps_and_reaches_the_surrogate(bench, setting, given, value, old):
     from search_engine.surrogates.learned import LearnedSurrogate
 
     assert getattr(bench.build_parser().parse_args([]), setting) == getattr(LearnedSurrogate(), setting)
-    given = bench.build_parser().parse_args([flag] + ([value] if value else []))
-    assert getattr(given, setting) == (value or True)
+    assert getattr(bench.build_parser().parse_args(given), setting) == value
+    # the setting reaches the run's surrogate; settings saved before it keep the behaviour of their runs
     dataset = small_family(bench)
-    for changes, expected in (({setting: getattr(given, setting)}, getattr(given, setting)), ({}, old)):
+    for changes, expected in (({setting: value}, value), ({}, old)):
         surrogate = _RecordingSurrogate()
         surrogate.online_weight = 1.0
         setattr(surrogate, setting, "unset")

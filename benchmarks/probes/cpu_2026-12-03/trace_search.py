@@ -133,10 +133,9 @@ def trace(dataset, model, ranks: dict, seed: int, args, gains: int = 0) -> dict:
     tree = watch.driver.tree
     root_knobs = [(n.candidate or {}).get("knobs") for n in tree.nodes.values() if n.parent_id == 0]
     screened = sorted(ranks[dataset.key(k)] for k in root_knobs if k and dataset.key(k) in ranks)
-    hits = hit_ranks
     return {"seed": seed, "measurements": result["measurements"], "events": events,
             "screened_best_ranks": screened[:10],
-            "screened_first_hit_rank": next((r for r in screened if r in hits), None)}
+            "screened_first_hit_rank": next((r for r in screened if r in hit_ranks), None)}
 
 
 def main(argv=None) -> dict:
