@@ -350,6 +350,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.calibrated_moments = getattr(args, "calibrated_moments", "bins")
         # and those made before --pooled-spread give each candidate the recalibrated model's own spread
         surrogate.pooled_spread = getattr(args, "pooled_spread", False)
+        # and those made before --local-incumbent give the run-local forest no distance to the run's best
+        surrogate.local_incumbent = getattr(args, "local_incumbent", False)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -866,6 +868,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pooled-spread", action=argparse.BooleanOptionalAction, default=app.pooled_spread,
                         help="one spread, its error on the run's rows, for every candidate of the recalibrated "
                              "recorded-data model (surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--local-incumbent", action=argparse.BooleanOptionalAction, default=app.local_incumbent,
+                        help="the run-local forest also reads each variant's distance to the run's best measured "
+                             "variant (surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")

@@ -83,9 +83,9 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 
 
 def learned_surrogate(*, exclude_problem: str, gpu: str):
-    from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_NOVELTY,
-                                                  DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH, DEFAULT_MIXTURE,
-                                                  DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
+    from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_INCUMBENT,
+                                                  DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
+                                                  DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
                                                   DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED,
                                                   LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
@@ -109,6 +109,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 model.spread_prior_rows = DEFAULT_SPREAD_PRIOR_ROWS
                 model.calibrated_moments = DEFAULT_CALIBRATED_MOMENTS
                 model.pooled_spread = DEFAULT_POOLED_SPREAD
+                model.local_incumbent = DEFAULT_LOCAL_INCUMBENT
             else:
                 from kernellab.datasets import all_recorded_rows
 

@@ -81,6 +81,9 @@ DEFAULT_COMMITTEE = False
 # model on the relative bins, with one spread").
 DEFAULT_CALIBRATED_MOMENTS = "level"
 DEFAULT_POOLED_SPREAD = True
+# LearnedSurrogate(local_incumbent=...) of the app and the benchmarks: tried by protocol 19 on the nine validation
+# families (docs/search.md, "The distance to the run's best as a run-local feature").
+DEFAULT_LOCAL_INCUMBENT = False
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -120,7 +123,8 @@ class LearnedSurrogate:
                  committee: bool = DEFAULT_COMMITTEE, weigh_calibrated: bool = DEFAULT_WEIGH_CALIBRATED,
                  spread_prior_rows: float | None = DEFAULT_SPREAD_PRIOR_ROWS,
                  calibrated_moments: str = DEFAULT_CALIBRATED_MOMENTS,
-                 pooled_spread: bool = DEFAULT_POOLED_SPREAD) -> None:
+                 pooled_spread: bool = DEFAULT_POOLED_SPREAD,
+                 local_incumbent: bool = DEFAULT_LOCAL_INCUMBENT) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -206,6 +210,12 @@ class LearnedSurrogate:
         # ranks lower before its favourites (hgemm_mma: zero-shot ranks 426-634 before 1). With one spread, its
         # candidates are told apart by their recalibrated means.
         self.pooled_spread = pooled_spread
+        # local_incumbent: the run-local forest also reads each variant's distance to the run's best measured
+        # variant, the share of that variant's #define values it does not share. The forest can split on one knob
+        # value at a time; near the best, where a search that moves from its best (simulated annealing) finds the
+        # next, several knobs at once decide, and with a handful of rows the trees seldom find those interactions.
+        # With the distance they can say "like the best" in one split. Only for variants with #define knobs.
+        self.local_incumbent = local_incumbent
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
         # expected improvement. Without it they come from one normal of the blend's mean and spread, which
@@ -350,8 +360,11 @@ class LearnedSurrogate:
         if self._fitted is not None:
             with _openmp_threads(self.threads):
                 _, base_mean, base_var = self._base(X0, moments)
-        X = self._local_matrix(requests, X0, vocabulary, base_mean)
         y = np.log([r["speedup"] for r in kept])
+        incumbent = None
+        if self.local_incumbent:
+            incumbent = _defines(requests[int(np.argmax(y))].candidate.get("source", "")) or None
+        X = self._local_matrix(requests, X0, vocabulary, base_mean, incumbent)
         # Every feature is a candidate at every split: with a handful of rows, a random half of
         # them too often leaves out the one knob that matters.
         forest = RandomForestRegressor(n_estimators=60, min_samples_leaf=1, max_features=1.0,
@@ -402,7 +415,7 @@ class LearnedSurrogate:
             reach = (float(np.min(base_mean)), float(np.max(base_mean)),
                      max(float(np.std(base_mean)), self.local_min_sigma))
         self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var, calibration,
-                             reach, spread, moments, pooled_var)
+                             reach, spread, moments, pooled_var, incumbent)
 
     def _order_calibration(self, base_mean: np.ndarray, y: np.ndarray, run_var: float):
         """(beta, the model's mean over the run's rows, the run's mean, the run's variance), or None (off, or
@@ -460,21 +473,25 @@ class LearnedSurrogate:
         return mu, sd
 
     def _local_matrix(self, requests, X: np.ndarray, vocabulary: list[str],
-                      base_mean: np.ndarray | None = None) -> np.ndarray:
+                      base_mean: np.ndarray | None = None, incumbent: dict | None = None) -> np.ndarray:
         """The run-local model's features: the generic ones, the variant's #define values, and the
         recorded-data model's expected log speedup (so that the run's rows can correct it where it
-        ranks well and overrule it where it does not)."""
+        ranks well and overrule it where it does not); with an incumbent (local_incumbent), the variant's
+        distance to it."""
         if self._fitted is not None:
             if base_mean is None:
                 base_mean = self._base(X)[1]
             prior = base_mean[:, None]
         else:
             prior = np.zeros((len(requests), 1))
-        return np.hstack([X, _define_matrix(requests, vocabulary), prior])
+        columns = [X, _define_matrix(requests, vocabulary), prior]
+        if incumbent:
+            columns.append(_incumbent_distance(requests, incumbent)[:, None])
+        return np.hstack(columns)
 
     def _local_forecast(self, requests, X: np.ndarray, base_mean: np.ndarray | None = None):
         local = self._local
-        Xl = self._local_matrix(requests, X, local.vocabulary, base_mean)
+        Xl = self._local_matrix(requests, X, local.vocabulary, base_mean, local.incumbent)
         per_tree = np.stack([tree.predict(Xl) for tree in local.forest.estimators_])
         mu = per_tree.mean(axis=0)
         # The trees' disagreement plus the model's out-of-bag error on this run's rows (plus, with
@@ -665,7 +682,8 @@ class LearnedSurrogate:
                             ("ranker_weight", 0.0), ("_ranker", None), ("moments", "bins"),
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
                             ("local_reach", None), ("committee", False), ("weigh_calibrated", False),
-                            ("spread_prior_rows", None), ("calibrated_moments", "bins"), ("pooled_spread", False)):
+                            ("spread_prior_rows", None), ("calibrated_moments", "bins"), ("pooled_spread", False),
+                            ("local_incumbent", False)):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -692,6 +710,9 @@ class _Local:
     moments: str | None = None
     # the one variance of the recalibrated recorded-data model (LearnedSurrogate(pooled_spread=True)); None: its own
     pooled_var: float | None = None
+    # the #define values of the run's best measured variant, whose distance the forest reads
+    # (LearnedSurrogate(local_incumbent=True)); None: no such feature
+    incumbent: dict | None = None
 
 
 # Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,
@@ -876,6 +897,15 @@ def _unseen_share(requests, seen: frozenset) -> np.ndarray:
         pairs = _defines(request.candidate.get("source", "")).items()
         if pairs:
             out[row] = sum(pair not in seen for pair in pairs) / len(pairs)
+    return out
+
+
+def _incumbent_distance(requests, incumbent: dict) -> np.ndarray:
+    """Per request, the share of the incumbent's #define names whose value it does not share (1 without any)."""
+    out = np.ones(len(requests))
+    for row, request in enumerate(requests):
+        values = _defines(request.candidate.get("source", ""))
+        out[row] = sum(values.get(name) != value for name, value in incumbent.items()) / len(incumbent)
     return out
 
 

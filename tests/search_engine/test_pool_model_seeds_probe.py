@@ -37,6 +37,8 @@ def test_the_runs_of_two_model_seeds_are_judged_together_with_a_miss_counted_as_
     pooled = probe.pooled_search([first, second])["fam"]["puct_surrogate"]
     assert pooled["values"] == [1, 2, 3, 4, 100, 5] and pooled["missed_runs"] == [4] and pooled["runs"] == 6
     assert pooled["median"] == 3.5
+    # made-up runs keep no per-run wall time: none is pooled
+    assert "estimated_wall_s_median" not in pooled
     paths = []
     for i, data in enumerate((first, second)):
         paths.append(tmp_path / f"run{i}.json")
@@ -58,3 +60,15 @@ def test_runs_with_different_baselines_are_not_pooled(probe, tmp_path):
         path.write_text(json.dumps(data))
     with pytest.raises(SystemExit, match="different baselines"):
         probe.main(["--name", "x", *map(str, paths)])
+
+
+def test_the_runs_wall_seconds_are_pooled_beside_their_measurements(probe):
+    first, second = run(probe, 0, [1, 2, 3]), run(probe, 1, [4, 6, 5])
+    for data, walls in ((first, [10.0, 20.0, 30.0]), (second, [40.0, 60.0, 50.0])):
+        data["search"]["fam"]["puct_surrogate"] |= {"estimated_wall_s": walls, "compile_checks": [64, 96, 128]}
+    pooled = probe.pooled_search([first, second])["fam"]["puct_surrogate"]
+    assert pooled["estimated_wall_s"] == [10.0, 20.0, 30.0, 40.0, 60.0, 50.0]
+    assert pooled["estimated_wall_s_median"] == 35.0 and pooled["compile_checks_median"] == 96
+    # one file without them: the pooled runs would not be every run's, so nothing is pooled
+    del second["search"]["fam"]["puct_surrogate"]["estimated_wall_s"]
+    assert "estimated_wall_s_median" not in probe.pooled_search([first, second])["fam"]["puct_surrogate"]

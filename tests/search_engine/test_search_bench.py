@@ -277,7 +277,9 @@ def test_the_order_recalibration_defaults_to_the_apps_and_can_be_switched_off(be
     ("calibrated_moments", ["--calibrated-moments", "bins"], "bins", "bins"),  # protocol 18
     ("calibrated_moments", ["--calibrated-moments", "level"], "level", "bins"),
     ("pooled_spread", ["--no-pooled-spread"], False, False),
-    ("pooled_spread", ["--pooled-spread"], True, False)])
+    ("pooled_spread", ["--pooled-spread"], True, False),
+    ("local_incumbent", ["--no-local-incumbent"], False, False),  # protocol 19
+    ("local_incumbent", ["--local-incumbent"], True, False)])
 def test_a_run_local_setting_defaults_to_the_apps_and_reaches_the_surrogate(bench, setting, given, value, old):
     from search_engine.surrogates.learned import LearnedSurrogate
 

@@ -596,6 +596,39 @@ def test_knob_values_the_run_has_not_measured_widen_the_run_local_forecast_with_
     assert novel._local.run_var == pytest.approx(max(run_var, novel.local_min_sigma ** 2))
 
 
+def test_local_incumbent_gives_the_run_local_forest_each_variants_distance_to_the_runs_best():
+    from search_engine.surrogates.learned import _defines, _incumbent_distance
+
+    rows = family_rows()
+    measured = rows[::7]
+    best = max(measured, key=lambda r: r["speedup"])
+    plain, near = LearnedSurrogate(local_incumbent=False), LearnedSurrogate(local_incumbent=True)
+    for model in (plain, near):
+        model.learn(measured)
+    assert plain._local.incumbent is None
+    assert near._local.incumbent == _defines(best["candidate"]["source"]) and len(near._local.incumbent) == 4
+    # one more feature, the last
+    assert near._local.forest.n_features_in_ == plain._local.forest.n_features_in_ + 1
+    # by hand: the share of the best's four knob values a variant does not share; none without #defines
+    knobs = best["candidate"]["knobs"]
+    one_off = next(r for r in rows if sum(r["candidate"]["knobs"][k] != knobs[k] for k in knobs) == 1)
+    two_off = next(r for r in rows if sum(r["candidate"]["knobs"][k] != knobs[k] for k in knobs) == 2)
+    bare = {"source": "__global__ void k() {}"}
+    requests = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"])
+                for r in (best, one_off, two_off)]
+    requests.append(ForecastRequest(reference=best["reference"], candidate=bare, problem=best["problem"]))
+    assert list(_incumbent_distance(requests, near._local.incumbent)) == [0.0, 0.25, 0.5, 1.0]
+    # the forecasts read it: the forest's means of the same candidates differ from the plain forest's
+    others = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"])
+              for r in rows[3::11]]
+    assert [f.log_mean for f in near.forecast_many(others)] != [f.log_mean for f in plain.forecast_many(others)]
+    # a run of variants without knobs has no incumbent, and so no such feature
+    bare_rows = [{"request": ForecastRequest(reference=best["reference"], candidate={"source": f"// v{i}\n" + bare["source"]},
+                                             problem=best["problem"]), "speedup": 1.0 + i / 10} for i in range(4)]
+    near.learn(bare_rows)
+    assert near._local.incumbent is None
+
+
 def test_order_prior_rows_recalibrates_the_recorded_data_models_order_on_the_runs_measurements(trained, tmp_path):
     model, _, test = trained
     model.save(tmp_path / "m.joblib")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -41,11 +42,17 @@ def pooled_search(runs: list[dict]) -> dict:
         for method in SURROGATE_METHODS:
             if method not in methods:
                 continue
-            values = []
+            values, per_run = [], {"compile_checks": [], "estimated_wall_s": []}
             for run in runs:
                 summary = run["search"][family][method]
                 values += [None if i in summary["missed_runs"] else v for i, v in enumerate(summary["values"])]
+                for key, pooled in per_run.items():
+                    pooled += summary.get(key) or []
             methods[method] = sb.summarise(values, methods[method]["budget"])
+            # what each run cost beside its measurements, where every file kept it per run
+            for key, pooled in per_run.items():
+                if len(pooled) == len(values):
+                    methods[method] |= {key: pooled, f"{key}_median": statistics.median(pooled)}
     return search
 
 

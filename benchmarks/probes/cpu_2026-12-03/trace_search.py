@@ -41,7 +41,7 @@ from search_engine.policy import (MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS,
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
     DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, DEFAULT_ORDER_PRIOR_ROWS,
-    DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED, DEFAULT_CALIBRATED_MOMENTS, DEFAULT_POOLED_SPREAD, MOMENTS,
+    DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED, DEFAULT_CALIBRATED_MOMENTS, DEFAULT_POOLED_SPREAD, DEFAULT_LOCAL_INCUMBENT, MOMENTS,
     LearnedSurrogate)
 
 
@@ -174,6 +174,8 @@ def main(argv=None) -> dict:
                         help="the moments the recalibration reads from the third row on (surrogates.learned)")
     parser.add_argument("--pooled-spread", action=argparse.BooleanOptionalAction, default=DEFAULT_POOLED_SPREAD,
                         help="one spread for every candidate of the recalibrated model (surrogates.learned)")
+    parser.add_argument("--local-incumbent", action=argparse.BooleanOptionalAction, default=DEFAULT_LOCAL_INCUMBENT,
+                        help="the run-local forest reads each variant's distance to the run's best (surrogates.learned)")
     parser.add_argument("--ignore-vendor", action="store_true",
                         help="the family's target from its variants alone, as search_bench --ignore-vendor (validation)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
@@ -194,7 +196,8 @@ def main(argv=None) -> dict:
                                          + (["--weigh-calibrated"] if args.weigh_calibrated else ["--no-weigh-calibrated"])
                                          + ["--spread-prior-rows", str(args.spread_prior_rows)]
                                          + ["--calibrated-moments", args.calibrated_moments]
-                                         + (["--pooled-spread"] if args.pooled_spread else ["--no-pooled-spread"]))
+                                         + (["--pooled-spread"] if args.pooled_spread else ["--no-pooled-spread"])
+                                         + (["--local-incumbent"] if args.local_incumbent else ["--no-local-incumbent"]))
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     held = next((d for d in datasets if d.name == args.family), None)
@@ -247,7 +250,7 @@ def main(argv=None) -> dict:
               "verify_slot": args.verify_slot, "step_spread": args.step_spread,
               "local_prior_rows": args.local_prior_rows, "weigh_calibrated": args.weigh_calibrated,
               "spread_prior_rows": args.spread_prior_rows, "calibrated_moments": args.calibrated_moments,
-              "pooled_spread": args.pooled_spread,
+              "pooled_spread": args.pooled_spread, "local_incumbent": args.local_incumbent,
               "zero_shot_hit_ranks": hits[:20], "runs": runs}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
