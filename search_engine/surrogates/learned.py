@@ -82,7 +82,7 @@ DEFAULT_COMMITTEE = False
 DEFAULT_CALIBRATED_MOMENTS = "level"
 DEFAULT_POOLED_SPREAD = True
 # LearnedSurrogate(local_incumbent=...) of the app and the benchmarks: tried by protocol 19 on the nine validation
-# families (docs/search.md, "The distance to the run's best as a run-local feature").
+# families and not kept (docs/search.md, "The distance to the run's best as a run-local feature").
 DEFAULT_LOCAL_INCUMBENT = False
 
 
