@@ -1,0 +1,39 @@
+"""The training-composition probe (benchmarks/probes/cpu_2026-12-05/training_composition.py) keeps away from the
+test families, refuses a family it does not know, and counts first picks as a search's first step makes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.scripts import loaded_script
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "probes" / "cpu_2026-12-05" / "training_composition.py"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    with loaded_script(_PATH, "training_composition_probe_under_test") as module:
+        yield module
+
+
+def test_the_default_families_are_the_nine_validation_families_and_a_test_family_is_refused(probe, capsys):
+    assert len(probe.NINE.split(",")) == 9 and not set(probe.NINE.split(",")) & probe.TEST
+    assert probe.main(["--families", "dot,conv2d"]) == 2
+    assert "conv2d" in capsys.readouterr().err
+
+
+def test_a_group_of_unknown_families_is_refused_by_name(probe, capsys):
+    assert probe.main(["--families", "dot", "--without", "nbody+no_such_family"]) == 2
+    assert "no_such_family" in capsys.readouterr().err
+
+
+def test_first_picks_are_the_screens_top_one_and_top_two(probe):
+    # the whole family fits in one screen: the top by gain is variant 0 (a miss), the second variant 2 (a hit)
+    gain = np.array([3.0, 1.0, 2.0, 0.5])
+    hit = np.array([False, True, True, False])
+    assert probe.first_picks(gain, hit, draws=7) == (0.0, 1.0)
+    assert probe.first_picks(gain, ~hit, draws=7) == (1.0, 1.0)
+    assert probe.first_picks(np.array([3.0, 2.0, 1.0, 0.5]), np.array([False, False, True, True]), draws=3) == (0.0, 0.0)
