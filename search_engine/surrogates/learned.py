@@ -71,7 +71,8 @@ DEFAULT_WEIGH_CALIBRATED = True
 # (2 passes against 1, sum of medians 47 against 62.5; docs/search.md, "The recalibrated model's spread").
 DEFAULT_SPREAD_PRIOR_ROWS = 3.0
 # LearnedSurrogate(committee=...) of the app and the benchmarks: tried on the validation families and not
-# kept (docs/search.md, "A committee of models").
+# kept, by protocol 8 and again by protocol 20 (docs/search.md, "A committee of models" and "What decides a first
+# pick, and the committee again").
 DEFAULT_COMMITTEE = False
 # LearnedSurrogate(calibrated_moments=...) and (pooled_spread=...) of the app and the benchmarks: from a run's third
 # row on, the recalibration of the recorded-data model's order reads the relative bins' moments, which the top bin
