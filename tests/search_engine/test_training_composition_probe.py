@@ -1,5 +1,6 @@
 """The training-composition probe (benchmarks/probes/cpu_2026-12-05/training_composition.py) keeps away from the
-test families, refuses a family it does not know, and counts first picks as a search's first step makes them."""
+test families, refuses a family it does not know, and counts first picks as a search's first step makes them (with the
+pair-diversity probe's top-two rule)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,14 @@ def test_a_group_of_unknown_families_is_refused_by_name(probe, capsys):
     assert "no_such_family" in capsys.readouterr().err
 
 
-def test_first_picks_are_the_screens_top_one_and_top_two(probe):
+def test_first_picks_are_the_screens_top_one_and_top_two_as_the_probe_asks_for_them(probe):
     # the whole family fits in one screen: the top by gain is variant 0 (a miss), the second variant 2 (a hit)
     gain = np.array([3.0, 1.0, 2.0, 0.5])
     hit = np.array([False, True, True, False])
-    assert probe.first_picks(gain, hit, draws=7) == (0.0, 1.0)
-    assert probe.first_picks(gain, ~hit, draws=7) == (1.0, 1.0)
-    assert probe.first_picks(np.array([3.0, 2.0, 1.0, 0.5]), np.array([False, False, True, True]), draws=3) == (0.0, 0.0)
+    no_knobs = np.zeros((4, 0), dtype=int)
+    rates = probe.pair_rates(gain, hit, no_knobs, 0, draws=7)
+    assert (rates["first_hit"], rates["pair_hit"]) == (0.0, 1.0)
+    rates = probe.pair_rates(gain, ~hit, no_knobs, 0, draws=7)
+    assert (rates["first_hit"], rates["pair_hit"]) == (1.0, 1.0)
+    rates = probe.pair_rates(np.array([3.0, 2.0, 1.0, 0.5]), np.array([False, False, True, True]), no_knobs, 0, draws=3)
+    assert (rates["first_hit"], rates["pair_hit"]) == (0.0, 0.0)

@@ -31,24 +31,11 @@ from search_engine.policy import expected_log_improvement  # noqa: E402
 from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"))
-from recording_noise import (SCREEN, TEST, family_hits, first_hit_in_order, held_out_families,  # noqa: E402
-                             probe_parser, write_probe)
+sys.path[:0] = [str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"), str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-04")]
+from pair_diversity import pair_rates  # noqa: E402
+from recording_noise import TEST, family_hits, first_hit_in_order, held_out_families, probe_parser, write_probe  # noqa: E402
 
 NINE = "column_sum,gelu,layernorm,dot,bincount,spmv_ell,nbody,stencil3d,hgemm_mma"
-
-
-def first_picks(gain: np.ndarray, hit: np.ndarray, draws: int, seed: int = 0) -> tuple[float, float]:
-    """Over random SCREEN-variant screens: the share whose top variant by `gain` hits, and whose top two hold a hit."""
-    rng = np.random.default_rng(seed)
-    n = len(gain)
-    first = pair = 0
-    for _ in range(draws):
-        screen = rng.choice(n, size=min(SCREEN, n), replace=False)
-        order = screen[np.argsort(-gain[screen], kind="stable")]
-        first += bool(hit[order[0]])
-        pair += bool(hit[order[:2]].any())
-    return first / draws, pair / draws
 
 
 def main(argv=None) -> int:
@@ -81,8 +68,9 @@ def main(argv=None) -> int:
                 model = LearnedSurrogate(seed=seed, ranker_weight=APP_WEIGHT).fit(
                     train, groups=[r["problem_name"] for r in train])
                 gain = np.array([expected_log_improvement(f, 1.0) for f in model.forecast_many(sb._requests(held.rows))])
-                first, pair = first_picks(gain, hit, args.draws)
-                per_seed.append({"seed": seed, "first_pick_hit": first, "pair_hit": pair,
+                # the first two picks as a step makes them (pair_diversity's "top2" rule; no knob is compared)
+                rates = pair_rates(gain, hit, np.zeros((len(gain), 0), dtype=int), 0, args.draws)
+                per_seed.append({"seed": seed, "first_pick_hit": rates["first_hit"], "pair_hit": rates["pair_hit"],
                                  "first_hit_rank": first_hit_in_order(gain, hit)})
             trained = sum(d is not held and d.name not in group for d in datasets)
             results[held.name]["trainings"].append({"without": list(group), "families_trained": trained,
