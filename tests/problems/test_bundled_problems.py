@@ -30,7 +30,10 @@ EXPECTED = {"sgemm", "reduce_sum", "softmax", "rmsnorm", "transpose", "histogram
             # fixed: an untouched test, then a validation family (protocol 13)
             "nbody",
             # added the same session, memory-bound and of conv2d's kind (protocol 14)
-            "stencil3d"}
+            "stencil3d",
+            # added 2026-12-05, two more of conv2d's broad kind, untouched tests and then training data
+            # (protocol 21): a filter per channel, and a pooling window with stride 2
+            "depthwise_conv2d", "maxpool2d"}
 # sgemm is the largest: 1,014 since its tf32x3 (tensor cores at fp32 accuracy) variants.
 PER_FAMILY = (400, 1100)
 # The CuTe-built hgemm family spans tile shapes, pipeline depths and raster only: each variant compiles in

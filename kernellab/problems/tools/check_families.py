@@ -96,6 +96,25 @@ def expected_outputs(cp, name: str, inputs: dict, sizes: dict) -> dict:
         c = x[1:-1, 1:-1, 1:-1]
         return {"out": -2.5 * c + 0.75 * (x[1:-1, 1:-1, :-2] + x[1:-1, 1:-1, 2:])
                 + 0.5 * (x[1:-1, :-2, 1:-1] + x[1:-1, 2:, 1:-1]) + 0.25 * (x[:-2, 1:-1, 1:-1] + x[2:, 1:-1, 1:-1])}
+    if name == "depthwise_conv2d":
+        x = cp.pad(inputs["inp"].astype(cp.float64), ((0, 0), (1, 1), (1, 1)))  # zeros outside each image
+        w = inputs["w"].astype(cp.float64)
+        C, H, W = inputs["inp"].shape
+        out = cp.zeros((C, H, W), dtype=cp.float64)
+        for a in range(3):
+            for b in range(3):
+                out += w[:, a, b][:, None, None] * x[:, a:a + H, b:b + W]
+        return {"out": out}
+    if name == "maxpool2d":
+        C, H, W = inputs["inp"].shape
+        OH, OW = (H + 1) // 2, (W + 1) // 2
+        # taps outside the image left out: padded with -inf, one row and column before and after
+        x = cp.pad(inputs["inp"], ((0, 0), (1, 1), (1, 1)), constant_values=-cp.inf)
+        out = cp.full((C, OH, OW), -cp.inf, dtype=cp.float32)
+        for a in range(3):
+            for b in range(3):
+                out = cp.maximum(out, x[:, a:a + 2 * OH - 1:2, b:b + 2 * OW - 1:2])
+        return {"out": out}
     raise KeyError(name)
 
 
