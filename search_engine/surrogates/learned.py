@@ -115,6 +115,7 @@ class LearnedSurrogate:
 
     def __init__(self, *, bins: BinTable = DEFAULT_BINS, seed: int = 0, max_iter: int = 60,
                  learning_rate: float = 0.08, max_leaf_nodes: int = 15, l2_regularization: float = 1.0,
+                 min_samples_leaf: int = 20,
                  ordinal_weight: float = 0.5, online_weight: float = 3.0, calibration_folds: int = 3,
                  version: str = "1", threads: int | None = 1, online: str = "local",
                  local_prior_rows: float = DEFAULT_LOCAL_PRIOR_ROWS, local_min_sigma: float = 0.15, target: str = "centred",
@@ -136,7 +137,7 @@ class LearnedSurrogate:
         self.bins = bins
         self.seed = seed
         self.params = dict(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
-                           l2_regularization=l2_regularization)
+                           l2_regularization=l2_regularization, min_samples_leaf=min_samples_leaf)
         self.ordinal_weight = ordinal_weight
         self.online_weight = online_weight
         self.calibration_folds = calibration_folds
