@@ -1,0 +1,46 @@
+"""The top-picks probe (benchmarks/probes/cpu_2026-12-05/top_picks.py) keeps away from the test families, reads a
+rendered variant's knobs back from its #define lines, and tabulates knob values against the target and the order."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.scripts import loaded_script
+
+_ROOT = Path(__file__).resolve().parents[2]
+_PATH = _ROOT / "benchmarks" / "probes" / "cpu_2026-12-05" / "top_picks.py"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    with loaded_script(_PATH, "top_picks_probe_under_test") as module:
+        yield module
+
+
+def test_a_test_family_is_refused(probe, capsys):
+    assert probe.main(["--families", "maxpool2d,conv2d"]) == 2
+    assert "conv2d" in capsys.readouterr().err
+
+
+def test_the_knobs_of_a_rendered_bundled_variant_come_back(probe):
+    sys.path.insert(0, str(_ROOT / "kernellab" / "problems" / "tools"))
+    import variants
+
+    problem = variants.load(variants.PROBLEMS_DIR / "maxpool2d")
+    for knobs in problem.knob_space()[:40:7]:
+        assert probe.knobs_of(problem.render(knobs).source) == {k: str(v) for k, v in knobs.items()}
+
+
+def test_the_knob_table_counts_hits_speedups_and_ranks_per_value(probe):
+    knobs = [{"A": "x", "B": str(i)} for i in range(3)] + [{"A": "y", "B": str(i)} for i in range(3)]
+    speedups = np.array([1.0, 2.0, 3.0, 0.5, 0.5, 0.5])
+    hit = speedups >= 2.0
+    rank = np.array([5, 4, 3, 0, 1, 2])
+    table = probe.knob_table(knobs, speedups, hit, rank, most=2)
+    assert set(table) == {"A"}  # B has three values, more than `most`
+    assert table["A"]["x"] == {"variants": 3, "at_target_share": 2 / 3, "median_speedup": 2.0, "mean_rank": 4.0}
+    assert table["A"]["y"]["at_target_share"] == 0.0 and table["A"]["y"]["mean_rank"] == 1.0
