@@ -44,3 +44,13 @@ def test_the_knob_table_counts_hits_speedups_and_ranks_per_value(probe):
     assert set(table) == {"A"}  # B has three values, more than `most`
     assert table["A"]["x"] == {"variants": 3, "at_target_share": 2 / 3, "median_speedup": 2.0, "mean_rank": 4.0}
     assert table["A"]["y"]["at_target_share"] == 0.0 and table["A"]["y"]["mean_rank"] == 1.0
+
+
+def test_families_recorded_later_can_be_excluded_and_a_held_out_one_cannot(probe, capsys):
+    found = probe.held_out_families("maxpool2d,stencil3d", refuse=probe.TEST, exclude="depthwise_conv2d,nbody")
+    datasets, held = found
+    assert {d.name for d in held} == {"maxpool2d", "stencil3d"}
+    assert not {"depthwise_conv2d", "nbody"} & {d.name for d in datasets}
+    assert probe.held_out_families("maxpool2d", exclude="maxpool2d") is None
+    assert probe.held_out_families("maxpool2d", exclude="no_such_family") is None
+    assert "no_such_family" in capsys.readouterr().err

@@ -89,3 +89,10 @@ def test_with_gains_a_trace_lists_the_candidates_each_step_chose_from_by_expecte
         gains = [row["gain"] for row in event["top"]]
         assert gains == sorted(gains, reverse=True)
         assert all(h["zero_shot_rank"] in hits and 1 <= h["place"] <= event["unmeasured"] for h in event["hits"])
+
+
+def test_the_traced_family_cannot_be_excluded_and_an_unknown_one_is_named(probe):
+    with pytest.raises(SystemExit, match="cannot be excluded"):
+        probe.main(["stencil3d", "--exclude", "stencil3d,maxpool2d"])
+    with pytest.raises(SystemExit, match="no_such_family"):
+        probe.main(["stencil3d", "--exclude", "no_such_family"])

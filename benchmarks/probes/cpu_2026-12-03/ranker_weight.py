@@ -50,7 +50,7 @@ def screened_hits(score: np.ndarray, hit: np.ndarray, draws: int, seed: int = 0)
 def main(argv=None) -> int:
     args = probe_parser(__doc__, families=VALIDATION).parse_args(argv)
     started = time.perf_counter()
-    found = held_out_families(args.families)
+    found = held_out_families(args.families, exclude=args.exclude)
     if found is None:
         return 2
     datasets, held_out = found

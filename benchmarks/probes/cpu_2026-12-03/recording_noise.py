@@ -58,18 +58,29 @@ def probe_parser(doc: str, families: str = VALIDATION) -> argparse.ArgumentParse
     parser.add_argument("--families", default=families, help="held-out families to report")
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--exclude", default="",
+                        help="recorded families left out of everything, comma-separated (to repeat a probe made "
+                             "before they were recorded: --exclude depthwise_conv2d,maxpool2d for one made before "
+                             "2026-12-05's twenty-fourth session)")
     return parser
 
 
-def held_out_families(families: str, refuse: frozenset = frozenset()):
-    """(every recorded dataset, those named in `families`), or None after saying on stderr why not: a family
-    in `refuse` (the test families, for a probe that must not look at them) or one without records."""
+def held_out_families(families: str, refuse: frozenset = frozenset(), exclude: str = ""):
+    """(every recorded dataset but those named in `exclude`, those named in `families`), or None after saying on
+    stderr why not: a family in `refuse` (the test families, for a probe that must not look at them), one without
+    records, or one both held out and excluded."""
     wanted = [f for f in families.split(",") if f]
     if refuse & set(wanted):
         print("This probe does not look at the test families: " + ", ".join(sorted(refuse & set(wanted))),
               file=sys.stderr)
         return None
     datasets = sb.recorded_datasets()
+    excluded = {f for f in exclude.split(",") if f}
+    bad = sorted(excluded - {d.name for d in datasets} | excluded & set(wanted))
+    if bad:
+        print("Cannot exclude " + ", ".join(bad) + ": not recorded, or held out as well.", file=sys.stderr)
+        return None
+    datasets = [d for d in datasets if d.name not in excluded]
     unknown = set(wanted) - {d.name for d in datasets}
     if unknown:
         print(f"No recorded H200 records of {', '.join(sorted(unknown))}.", file=sys.stderr)

@@ -183,6 +183,10 @@ def main(argv=None) -> dict:
                         help="for this many first steps, also print the top candidates by expected improvement and "
                              "where each hit already in the tree stands among them, with the two models' normals")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--exclude", default="",
+                        help="recorded families left out of training, comma-separated (as search_bench.py's; "
+                             "--exclude depthwise_conv2d,maxpool2d repeats a trace made before 2026-12-05's "
+                             "twenty-fourth session)")
     args = parser.parse_args(argv)
     # the search benchmark's defaults for everything else
     bench = sb.build_parser().parse_args(["--measure-order", args.measure_order, "--measure-choice", args.measure_choice,
@@ -200,6 +204,10 @@ def main(argv=None) -> dict:
                                          + (["--local-incumbent"] if args.local_incumbent else ["--no-local-incumbent"]))
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
+    excluded = sb.named_families(args.exclude, datasets, "--exclude")
+    if args.family in excluded:
+        raise SystemExit(f"{args.family} is traced: it cannot be excluded too.")
+    datasets = [d for d in datasets if d.name not in excluded]
     held = next((d for d in datasets if d.name == args.family), None)
     if held is None:
         raise SystemExit(f"{args.family}: no recorded family of that name.")

@@ -89,7 +89,7 @@ def pair_rates(gain: np.ndarray, hit: np.ndarray, knobs: np.ndarray, min_differ:
 def main(argv=None) -> int:
     args = probe_parser(__doc__, families=VALIDATION).parse_args(argv)
     started = time.perf_counter()
-    found = held_out_families(args.families, refuse=TEST)
+    found = held_out_families(args.families, refuse=TEST, exclude=args.exclude)
     if found is None:
         return 2
     datasets, held_out = found

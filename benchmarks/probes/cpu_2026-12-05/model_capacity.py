@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         print("No configuration of these names: " + ", ".join(unknown) + f" (known: {', '.join(CONFIGS)})",
               file=sys.stderr)
         return 2
-    found = held_out_families(args.families, refuse=TEST)
+    found = held_out_families(args.families, refuse=TEST, exclude=args.exclude)
     if found is None:
         return 2
     datasets, held_out = found

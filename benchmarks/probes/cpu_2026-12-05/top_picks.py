@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=6)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    found = held_out_families(args.families, refuse=TEST)
+    found = held_out_families(args.families, refuse=TEST, exclude=args.exclude)
     if found is None:
         return 2
     datasets, held_out = found
