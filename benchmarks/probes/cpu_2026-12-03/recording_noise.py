@@ -41,6 +41,9 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 import benchmarks.search_bench as sb  # noqa: E402
+from search_engine.policy import expected_log_improvement  # noqa: E402
+from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
 SECOND = ROOT / "benchmarks" / "results" / "recordings" / "h200_2026-12-03"
 SCREEN = 256
@@ -50,6 +53,8 @@ SCREEN = 256
 # 15 on; the first-pick probes keep the six by default, so that their committed results repeat) and the test families
 VALIDATION = "column_sum,gelu,layernorm,dot,bincount,spmv_ell"
 TEST = frozenset({"conv2d", "gemv", "histogram256", "reduce_sum", "rmsnorm", "sgemm", "softmax", "transpose"})
+# the nine validation families of protocols 18-20 (hgemm_mma to 95% of its best variant)
+NINE = "column_sum,gelu,layernorm,dot,bincount,spmv_ell,nbody,stencil3d,hgemm_mma"
 
 
 def probe_parser(doc: str, families: str = VALIDATION) -> argparse.ArgumentParser:
@@ -91,6 +96,15 @@ def held_out_families(families: str, refuse: frozenset = frozenset(), exclude: s
 def leave_out(datasets: list, held) -> list:
     """Every recorded row but those of `held`: what a model of the held-out family trains on."""
     return [r for d in datasets if d is not held for r in d.rows]
+
+
+def first_step_gains(train: list, held, seed: int = 0, **model_options) -> np.ndarray:
+    """A LearnedSurrogate with the app's ranker weight (and `model_options`) trained on `train`, then each of the
+    held-out family's variants scored as a search's first step orders them: expected log improvement over the
+    reference (1x)."""
+    model = LearnedSurrogate(seed=seed, ranker_weight=APP_WEIGHT, **model_options).fit(
+        train, groups=[r["problem_name"] for r in train])
+    return np.array([expected_log_improvement(f, 1.0) for f in model.forecast_many(sb._requests(held.rows))])
 
 
 def family_hits(held):

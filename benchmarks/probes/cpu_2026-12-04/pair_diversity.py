@@ -30,14 +30,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-import benchmarks.search_bench as sb  # noqa: E402
-from search_engine.policy import expected_log_improvement  # noqa: E402
-from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
-from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
-
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"))
-from recording_noise import (SCREEN, TEST, VALIDATION, family_hits, held_out_families, leave_out,  # noqa: E402
-                             probe_parser, write_probe)
+from recording_noise import (SCREEN, TEST, VALIDATION, family_hits, first_step_gains, held_out_families,  # noqa: E402
+                             leave_out, probe_parser, write_probe)
 
 
 def knob_matrix(rows, names) -> np.ndarray:
@@ -96,9 +91,7 @@ def main(argv=None) -> int:
     results = {}
     for held in held_out:
         train = leave_out(datasets, held)
-        model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT).fit(train, groups=[r["problem_name"] for r in train])
-        forecasts = model.forecast_many(sb._requests(held.rows))
-        gain = np.array([expected_log_improvement(f, 1.0) for f in forecasts])
+        gain = first_step_gains(train, held)
         speedups, _, hit = family_hits(held)
         names = list(held.knobs)
         knobs = knob_matrix(held.rows, names)

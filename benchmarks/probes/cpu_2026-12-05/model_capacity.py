@@ -25,18 +25,12 @@ import numpy as np
 from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
-
-import benchmarks.search_bench as sb  # noqa: E402
-from search_engine.policy import expected_log_improvement  # noqa: E402
-from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
-from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
 sys.path[:0] = [str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"), str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-04")]
 from pair_diversity import pair_rates  # noqa: E402
-from recording_noise import TEST, family_hits, first_hit_in_order, held_out_families, probe_parser, write_probe  # noqa: E402
+from recording_noise import (NINE, TEST, family_hits, first_hit_in_order, first_step_gains,  # noqa: E402
+                             held_out_families, leave_out, probe_parser, write_probe)
 
-NINE = "column_sum,gelu,layernorm,dot,bincount,spmv_ell,nbody,stencil3d,hgemm_mma"
 # today's classifier, and three changes of its capacity (LearnedSurrogate's keyword arguments)
 CONFIGS = {
     "today": {},
@@ -65,12 +59,10 @@ def main(argv=None) -> int:
     print(f"{'family':12s} " + "  ".join(f"{n + ': first/pair/rank/rho':>34s}" for n in names))
     for held in held_out:
         speedups, _, hit = family_hits(held)
-        train = [r for d in datasets if d is not held for r in d.rows]
+        train = leave_out(datasets, held)
         rows = {}
         for name in names:
-            model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT, **CONFIGS[name]).fit(
-                train, groups=[r["problem_name"] for r in train])
-            gain = np.array([expected_log_improvement(f, 1.0) for f in model.forecast_many(sb._requests(held.rows))])
+            gain = first_step_gains(train, held, **CONFIGS[name])
             rates = pair_rates(gain, hit, np.zeros((len(gain), 0), dtype=int), 0, args.draws)
             rows[name] = {"first_pick_hit": rates["first_hit"], "pair_hit": rates["pair_hit"],
                           "first_hit_rank": first_hit_in_order(gain, hit),

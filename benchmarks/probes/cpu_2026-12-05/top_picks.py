@@ -11,7 +11,6 @@ speedup and their mean rank in that order (0 is first). The eight test families 
 """
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -19,40 +18,21 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
-
-import benchmarks.search_bench as sb  # noqa: E402
-from search_engine.policy import expected_log_improvement  # noqa: E402
-from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
-from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
-
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"))
-from recording_noise import TEST, family_hits, held_out_families, probe_parser, write_probe  # noqa: E402
-
-_DEFINE = re.compile(r"^#define ([A-Z][A-Z0-9]*)(?:_(\w+) 1| (\S+))$")
-
-
-def knobs_of(source: str) -> dict[str, str]:
-    """A rendered variant's knobs: its leading `#define NAME value` and `#define NAME_choice 1` lines."""
-    out = {}
-    for line in source.splitlines():
-        match = _DEFINE.match(line.strip())
-        if not match:
-            break
-        out[match.group(1)] = match.group(2) or match.group(3)
-    return out
+from recording_noise import (TEST, family_hits, first_step_gains, held_out_families, leave_out,  # noqa: E402
+                             probe_parser, write_probe)
 
 
 def knob_table(knobs: list[dict], speedups: np.ndarray, hit: np.ndarray, rank: np.ndarray, most: int = 6) -> dict:
     """Per knob with at most `most` values, per value: variants, share at target, median speedup, mean rank."""
     table = {}
     for name in knobs[0]:
-        values = sorted({k.get(name) for k in knobs}, key=str)
+        values = sorted({str(k.get(name)) for k in knobs})
         if len(values) > most:
             continue
         table[name] = {}
         for value in values:
-            idx = np.array([i for i, k in enumerate(knobs) if k.get(name) == value])
+            idx = np.array([i for i, k in enumerate(knobs) if str(k.get(name)) == value])
             table[name][value] = {"variants": len(idx), "at_target_share": float(hit[idx].mean()),
                                   "median_speedup": float(np.median(speedups[idx])), "mean_rank": float(rank[idx].mean())}
     return table
@@ -70,13 +50,11 @@ def main(argv=None) -> int:
     results = {}
     for held in held_out:
         speedups, target, hit = family_hits(held)
-        train = [r for d in datasets if d is not held for r in d.rows]
-        model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT).fit(train, groups=[r["problem_name"] for r in train])
-        gain = np.array([expected_log_improvement(f, 1.0) for f in model.forecast_many(sb._requests(held.rows))])
+        gain = first_step_gains(leave_out(datasets, held), held)
         order = np.argsort(-gain, kind="stable")
         rank = np.empty(len(order), dtype=int)
         rank[order] = np.arange(len(order))
-        knobs = [knobs_of(r["candidate"]["source"]) for r in held.rows]
+        knobs = [r["candidate"]["knobs"] for r in held.rows]
         top = [{"knobs": knobs[i], "speedup": float(speedups[i]), "hit": bool(hit[i])} for i in order[:args.top]]
         table = knob_table(knobs, speedups, hit, rank)
         results[held.name] = {"variants": len(hit), "target": float(target), "best": float(speedups.max()),

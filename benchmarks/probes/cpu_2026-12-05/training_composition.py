@@ -24,18 +24,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
-
-import benchmarks.search_bench as sb  # noqa: E402
-from search_engine.policy import expected_log_improvement  # noqa: E402
-from search_engine.surrogates.learned import LearnedSurrogate  # noqa: E402
-from search_engine.surrogates.ranker import APP_WEIGHT  # noqa: E402
 
 sys.path[:0] = [str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-03"), str(ROOT / "benchmarks" / "probes" / "cpu_2026-12-04")]
 from pair_diversity import pair_rates  # noqa: E402
-from recording_noise import TEST, family_hits, first_hit_in_order, held_out_families, probe_parser, write_probe  # noqa: E402
-
-NINE = "column_sum,gelu,layernorm,dot,bincount,spmv_ell,nbody,stencil3d,hgemm_mma"
+from recording_noise import (NINE, TEST, family_hits, first_hit_in_order, first_step_gains,  # noqa: E402
+                             held_out_families, probe_parser, write_probe)
 
 
 def main(argv=None) -> int:
@@ -65,9 +58,7 @@ def main(argv=None) -> int:
             train = [r for d in datasets if d is not held and d.name not in group for r in d.rows]
             per_seed = []
             for seed in seeds:
-                model = LearnedSurrogate(seed=seed, ranker_weight=APP_WEIGHT).fit(
-                    train, groups=[r["problem_name"] for r in train])
-                gain = np.array([expected_log_improvement(f, 1.0) for f in model.forecast_many(sb._requests(held.rows))])
+                gain = first_step_gains(train, held, seed=seed)
                 # the first two picks as a step makes them (pair_diversity's "top2" rule; no knob is compared)
                 rates = pair_rates(gain, hit, np.zeros((len(gain), 0), dtype=int), 0, args.draws)
                 per_seed.append({"seed": seed, "first_pick_hit": rates["first_hit"], "pair_hit": rates["pair_hit"],
