@@ -83,6 +83,7 @@ class Dataset:
     vendor: dict | None = None  # the vendor library's recorded speedup: {"name", "speedup", "source"}
     compile_s: float | None = None  # median seconds of one compile check of a variant, measured here
     reference_facts: dict | None = None  # the reference's compiler facts, as the app hands them to a run
+    reference_profile: dict | None = None  # the reference's Nsight Compute counters, as the app hands them to a run
     source: str = ""  # the records file read
     vendor_in_target: bool = True  # False only for a validation family named by --ignore-vendor
 
@@ -124,6 +125,7 @@ def _rows(dataset: Dataset) -> list[dict]:
                      "hardware": dataset.hardware, "problem": dataset.problem,
                      "compiler_facts": record.get("compiler"), "reference_ms": dataset.reference_ms,
                      "reference_compiler_facts": dataset.reference_facts,
+                     "reference_profile": dataset.reference_profile,
                      "speedup": record["speedup"], "problem_name": dataset.name})
     return rows
 
@@ -189,12 +191,13 @@ def recorded_datasets(gpu: str = "h200", records_dir: Path | None = None) -> lis
         with gzip.open(path, "rt") as fh:
             records = [json.loads(line) for line in fh if line.strip()]
         family_records = {}
-        hardware, reference_ms, reference_facts, vendor = {}, None, None, None
+        hardware, reference_ms, reference_facts, reference_profile, vendor = {}, None, None, None, None
         for record in records:
             hardware = hardware or record.get("hardware") or {}
             reference_ms = reference_ms or (record.get("reference") or {}).get("median_ms")
             if record.get("variant") == "reference":
                 reference_facts = record.get("compiler")
+                reference_profile = record.get("profiler") or None
             if str(record.get("variant", "")).startswith("vendor:") and record.get("status") == "ok":
                 vendor = {"name": record["variant"], "speedup": record["speedup"], "source": _shown(path)}
             if record.get("knobs"):
@@ -217,7 +220,7 @@ def recorded_datasets(gpu: str = "h200", records_dir: Path | None = None) -> lis
                      constraints=knob_constraints(problem.family.get("constraints", []), case,
                                                   problem.family["knobs"]),
                      vendor=vendor or recorded_vendor(problem.name, gpu), reference_facts=reference_facts,
-                     source=_shown(path))
+                     reference_profile=reference_profile, source=_shown(path))
         ds.rows = _rows(ds)
         out.append(ds)
     return out
@@ -352,6 +355,7 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.pooled_spread = getattr(args, "pooled_spread", False)
         # and those made before --local-incumbent give the run-local forest no distance to the run's best
         surrogate.local_incumbent = getattr(args, "local_incumbent", False)
+        # (--reference-profile is a trained model's feature set: it is set where the model is built)
     settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
                               children_per_expansion=args.children, root_children=root_children, seed=seed,
                               retrain_every=args.retrain_every)
@@ -359,7 +363,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                           surrogate=surrogate, reference=dataset.reference, hardware=dataset.hardware,
                           problem=dataset.problem, settings=settings, reference_ms=dataset.reference_ms,
                           # as the app does (kernellab/services/search.py): the model was trained with them
-                          reference_compiler_facts=dataset.reference_facts)
+                          reference_compiler_facts=dataset.reference_facts,
+                          reference_profile=dataset.reference_profile)
     if watch is not None:
         watch(driver, port)
     steps = 0
@@ -523,7 +528,8 @@ def _requests(rows):
     return [ForecastRequest(reference=r["reference"], candidate=r["candidate"], hardware=r["hardware"],
                             problem=r["problem"], compiler_facts=r.get("compiler_facts"),
                             reference_compiler_facts=r.get("reference_compiler_facts"),
-                            reference_ms=r.get("reference_ms")) for r in rows]
+                            reference_ms=r.get("reference_ms"), reference_profile=r.get("reference_profile"))
+            for r in rows]
 
 
 def forecast_metrics(forecasts, rows, scores) -> dict:
@@ -579,7 +585,9 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
         # (settings made before --committee train the single model their committed figures came from)
         model = LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight,
                                  moments=getattr(args, "moments", "bins"),
-                                 committee=getattr(args, "committee", False)).fit(
+                                 committee=getattr(args, "committee", False),
+                                 # and those made before --reference-profile read no reference counters
+                                 reference_profile=getattr(args, "reference_profile", False)).fit(
             train, groups=[r["problem_name"] for r in train])
         fit_s = time.perf_counter() - started
         models[held.name] = model
@@ -871,6 +879,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--local-incumbent", action=argparse.BooleanOptionalAction, default=app.local_incumbent,
                         help="the run-local forest also reads each variant's distance to the run's best measured "
                              "variant (surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--reference-profile", action=argparse.BooleanOptionalAction, default=app.reference_profile,
+                        help="the recorded-data model also reads the reference's Nsight Compute counters (L1/L2 hit "
+                             "rates, DRAM and SM throughput, occupancy; surrogates.learned; default: the app's, "
+                             "%(default)s)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")

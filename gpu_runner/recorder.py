@@ -84,7 +84,12 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
     try:
         reference = reference_candidate(problem)
         if reference.source_hash not in done:
-            write("reference", None, runner.measure(problem, reference, seed=seed, timeout_s=timeout_s))
+            result = runner.measure(problem, reference, seed=seed, timeout_s=timeout_s)
+            if profile_sample and result.status == "ok":
+                # The reference's own counters are a search's features (how near its roofline it runs,
+                # whether its loads hit the caches), so a profiled recording always profiles it.
+                profile_batch(runner, problem, [(reference, result)], seed=seed)
+            write("reference", None, result)
         if vendor and problem.vendor is not None:
             from .vendor import vendor_candidate
             label = vendor_candidate(problem)
@@ -131,6 +136,65 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
             runner.close()
     return {"written": written, "statuses": counts, "seconds": time.perf_counter() - started,
             "path": str(out_path), "left": left}
+
+
+def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | None = None, seed: int = 0,
+                      force: bool = False) -> dict:
+    """Profile the reference of an existing recording with Nsight Compute and store its counters in the
+    reference's record (`profiler`), rewriting the file; the other records are kept as they are.
+
+    Recordings made before references were profiled get their counters this way. A reference that
+    already carries counters is left alone unless `force`. Returns what was done, with the reason when
+    nothing could be profiled (no reference record, a reference that changed since, ncu missing)."""
+    path = Path(path)
+    found = _reference_record(problem, path)
+    if isinstance(found, str):
+        return {"path": str(path), "profiled": False, "reason": found}
+    if found.get("profiler") and not force:
+        return {"path": str(path), "profiled": False, "reason": "the reference already carries counters"}
+    own_runner = runner is None
+    runner = runner or Runner("auto", settings=RECORD_SETTINGS)
+    reference = reference_candidate(problem)
+    try:
+        result = MeasurementResult(status="ok", reason="", source_hash=reference.source_hash)
+        profile_batch(runner, problem, [(reference, result)], seed=seed)
+    finally:
+        if own_runner:
+            runner.close()
+    if not result.profiler:
+        return {"path": str(path), "profiled": False,
+                "reason": result.observer_errors.get("ncu", "the backend has no device module to profile")}
+    return store_reference_profile(problem, path, result.profiler)
+
+
+def store_reference_profile(problem: Problem, path: str | Path, profiler: dict) -> dict:
+    """Write counters measured for `problem`'s reference (here or on another machine) into the reference's
+    record of the recording at `path`; every other record is rewritten unchanged."""
+    path = Path(path)
+    found = _reference_record(problem, path)
+    if isinstance(found, str):
+        return {"path": str(path), "profiled": False, "reason": found}
+    records = list(read_records(path))
+    records = [{**r, "profiler": dict(profiler)} if r.get("variant") == "reference" else r for r in records]
+    tmp = path.with_suffix(".profiled")
+    with gzip.open(tmp, "wt") as handle:
+        for line in records:
+            handle.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+    os.replace(tmp, path)
+    return {"path": str(path), "profiled": True, "metrics": len(profiler)}
+
+
+def _reference_record(problem: Problem, path: Path) -> dict | str:
+    """The recording's reference record, or why there is none to profile."""
+    if not path.is_file():
+        return "no such recording"
+    repair(path)
+    record = next((r for r in read_records(path) if r.get("variant") == "reference"), None)
+    if record is None:
+        return "the recording has no reference record"
+    if record.get("source_hash") != reference_candidate(problem).source_hash:
+        return "the reference changed since it was recorded"
+    return record
 
 
 def profile_batch(runner: Runner, problem: Problem, pairs: list, *, seed: int) -> None:

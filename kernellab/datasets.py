@@ -46,6 +46,7 @@ def recorded_rows(problem_dir: Path, *, gpu: str = "h200", only_ok: bool = True)
     records = list(read_records(path))
     reference_record = next((r for r in records if r.get("variant") == "reference"), None)
     reference_facts = (reference_record or {}).get("compiler")
+    reference_profile = (reference_record or {}).get("profiler") or None
     rows = []
     for record in records:
         if not record.get("knobs") or (only_ok and record.get("status") != "ok"):
@@ -62,6 +63,7 @@ def recorded_rows(problem_dir: Path, *, gpu: str = "h200", only_ok: bool = True)
                 "problem": problem,
                 "compiler_facts": record.get("compiler"),
                 "reference_compiler_facts": reference_facts,
+                "reference_profile": reference_profile,
                 "reference_ms": (record.get("reference") or {}).get("median_ms"),
                 "speedup": record.get("speedup"),
                 "status": record.get("status"),

@@ -90,6 +90,7 @@ class SearchDriver:
         bins: BinTable = DEFAULT_BINS,
         reference_ms: float | None = None,
         reference_compiler_facts: dict | None = None,
+        reference_profile: dict | None = None,
         _state: dict | None = None,
     ) -> None:
         self.port = port
@@ -103,6 +104,7 @@ class SearchDriver:
         self.problem = dict(problem or {})
         self.reference_ms = reference_ms
         self.reference_compiler_facts = reference_compiler_facts
+        self.reference_profile = reference_profile  # the reference's Nsight Compute counters, where profiled
         self._measure_first: set[int] = set()  # this step's children whose generator asked the GPU first
         self.prefetched: ExpansionBatch | None = None  # the next step's children, compiled while the GPU measured
         if _state is not None:
@@ -138,7 +140,7 @@ class SearchDriver:
             hardware=state.get("hardware"), problem=state.get("problem"),
             settings=SearchSettings.from_dict(state.get("settings")), bins=BinTable.from_dict(state.get("bins")),
             reference_ms=state.get("reference_ms"), reference_compiler_facts=state.get("reference_compiler_facts"),
-            _state=state,
+            reference_profile=state.get("reference_profile"), _state=state,
         )
 
     # ---- reading ----------------------------------------------------------------------------
@@ -183,7 +185,7 @@ class SearchDriver:
             parent_speedup=(parent.speedup if parent and parent.speedup is not None
                             else (parent.provisional_speedup if parent else None)),
             compiler_facts=node.compiler_facts, reference_compiler_facts=self.reference_compiler_facts,
-            reference_ms=self.reference_ms,
+            reference_ms=self.reference_ms, reference_profile=self.reference_profile,
         )
 
     # ---- the loop ---------------------------------------------------------------------------

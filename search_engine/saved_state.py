@@ -40,6 +40,7 @@ def state_of(driver: "SearchDriver") -> dict:
         "problem": driver.problem,
         "reference_ms": driver.reference_ms,
         "reference_compiler_facts": driver.reference_compiler_facts,
+        "reference_profile": driver.reference_profile,
         **_pack_sources(driver.tree.to_dict()),
         "memory": driver.memory.to_dict(),
         "rng": [version, list(internal), gauss],

@@ -62,6 +62,14 @@ class RunContext:
                 return float(reference["median_ms"])
         return None
 
+    @cached_property
+    def reference_profile(self) -> dict | None:
+        """The reference's Nsight Compute counters from its recorded measurement, where it was profiled."""
+        for record in self.replay_records.values():
+            if record.get("variant") == "reference" and record.get("profiler"):
+                return dict(record["profiler"])
+        return None
+
     def problem_dict(self) -> dict:
         """The same problem description the learned surrogate was trained with (sizes, roofline)."""
         from kernellab.datasets import problem_numbers

@@ -93,6 +93,7 @@ def _load_driver(run: SearchRun, port: DatabasePort):
         settings=context.search_settings(),
         reference_ms=context.reference_ms,
         reference_compiler_facts=run.problem.reference.compiler_facts or None,
+        reference_profile=context.reference_profile,
     )
 
 

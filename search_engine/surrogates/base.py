@@ -30,6 +30,8 @@ class ForecastRequest:
     compiler_facts: dict | None = None
     reference_compiler_facts: dict | None = None
     reference_ms: float | None = None
+    # the reference's Nsight Compute counters ({metric: number}) where it was profiled on this hardware
+    reference_profile: dict | None = None
 
     def cache_key(self, surrogate_id: str) -> str:
         """Hash of (surrogate, reference, candidate, hardware) as the brief of the cache asks."""

@@ -104,6 +104,19 @@ PARALLELISM_FEATURES = ["sm_fill", "log_resident_threads_per_sm", "load_bytes", 
 HARDWARE_FEATURES = ["sm_count", "bandwidth_gbs", "fp32_tflops", "cc_major"]
 PROBLEM_FEATURES = ["log_flops", "log_bytes", "log_intensity", "log_roofline_ms", "log_reference_headroom",
                     "log_reference_ms"]
+# From the reference's Nsight Compute profile (ForecastRequest.reference_profile), the same for every candidate of
+# a problem: how near its rooflines the reference runs and how its loads are served. Whether a staged tile can
+# beat loads through the cache turns on the last (docs/search.md, "The reference's profile as features").
+# Read only by LearnedSurrogate(reference_profile=True); NaN where the reference was not profiled.
+REFERENCE_PROFILE_COUNTERS = {
+    "ref_l1_hit_pct": "l1tex__t_sector_hit_rate.pct",
+    "ref_l2_hit_pct": "lts__t_sector_hit_rate.pct",
+    "ref_dram_pct_of_peak": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "ref_sm_pct_of_peak": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "ref_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "ref_long_scoreboard_per_issue": "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+}
+REFERENCE_PROFILE_FEATURES = list(REFERENCE_PROFILE_COUNTERS) + ["ref_sectors_per_load", "ref_log_dram_over_roofline"]
 
 
 def _preprocess(source: str) -> tuple[str, dict[str, str]]:
@@ -588,6 +601,28 @@ def problem_features(problem: dict, hardware: dict, reference_ms: float | None) 
         if reference_ms and roof_ms and not math.isnan(roof_ms) else math.nan,
         "log_reference_ms": math.log(reference_ms) if reference_ms else math.nan,
     }
+
+
+def reference_profile_features(profile: dict | None, problem: dict) -> np.ndarray:
+    """REFERENCE_PROFILE_FEATURES of one reference profile ({counter: number}); NaN where a counter is missing.
+    ref_sectors_per_load: 32-byte sectors per global load request (4 is a coalesced warp of floats);
+    ref_log_dram_over_roofline: log of the DRAM bytes the reference moved over the roofline's bytes (0: it
+    moves each byte once, as the roofline assumes)."""
+    profile = profile or {}
+
+    def number(name: str) -> float:
+        value = profile.get(name)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+    row = [number(counter) for counter in REFERENCE_PROFILE_COUNTERS.values()]
+    sectors = number("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+    requests = number("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
+    row.append(sectors / requests if requests > 0 else math.nan)
+    moved = number("dram__bytes_read.sum") + number("dram__bytes_write.sum")
+    roofline = problem.get("roofline") or {}
+    ideal = _maybe_eval(roofline.get("bytes", problem.get("bytes")), problem.get("sizes") or {})
+    row.append(math.log(moved / ideal) if ideal and moved > 0 else math.nan)
+    return np.array(row, dtype=float)
 
 
 def _maybe_eval(expression, sizes) -> float | None:

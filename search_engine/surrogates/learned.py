@@ -35,7 +35,8 @@ from threadpoolctl import ThreadpoolController
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.heldout import refuse_held_out
 from search_engine.surrogates.base import Forecast, ForecastRequest
-from search_engine.surrogates.features import feature_names, features_matrix
+from search_engine.surrogates.features import (REFERENCE_PROFILE_FEATURES, feature_names, features_matrix,
+                                               reference_profile_features)
 
 _EPS = 1e-4
 _MISSING = -1e6  # stands for an unknown feature (the trees split it off like any other value)
@@ -85,6 +86,10 @@ DEFAULT_POOLED_SPREAD = True
 # LearnedSurrogate(local_incumbent=...) of the app and the benchmarks: tried by protocol 19 on the nine validation
 # families and not kept (docs/search.md, "The distance to the run's best as a run-local feature").
 DEFAULT_LOCAL_INCUMBENT = False
+# LearnedSurrogate(reference_profile=...) of the app and the benchmarks: the reference's Nsight Compute counters as
+# features (features.REFERENCE_PROFILE_FEATURES); tried by protocol 22 on eleven validation families
+# (docs/search.md, "The reference's profile as features").
+DEFAULT_REFERENCE_PROFILE = False
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -96,6 +101,7 @@ def _row_request(row: dict) -> ForecastRequest:
         problem=row.get("problem") or {}, parent=row.get("parent"), parent_speedup=row.get("parent_speedup"),
         compiler_facts=row.get("compiler_facts") or row.get("compiler"),
         reference_compiler_facts=row.get("reference_compiler_facts"), reference_ms=row.get("reference_ms"),
+        reference_profile=row.get("reference_profile"),
     )
 
 
@@ -126,7 +132,8 @@ class LearnedSurrogate:
                  spread_prior_rows: float | None = DEFAULT_SPREAD_PRIOR_ROWS,
                  calibrated_moments: str = DEFAULT_CALIBRATED_MOMENTS,
                  pooled_spread: bool = DEFAULT_POOLED_SPREAD,
-                 local_incumbent: bool = DEFAULT_LOCAL_INCUMBENT) -> None:
+                 local_incumbent: bool = DEFAULT_LOCAL_INCUMBENT,
+                 reference_profile: bool = DEFAULT_REFERENCE_PROFILE) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -218,6 +225,13 @@ class LearnedSurrogate:
         # next, several knobs at once decide, and with a handful of rows the trees seldom find those interactions.
         # With the distance they can say "like the best" in one split. Only for variants with #define knobs.
         self.local_incumbent = local_incumbent
+        # reference_profile: the recorded-data model also reads the reference's Nsight Compute counters
+        # (features.REFERENCE_PROFILE_FEATURES: L1 and L2 hit rates, DRAM and SM throughput against peak, achieved
+        # occupancy, long-scoreboard stalls, sectors per load, DRAM bytes against the roofline's). They are the same
+        # for every candidate of a problem, so they say nothing within a family; across families they can say
+        # where a kind of change pays (a staged tile where the reference's loads miss the caches, not where L1
+        # already serves neighbouring outputs' overlapping loads). NaN where the reference was not profiled.
+        self.reference_profile = reference_profile
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
         # expected improvement. Without it they come from one normal of the blend's mean and spread, which
@@ -242,7 +256,7 @@ class LearnedSurrogate:
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
         self._local: _Local | None = None
-        self._base_X = np.zeros((0, len(feature_names())))
+        self._base_X = np.zeros((0, len(self._feature_names())))
         self._base_y = np.zeros(0, dtype=int)
         self._base_groups: list = []
         self._fitted: _Fitted | None = None
@@ -263,7 +277,7 @@ class LearnedSurrogate:
         g = [g_all[i] for i in kept]
         self._level = self._prior_level
         self._base_X, self._base_y, self._base_groups = X, y, g
-        self.feature_names = feature_names()
+        self.feature_names = self._feature_names()
         with _openmp_threads(self.threads):
             self._fitted = self._train(X, y, g, np.ones(len(y)))
         self._ranker = None
@@ -307,7 +321,7 @@ class LearnedSurrogate:
         if not kept:
             self._level = self._prior_level
             return
-        X = _matrix([_row_request(r) for r in kept])
+        X = self._matrix([_row_request(r) for r in kept])
         with _openmp_threads(self.threads):
             relative = self._relative_probs(X)
         gaps = np.log([r["speedup"] for r in kept]) - relative @ np.log(np.asarray(self.bins.representatives()))
@@ -353,7 +367,7 @@ class LearnedSurrogate:
             return
         requests = [_row_request(r) for r in kept]
         vocabulary = sorted({name for q in requests for name in _defines(q.candidate.get("source", ""))})
-        X0 = _matrix(requests)
+        X0 = self._matrix(requests)
         base_mean = base_var = None
         # the moments every use of the recorded-data model's mean reads, here and in its forecasts (_predict)
         moments = self.moments
@@ -451,7 +465,7 @@ class LearnedSurrogate:
         if left_out is not None:
             base = _normal_bins(left_out[0][seen], left_out[1][seen], self.bins)
         else:
-            X = _matrix([q for q, s in zip(requests, seen) if s])
+            X = self._matrix([q for q, s in zip(requests, seen) if s])
             with _openmp_threads(self.threads):
                 base = self._base_probs(X)
         rows = np.arange(len(bins))
@@ -513,6 +527,24 @@ class LearnedSurrogate:
         else:
             self._fitted = self._train(all_X, all_y, groups, weights)
 
+    def _feature_names(self) -> list[str]:
+        return feature_names() + (list(REFERENCE_PROFILE_FEATURES) if self.reference_profile else [])
+
+    def _matrix(self, requests) -> np.ndarray:
+        X = _matrix(requests)
+        if not self.reference_profile:
+            return X
+        memo: dict = {}
+        extra = []
+        for request in requests:
+            key = (id(request.reference_profile), id(request.problem))
+            if key not in memo:
+                memo[key] = reference_profile_features(request.reference_profile, request.problem or {})
+            extra.append(memo[key])
+        extra = np.nan_to_num(np.array(extra).reshape(len(requests), len(REFERENCE_PROFILE_FEATURES)),
+                              nan=_MISSING, posinf=-_MISSING, neginf=_MISSING)
+        return np.hstack([X, extra])
+
     def _xy(self, rows: list[dict]):
         kept, requests, bins = [], [], []
         for i, row in enumerate(rows):
@@ -522,7 +554,7 @@ class LearnedSurrogate:
             kept.append(i)
             requests.append(_row_request(row))
             bins.append(self.bins.bin_of(speedup))
-        return _matrix(requests), np.asarray(bins, dtype=int), kept
+        return self._matrix(requests), np.asarray(bins, dtype=int), kept
 
     def _train(self, X, y, groups, weights) -> _Fitted:
         if len(y) == 0:
@@ -594,7 +626,7 @@ class LearnedSurrogate:
         request the two models' (weight, mean, sd) (None otherwise)."""
         if self._fitted is None and self._local is None:
             raise ValueError("The learned surrogate is not trained; call fit() with recorded measurements first.")
-        X = _matrix(requests)
+        X = self._matrix(requests)
         with _openmp_threads(self.threads):
             moments = getattr(self._local, "moments", None)  # (None: no run-local model, or one saved before)
             base, base_mean, base_var = self._base(X, moments) if self._fitted else (None, None, None)
@@ -674,8 +706,9 @@ class LearnedSurrogate:
         model = joblib.load(path)
         if not isinstance(model, cls):
             raise ValueError(f"{path} does not hold a learned surrogate.")
-        if model._base_X.shape[1] != len(feature_names()) or \
-                model.__dict__.get("feature_names", feature_names()) != feature_names():
+        model.__dict__.setdefault("reference_profile", False)  # saved before the option existed
+        if model._base_X.shape[1] != len(model._feature_names()) or \
+                model.__dict__.get("feature_names", model._feature_names()) != model._feature_names():
             raise ValueError(f"{path} was trained on another set of features than this version computes; "
                              "train it again.")
         for name, value in (("threads", 1), ("online", "local"), ("local_prior_rows", 8.0),

@@ -180,3 +180,25 @@ def test_record_family_writes_the_dataset(tmp_path, runner, problem):
         records = [json.loads(line) for line in handle]
     assert summary["written"] == 5 and len(records) == 5
     assert all(r["status"] == "ok" for r in records), [r["reason"] for r in records]
+
+
+def test_a_recordings_reference_is_profiled_in_place_and_a_profiled_recording_profiles_it(tmp_path, runner, problem):
+    from gpu_runner.recorder import profile_reference
+
+    out = tmp_path / "h200.jsonl.gz"
+    record_family(problem, out, limit=2, runner=runner, log=None)
+    summary = profile_reference(problem, out, runner=runner)
+    with gzip.open(out, "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    assert len(records) == 3
+    reference = next(r for r in records if r["variant"] == "reference")
+    if not summary["profiled"]:
+        pytest.skip(f"Nsight Compute could not profile here: {summary['reason']}")
+    assert reference["profiler"].get("gpu__time_duration.sum", 0) > 0
+    assert reference["profiler"].get("l1tex__t_sector_hit_rate.pct") is not None
+    assert profile_reference(problem, out, runner=runner)["reason"] == "the reference already carries counters"
+    fresh = tmp_path / "fresh.jsonl.gz"
+    record_family(problem, fresh, limit=1, profile_sample=1, runner=runner, log=None)
+    with gzip.open(fresh, "rt") as handle:
+        first = json.loads(handle.readline())
+    assert first["variant"] == "reference" and first["profiler"].get("gpu__time_duration.sum", 0) > 0

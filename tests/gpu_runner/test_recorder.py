@@ -86,3 +86,73 @@ def test_past_its_deadline_it_starts_no_more_variants_and_a_later_call_resumes(t
     second = record_family(problem, out, runner=Runner(CountingBackend()), log=None)
     assert second["written"] == first["left"] and second["left"] == 0
     assert len({r["source_hash"] for r in lines(out)}) == 22
+
+
+def test_profiling_a_recordings_reference_rewrites_only_its_record(tmp_path, monkeypatch):
+    from gpu_runner import recorder
+
+    problem = saxpy_problem()
+    out = tmp_path / "h200.jsonl.gz"
+    record_family(problem, out, limit=3, runner=Runner(CountingBackend()), log=None)
+    before = lines(out)
+    calls = []
+
+    def fake_profile(runner, problem, pairs, *, seed):
+        calls.append([candidate.name for candidate, _ in pairs])
+        for _, result in pairs:
+            result.profiler = {"l1tex__t_sector_hit_rate.pct": 61.5}
+
+    monkeypatch.setattr(recorder, "profile_batch", fake_profile)
+    summary = recorder.profile_reference(problem, out, runner=Runner(CountingBackend()))
+    assert summary["profiled"] and calls == [["reference"]]
+    after = lines(out)
+    assert [r["source_hash"] for r in after] == [r["source_hash"] for r in before]
+    assert after[0]["profiler"] == {"l1tex__t_sector_hit_rate.pct": 61.5}
+    assert after[1:] == before[1:] and {k: v for k, v in after[0].items() if k != "profiler"} == \
+        {k: v for k, v in before[0].items() if k != "profiler"}
+    again = recorder.profile_reference(problem, out, runner=Runner(CountingBackend()))
+    assert not again["profiled"] and "already" in again["reason"] and len(calls) == 1
+
+
+def test_a_reference_that_cannot_be_profiled_leaves_the_recording_alone_and_says_why(tmp_path, monkeypatch):
+    from gpu_runner import recorder
+
+    problem = saxpy_problem()
+    assert not recorder.profile_reference(problem, tmp_path / "none.jsonl.gz")["profiled"]
+    out = tmp_path / "h200.jsonl.gz"
+    record_family(problem, out, limit=1, runner=Runner(CountingBackend()), log=None)
+    before = out.read_bytes()
+
+    def no_ncu(runner, problem, pairs, *, seed):
+        for _, result in pairs:
+            result.observer_errors["ncu"] = "ncu not found"
+
+    monkeypatch.setattr(recorder, "profile_batch", no_ncu)
+    summary = recorder.profile_reference(problem, out, runner=Runner(CountingBackend()))
+    assert summary == {"path": str(out), "profiled": False, "reason": "ncu not found"}
+    assert out.read_bytes() == before
+    changed = load_problem(PROBLEMS / "reduce_sum")   # another problem's reference: a different source
+    assert "changed" in recorder.profile_reference(changed, out)["reason"]
+
+
+def test_a_profiled_recording_profiles_its_reference_too(tmp_path, monkeypatch):
+    from gpu_runner import recorder
+
+    profiled = []
+    monkeypatch.setattr(recorder, "profile_batch",
+                        lambda runner, problem, pairs, *, seed: profiled.extend(c.name for c, _ in pairs))
+    record_family(saxpy_problem(), tmp_path / "r.jsonl.gz", limit=4, profile_sample=2,
+                  runner=Runner(CountingBackend()), log=None)
+    assert profiled[0] == "reference" and len(profiled) == 3
+
+
+def test_counters_measured_elsewhere_are_stored_in_the_reference_record(tmp_path):
+    from gpu_runner.recorder import store_reference_profile
+
+    problem = saxpy_problem()
+    out = tmp_path / "h200.jsonl.gz"
+    record_family(problem, out, limit=2, runner=Runner(CountingBackend()), log=None)
+    before = lines(out)
+    assert store_reference_profile(problem, out, {"dram__bytes_read.sum": 8.0})["profiled"]
+    after = lines(out)
+    assert after[0]["profiler"] == {"dram__bytes_read.sum": 8.0} and after[1:] == before[1:]

@@ -923,3 +923,62 @@ def test_local_reach_lowers_the_run_local_weight_only_outside_the_range_of_the_r
     base, base_mean, _ = m._base(X)
     local = m._local_forecast([reqs[outside]], X, base_mean)[0]
     assert list(far.probabilities) == pytest.approx(list((1 - w1) * base[0] + w1 * local[0]))
+
+
+def profiled_family_rows(l1_hit: float, name: str):
+    """The fake family under a reference whose profile says how its loads hit L1: the shared-memory variants win
+    where the reference's loads miss (a staged tile saves traffic) and lose where L1 already serves them."""
+    profile = {"l1tex__t_sector_hit_rate.pct": l1_hit, "lts__t_sector_hit_rate.pct": 40.0,
+               "dram__bytes_read.sum": 8e6, "dram__bytes_write.sum": 4e6}
+    rows = []
+    for row in family_rows():
+        shared = row["candidate"]["knobs"]["ALGO"] == "shared"
+        factor = (1.6 if l1_hit < 50 else 0.6) / 0.7 if shared else 1.0
+        rows.append({**row, "speedup": row["speedup"] * factor, "reference_profile": profile, "problem_name": name})
+    return rows
+
+
+def test_reference_profile_features_read_the_counters_and_say_nan_where_missing():
+    from search_engine.surrogates.features import REFERENCE_PROFILE_FEATURES, reference_profile_features
+
+    profile = {"l1tex__t_sector_hit_rate.pct": 68.0, "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": 80.0,
+               "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 400.0,
+               "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": 100.0,
+               "dram__bytes_read.sum": 3.0e6, "dram__bytes_write.sum": 1.0e6}
+    problem = {"sizes": {"N": 1000}, "roofline": {"bytes": "2000 * N"}}
+    row = dict(zip(REFERENCE_PROFILE_FEATURES, reference_profile_features(profile, problem)))
+    assert row["ref_l1_hit_pct"] == 68.0 and row["ref_dram_pct_of_peak"] == 80.0
+    assert row["ref_sectors_per_load"] == 4.0
+    assert row["ref_log_dram_over_roofline"] == pytest.approx(math.log(4.0e6 / 2.0e6))
+    assert math.isnan(row["ref_l2_hit_pct"]) and math.isnan(row["ref_occupancy_pct"])
+    assert np.isnan(reference_profile_features(None, problem)).all()
+    assert np.isnan(reference_profile_features({"l1tex__t_sector_hit_rate.pct": "n/a"}, {}))[0]
+
+
+def test_with_reference_profile_the_model_carries_where_a_kind_of_variant_pays_to_a_problem_it_never_saw(tmp_path):
+    hits = {"a": 10.0, "b": 25.0, "c": 35.0, "d": 65.0, "e": 80.0, "f": 92.0}
+    train = [r for name, hit in hits.items() for r in profiled_family_rows(hit, name)]
+    groups = [r["problem_name"] for r in train]
+    with_profile = LearnedSurrogate(seed=0, reference_profile=True).fit(train, groups=groups)
+    without = LearnedSurrogate(seed=0, reference_profile=False).fit(train, groups=groups)
+    assert with_profile._base_X.shape[1] == without._base_X.shape[1] + 8
+
+    def shared_minus_naive(model, hit):
+        rows = profiled_family_rows(hit, "new")
+        means = [f.expected_log_speedup() for f in model.forecast_many([
+            ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
+                            hardware=r["hardware"], reference_ms=0.5, reference_profile=r["reference_profile"])
+            for r in rows])]
+        shared = [m for m, r in zip(means, rows) if r["candidate"]["knobs"]["ALGO"] == "shared"]
+        naive = [m for m, r in zip(means, rows) if r["candidate"]["knobs"]["ALGO"] == "naive"]
+        return np.mean(shared) - np.mean(naive)
+
+    # the model with the counters ranks the staged variants above where the reference misses L1, below where it hits
+    assert shared_minus_naive(with_profile, 15.0) > 0.2 and shared_minus_naive(with_profile, 85.0) < -0.2
+    # without them it cannot tell the two problems apart
+    assert shared_minus_naive(without, 15.0) == pytest.approx(shared_minus_naive(without, 85.0))
+    # saved and loaded, it still reads them; a model saved without the option loads with it off
+    with_profile.save(tmp_path / "p.joblib")
+    again = LearnedSurrogate.load(tmp_path / "p.joblib")
+    assert again.reference_profile and shared_minus_naive(again, 15.0) == pytest.approx(
+        shared_minus_naive(with_profile, 15.0))

@@ -1,0 +1,106 @@
+"""Nsight Compute counters of each bundled family's reference, stored in its recording's reference record.
+
+    python kernellab/problems/tools/reference_profiles.py profile --out FILE.json [--problems a,b]
+                                                                  [--recordings DIR]
+    python kernellab/problems/tools/reference_profiles.py store FILE.json [--recordings DIR]
+
+`profile` (on a GPU machine with ncu) profiles the reference of each problem's recording and writes
+{problem: counters, or {"error": why}} to FILE.json; the recordings it profiles are rewritten in place.
+`store` (anywhere) writes the counters of such a file into the reference records of the recordings here,
+so that a recording made on the device machine and its profile travel separately.
+
+A recording is `kernellab/problems/<p>/records/h200.jsonl.gz`, or with --recordings, `DIR/<p>.jsonl.gz`
+(the layout of a second recording under benchmarks/results/recordings/). The search's features read the
+reference's counters (how near its roofline it runs, how its loads are served by the caches); recordings
+made before references were profiled (every one until 2026-12-05) get them this way.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+PROBLEMS = ROOT / "kernellab" / "problems"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def recording_path(problem: str, recordings: str | None) -> Path:
+    if recordings:
+        return Path(recordings) / f"{problem}.jsonl.gz"
+    return PROBLEMS / problem / "records" / "h200.jsonl.gz"
+
+
+def chosen_problems(names: str | None, recordings: str | None) -> list[str]:
+    if names:
+        return [n for n in names.split(",") if n]
+    return sorted(folder.name for folder in PROBLEMS.iterdir()
+                  if (folder / "problem.toml").is_file() and recording_path(folder.name, recordings).is_file())
+
+
+def profile(names: list[str], recordings: str | None, out: Path) -> int:
+    from gpu_runner import Runner, load_problem
+    from gpu_runner.backends.replay import read_records
+    from gpu_runner.recorder import profile_reference
+    from gpu_runner.settings import RECORD_SETTINGS
+
+    found: dict[str, dict] = {}
+    failures = 0
+    with Runner("cupy", settings=RECORD_SETTINGS) as runner:
+        for name in names:
+            path = recording_path(name, recordings)
+            try:
+                summary = profile_reference(load_problem(PROBLEMS / name), path, runner=runner)
+            except Exception as exc:  # one problem's failure must not lose the others' counters
+                summary = {"profiled": False, "reason": f"{type(exc).__name__}: {exc}"}
+            if summary["profiled"] or "already" in summary.get("reason", ""):
+                record = next(r for r in read_records(path) if r.get("variant") == "reference")
+                found[name] = record["profiler"]
+                print(f"{name}: {len(record['profiler'])} counters", flush=True)
+            else:
+                failures += 1
+                found[name] = {"error": summary["reason"]}
+                print(f"{name}: not profiled: {summary['reason']}", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(found, indent=1, sort_keys=True))
+    print(f"wrote {out}: {len(names) - failures} of {len(names)} references profiled")
+    return 0 if failures < len(names) else 1
+
+
+def store(source: Path, recordings: str | None) -> int:
+    from gpu_runner import load_problem
+    from gpu_runner.recorder import store_reference_profile
+
+    found = json.loads(source.read_text())
+    stored = 0
+    for name, counters in sorted(found.items()):
+        if "error" in counters:
+            print(f"{name}: skipped, it was not profiled ({counters['error']})")
+            continue
+        summary = store_reference_profile(load_problem(PROBLEMS / name), recording_path(name, recordings), counters)
+        stored += bool(summary["profiled"])
+        print(f"{name}: " + ("stored" if summary["profiled"] else f"not stored: {summary['reason']}"))
+    print(f"stored {stored} of {len(found)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    run = verbs.add_parser("profile", help="profile the references (GPU and ncu needed)")
+    run.add_argument("--out", required=True, type=Path)
+    run.add_argument("--problems", default=None, help="default: every problem with a recording")
+    run.add_argument("--recordings", default=None, help="a folder of <problem>.jsonl.gz recordings")
+    keep = verbs.add_parser("store", help="store counters profiled elsewhere in the recordings here")
+    keep.add_argument("source", type=Path)
+    keep.add_argument("--recordings", default=None)
+    args = parser.parse_args(argv)
+    if args.verb == "profile":
+        return profile(chosen_problems(args.problems, args.recordings), args.recordings, args.out)
+    return store(args.source, args.recordings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
