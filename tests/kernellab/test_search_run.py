@@ -323,3 +323,42 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.local_incumbent is DEFAULT_LOCAL_INCUMBENT
     finally:
         surrogates._learned.pop(("nothing", "H200"), None)
+
+
+def test_a_runs_driver_reads_the_references_recorded_profile_and_keeps_it_in_its_saved_state(settings, workspace,
+                                                                                             members, tmp_path):
+    import gzip
+    import json
+    import shutil
+
+    from kernellab.services.problems import problem_load_bundled
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.search import _load_driver
+    from search_engine.driver import SearchDriver
+
+    problems = tmp_path / "problems"
+    shutil.copytree(RECORDED / "saxpy", problems / "saxpy")
+    path = problems / "saxpy" / "records" / "h200.jsonl.gz"
+    with gzip.open(path, "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    profile = {"l1tex__t_sector_hit_rate.pct": 33.0, "dram__bytes_read.sum": 2.0e6}
+    records = [{**r, "profiler": profile} if r.get("variant") == "reference" else r for r in records]
+    with gzip.open(path, "wt") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    settings.KERNELLAB_PROBLEMS_DIR = str(problems)
+    settings.DATA_DIR = tmp_path
+    saxpy = next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=4, children_per_step=2, start=False)
+    context = RunContext(run)
+    assert context.reference_profile == profile
+    from kernellab.services.search_port import DatabasePort
+
+    port = DatabasePort(context)
+    driver = _load_driver(run, port)
+    assert driver.reference_profile == profile
+    node = next(iter(driver.tree.nodes))
+    assert driver.forecast_request(node).reference_profile == profile
+    again = SearchDriver.from_state(driver.state_dict(), port=port, generator=driver.generator,
+                                    surrogate=driver.surrogate)
+    assert again.reference_profile == profile

@@ -208,6 +208,35 @@ def test_the_search_forecasts_with_the_references_compiler_facts_as_the_model_wa
     assert all(request.reference_compiler_facts == facts for request in surrogate.requests)
 
 
+def test_the_search_forecasts_with_the_references_profile_read_from_its_record(bench):
+    dataset = small_family(bench)
+    assert dataset.reference_profile is None  # this recording's reference was never profiled
+    profile = {"l1tex__t_sector_hit_rate.pct": 68.0, "dram__bytes_read.sum": 1.0e6}
+    dataset.reference_profile = profile
+    dataset.rows = bench._rows(dataset)
+    assert dataset.rows and all(row["reference_profile"] == profile for row in dataset.rows)
+    surrogate = _RecordingSurrogate()
+    bench.run_puct(dataset, 0, surrogate, False, search_args(), root_children=16)
+    assert surrogate.requests and all(request.reference_profile == profile for request in surrogate.requests)
+
+
+def test_a_recorded_references_counters_reach_the_dataset(bench, tmp_path):
+    import gzip
+    import json
+
+    source = bench.ROOT / "kernellab" / "problems" / "column_sum" / "records" / "h200.jsonl.gz"
+    with gzip.open(source, "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    for record in records:
+        if record.get("variant") == "reference":
+            record["profiler"] = {"l1tex__t_sector_hit_rate.pct": 12.5}
+    with gzip.open(tmp_path / "column_sum.jsonl.gz", "wt") as handle:
+        handle.write("".join(json.dumps(record) + "\n" for record in records))
+    datasets = {d.name: d for d in bench.recorded_datasets(records_dir=tmp_path)}
+    assert datasets["column_sum"].reference_profile == {"l1tex__t_sector_hit_rate.pct": 12.5}
+    assert all(row["reference_profile"] == {"l1tex__t_sector_hit_rate.pct": 12.5} for row in datasets["column_sum"].rows)
+
+
 def test_excluding_a_family_that_is_not_recorded_is_refused_with_its_name(bench):
     with pytest.raises(SystemExit, match="no recorded family: nosuch"):
         bench.main(["--exclude", "nosuch", "--seeds", "1", "--out", "/dev/null"])
