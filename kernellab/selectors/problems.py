@@ -25,3 +25,59 @@ def problem_records_root(problem) -> Path:
 
 def problem_records_file(problem, gpu: str) -> Path:
     return problem_records_root(problem) / problem.name / "records" / f"{gpu}.jsonl.gz"
+
+
+# The reference's counters the problem page shows (the same ones the learned surrogate can read as features),
+# with the words it shows them under.
+REFERENCE_COUNTER_LABELS = {
+    "ref_dram_pct_of_peak": "DRAM throughput, % of peak",
+    "ref_sm_pct_of_peak": "SM throughput, % of peak",
+    "ref_l1_hit_pct": "L1 hit rate, %",
+    "ref_l2_hit_pct": "L2 hit rate, %",
+    "ref_occupancy_pct": "achieved occupancy, % of the SM's warps",
+    "ref_long_scoreboard_per_issue": "warps waiting on memory per issued instruction",
+    "ref_sectors_per_load": "32-byte sectors per global load (4: a coalesced warp of floats)",
+    "ref_log_dram_over_roofline": "DRAM bytes over the roofline's bytes",
+}
+
+
+def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
+    """The reference's recorded measurement on `gpu` (None where the problem has no recording there): its time at
+    the default size case and, where it was profiled, its main counters and the experts' notes."""
+    import math
+
+    from gpu_runner.backends.replay import read_records
+
+    path = problem_records_file(problem, gpu)
+    if not path.is_file():
+        return None
+    try:
+        record = next((r for r in read_records(path) if r.get("variant") == "reference"), None)
+    except (OSError, EOFError, ValueError) as exc:  # a damaged recording: say so, keep the page
+        return {"error": f"the recording {path.name} cannot be read: {exc}"}
+    if record is None or record.get("status") != "ok":
+        return None
+    from kernellab.datasets import problem_numbers
+    from kernellab.services.measurement import expert_notes_for
+    from search_engine.surrogates.features import REFERENCE_PROFILE_FEATURES, reference_profile_features
+
+    timing = record.get("reference") or {}
+    numbers = problem_numbers(spec) if spec is not None else {}
+    hardware = record.get("hardware") or {}
+    profile = record.get("profiler") or {}
+    counters = []
+    if profile:
+        values = dict(zip(REFERENCE_PROFILE_FEATURES, reference_profile_features(profile, numbers)))
+        values["ref_log_dram_over_roofline"] = math.exp(values["ref_log_dram_over_roofline"]) \
+            if not math.isnan(values["ref_log_dram_over_roofline"]) else math.nan
+        counters = [(label, values[name]) for name, label in REFERENCE_COUNTER_LABELS.items()
+                    if not math.isnan(values[name])]
+    return {
+        "gpu": hardware.get("name") or gpu.upper(),
+        "median_ms": timing.get("median_ms"),
+        "iqr_ms": timing.get("iqr_ms"),
+        "n": timing.get("n"),
+        "profiled": bool(profile),
+        "counters": counters,
+        "notes": expert_notes_for(spec, record) if profile and spec is not None else [],
+    }

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from kernellab.forms import ProblemUploadForm, PytorchProblemUploadForm
 from kernellab.selectors.explorer import problem_roofline, problem_runs
 from kernellab.selectors.kernelbench import kernelbench_h200_comparison
+from kernellab.selectors.problems import reference_recording
 from kernellab.services import ServiceError
 from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.problems import ProblemRejected, problem_create, problem_create_pytorch, problem_spec
@@ -194,6 +195,14 @@ def problem_detail(request, problem_id: int):
         spec_error = str(exc)
     gpu = request.GET.get("gpu", "h200").lower()
     pytorch = spec is not None and spec.reference.kind == "pytorch"
+    roofline = problem_roofline(problem=problem, spec=spec, gpu=gpu)
+    recorded = None if pytorch else reference_recording(problem, spec, "h200")
+    if recorded and recorded.get("median_ms") and spec is not None and gpu == "h200":
+        # how near the roofline the reference already runs, at the size case it was recorded at
+        floor = next((b.floor_ms for b in roofline.bounds if b.case == spec.default_case.name and b.floor_ms), None)
+        recorded["floor_ms"] = floor
+        recorded["roofline_pct"] = 100.0 * floor / recorded["median_ms"] if floor else None
+        recorded["headroom"] = recorded["median_ms"] / floor if floor else None
     return render(
         request,
         "kernellab/problems/detail.html",
@@ -207,7 +216,8 @@ def problem_detail(request, problem_id: int):
             "family_html": highlight_cuda(problem.family_source, anchor="fam") if problem.family_source else None,
             "spec": _spec_summary(spec),
             "spec_error": spec_error,
-            "roofline": problem_roofline(problem=problem, spec=spec, gpu=gpu),
+            "roofline": roofline,
+            "recorded_reference": recorded,
             "gpu": gpu,
             "facts": problem.reference.compiler_facts or {},
             "runs": problem_runs(problem=problem),

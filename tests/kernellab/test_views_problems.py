@@ -132,3 +132,57 @@ def test_a_kernel_that_does_not_compile_is_refused_with_its_line(client, members
     assert response.status_code == 400
     assert "line 4" in body
     assert not Problem.objects.exists()
+
+
+def _saxpy_with_reference_profile(settings, workspace, tmp_path, profile):
+    import gzip
+    import json
+    import shutil
+    from pathlib import Path
+
+    from kernellab.services.problems import problem_load_bundled
+
+    source = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems" / "saxpy"
+    shutil.copytree(source, tmp_path / "problems" / "saxpy")
+    path = tmp_path / "problems" / "saxpy" / "records" / "h200.jsonl.gz"
+    with gzip.open(path, "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    records = [{**r, "profiler": profile} if r.get("variant") == "reference" else r for r in records]
+    with gzip.open(path, "wt") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    settings.KERNELLAB_PROBLEMS_DIR = str(tmp_path / "problems")
+    settings.DATA_DIR = tmp_path
+    return next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy"), records
+
+
+def test_the_problem_page_shows_the_recorded_references_time_counters_and_expert_notes(client, members, workspace,
+                                                                                       settings, tmp_path):
+    import gzip
+    import json
+    from pathlib import Path
+
+    # a real Nsight Compute profile of a memory-bound kernel (a maxpool2d variant recorded on the H200)
+    records = Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "maxpool2d" / "records" / "h200.jsonl.gz"
+    with gzip.open(records, "rt") as handle:
+        profile = next(r["profiler"] for r in map(json.loads, handle) if r.get("profiler"))
+    saxpy, recorded = _saxpy_with_reference_profile(settings, workspace, tmp_path, profile)
+    body = login(client, members["viewer"]).get(reverse("problem-detail", args=[saxpy.pk])).content.decode()
+    reference = next(r for r in recorded if r["variant"] == "reference")
+    assert "The reference as recorded on the NVIDIA H200" in body
+    assert f"{reference['reference']['median_ms']:.4f} ms" in body
+    assert "% of the roofline bound above, so no candidate can be more than" in body and "× faster at this size" in body
+    assert "Its Nsight Compute counters" in body and "L1 hit rate, %" in body
+    assert f"{profile['l1tex__t_sector_hit_rate.pct']:.2f}" in body
+    assert "Expert notes" in body and 'class="note sev-' in body
+
+
+def test_a_reference_recorded_without_a_profile_says_how_to_add_one(client, members, workspace, settings, tmp_path):
+    saxpy, _ = _saxpy_with_reference_profile(settings, workspace, tmp_path, {})
+    body = login(client, members["viewer"]).get(reverse("problem-detail", args=[saxpy.pk])).content.decode()
+    assert "The reference as recorded on the" in body
+    assert "was not profiled when it was recorded" in body and "Its Nsight Compute counters" not in body
+
+
+def test_a_problem_without_a_recording_shows_no_recorded_reference(client, members, problem):
+    body = login(client, members["viewer"]).get(reverse("problem-detail", args=[problem.pk])).content.decode()
+    assert "The reference as recorded" not in body

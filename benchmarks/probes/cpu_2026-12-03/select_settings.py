@@ -17,7 +17,8 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 7 # the seventh
     .venv/bin/python benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 15 # and so on (8-12, 15-20);
     # from the fifteenth on, eight validation families (nbody and stencil3d) in files dated 2026-12-04;
-    # from the eighteenth on, nine (hgemm_mma, to 95% of its best variant)
+    # from the eighteenth on, nine (hgemm_mma, to 95% of its best variant);
+    # from the twenty-second on, eleven (depthwise_conv2d and maxpool2d, their runs in files dated 2026-12-05)
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
