@@ -156,3 +156,27 @@ def test_counters_measured_elsewhere_are_stored_in_the_reference_record(tmp_path
     assert store_reference_profile(problem, out, {"dram__bytes_read.sum": 8.0})["profiled"]
     after = lines(out)
     assert after[0]["profiler"] == {"dram__bytes_read.sum": 8.0} and after[1:] == before[1:]
+
+
+def test_the_reference_profiles_tool_stores_counters_profiled_elsewhere_and_skips_failures(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("reference_profiles",
+                                                  root / "kernellab" / "problems" / "tools" / "reference_profiles.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    shutil.copy(root / "kernellab" / "problems" / "column_sum" / "records" / "h200.jsonl.gz", tmp_path / "column_sum.jsonl.gz")
+    before = lines(tmp_path / "column_sum.jsonl.gz")
+    found = tmp_path / "profiles.json"
+    found.write_text(json.dumps({"column_sum": {"l1tex__t_sector_hit_rate.pct": 3.5},
+                                 "gelu": {"error": "ncu exited with 1"}}))
+    assert tool.main(["store", str(found), "--recordings", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "column_sum: stored" in out and "gelu: skipped" in out and "stored 1 of 2" in out
+    after = lines(tmp_path / "column_sum.jsonl.gz")
+    reference = next(r for r in after if r["variant"] == "reference")
+    assert reference["profiler"] == {"l1tex__t_sector_hit_rate.pct": 3.5}
+    assert [r for r in after if r["variant"] != "reference"] == [r for r in before if r["variant"] != "reference"]
+    assert tool.chosen_problems(None, str(tmp_path)) == ["column_sum"]

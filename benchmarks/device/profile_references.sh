@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One device call (kind nvidia-h200, about 5 minutes): Nsight Compute counters of every recording's reference.
+# Carry .device-wheels (the pycuda wheel and its dependencies) and .kb-data/site.tar.xz (tree-sitter and
+# tree-sitter-cuda for gpu_runner, packed: `tar -C .kb-data -cJf .kb-data/site.tar.xz site`, since the unpacked
+# libraries no longer fit beside the tracked tree under the call's 64 MiB). Then, here:
+#   python kernellab/problems/tools/reference_profiles.py store reference_profiles_bundled.json
+#   python kernellab/problems/tools/reference_profiles.py store reference_profiles_second.json \
+#       --recordings benchmarks/results/recordings/h200_2026-12-03
+# which writes the counters into the reference records (bundled, and the second recording of the eight).
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device-wheels/*.whl \
+  || exit 1
+mkdir -p /tmp/kb && tar -C /tmp/kb -xJf .kb-data/site.tar.xz || exit 1
+export PYTHONPATH=/tmp/site:/tmp/kb/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi -L | tee "$OUT/nvidia-smi.txt"
+SECONDS=0
+timeout 300 python3 kernellab/problems/tools/reference_profiles.py profile --out "$OUT/reference_profiles_bundled.json" \
+  2>&1 | tee "$OUT/profile_references_log.txt"
+timeout 150 python3 kernellab/problems/tools/reference_profiles.py profile \
+  --recordings benchmarks/results/recordings/h200_2026-12-03 --out "$OUT/reference_profiles_second.json" \
+  2>&1 | tee -a "$OUT/profile_references_log.txt"
+echo "took $SECONDS s" | tee -a "$OUT/profile_references_log.txt"
