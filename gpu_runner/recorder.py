@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
+from .backends.gpu import WorkerUnavailable
 from .backends.replay import read_records
 from .candidate import reference_candidate
 from .family import enumerate_variants, render_variant, variant_id
@@ -155,9 +156,11 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
     own_runner = runner is None
     runner = runner or Runner("auto", settings=RECORD_SETTINGS)
     reference = reference_candidate(problem)
+    result = MeasurementResult(status="ok", reason="", source_hash=reference.source_hash)
     try:
-        result = MeasurementResult(status="ok", reason="", source_hash=reference.source_hash)
         profile_batch(runner, problem, [(reference, result)], seed=seed)
+    except WorkerUnavailable as exc:  # no GPU here (or its worker cannot start): say so, change nothing
+        return {"path": str(path), "profiled": False, "reason": str(exc)}
     finally:
         if own_runner:
             runner.close()

@@ -180,3 +180,21 @@ def test_the_reference_profiles_tool_stores_counters_profiled_elsewhere_and_skip
     assert reference["profiler"] == {"l1tex__t_sector_hit_rate.pct": 3.5}
     assert [r for r in after if r["variant"] != "reference"] == [r for r in before if r["variant"] != "reference"]
     assert tool.chosen_problems(None, str(tmp_path)) == ["column_sum"]
+
+
+def test_profiling_a_reference_where_no_gpu_worker_starts_says_so_and_changes_nothing(tmp_path, monkeypatch):
+    from gpu_runner import recorder
+    from gpu_runner.backends.gpu import WorkerUnavailable
+
+    problem = saxpy_problem()
+    out = tmp_path / "h200.jsonl.gz"
+    record_family(problem, out, limit=1, runner=Runner(CountingBackend()), log=None)
+    before = out.read_bytes()
+
+    def no_gpu(runner, problem, pairs, *, seed):
+        raise WorkerUnavailable("the cupy worker could not use the GPU: no device")
+
+    monkeypatch.setattr(recorder, "profile_batch", no_gpu)
+    summary = recorder.profile_reference(problem, out, runner=Runner(CountingBackend()))
+    assert not summary["profiled"] and "could not use the GPU" in summary["reason"]
+    assert out.read_bytes() == before
