@@ -59,6 +59,7 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         return None
     from kernellab.datasets import problem_numbers
     from kernellab.services.measurement import expert_notes_for
+    from search_engine.experts.profile import COPY_EFFICIENCY
     from search_engine.surrogates.features import REFERENCE_PROFILE_FEATURES, reference_profile_features
 
     timing = record.get("reference") or {}
@@ -80,4 +81,5 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         "profiled": bool(profile),
         "counters": counters,
         "notes": expert_notes_for(spec, record) if profile and spec is not None else [],
+        "copy_efficiency_pct": 100.0 * COPY_EFFICIENCY,
     }

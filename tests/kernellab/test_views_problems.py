@@ -173,7 +173,7 @@ def test_the_problem_page_shows_the_recorded_references_time_counters_and_expert
     assert "% of the roofline bound above, so no candidate can be more than" in body and "× faster at this size" in body
     assert "Its Nsight Compute counters" in body and "L1 hit rate, %" in body
     assert f"{profile['l1tex__t_sector_hit_rate.pct']:.2f}" in body
-    assert "Expert notes" in body and 'class="note sev-' in body
+    assert "Expert notes" in body and 'class="note sev-' in body and "a plain device-to-device copy reaches (86%" in body
 
 
 def test_a_reference_recorded_without_a_profile_says_how_to_add_one(client, members, workspace, settings, tmp_path):
