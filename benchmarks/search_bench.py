@@ -52,7 +52,7 @@ from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # n
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
-from search_engine.surrogates.learned import DEFAULT_MOMENTS, MOMENTS, LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.learned import DEFAULT_MOMENTS, FAMILY_WEIGHTS, MOMENTS, LearnedSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 from search_engine.tree import TreeOptions  # noqa: E402
 
@@ -587,7 +587,9 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
                                  moments=getattr(args, "moments", "bins"),
                                  committee=getattr(args, "committee", False),
                                  # and those made before --reference-profile read no reference counters
-                                 reference_profile=getattr(args, "reference_profile", False)).fit(
+                                 reference_profile=getattr(args, "reference_profile", False),
+                                 # and those made before --family-weights weigh every training row alike
+                                 family_weights=getattr(args, "family_weights", "rows")).fit(
             train, groups=[r["problem_name"] for r in train])
         fit_s = time.perf_counter() - started
         models[held.name] = model
@@ -883,6 +885,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the recorded-data model also reads the reference's Nsight Compute counters (L1/L2 hit "
                              "rates, DRAM and SM throughput, occupancy; surrogates.learned; default: the app's, "
                              "%(default)s)")
+    parser.add_argument("--family-weights", choices=FAMILY_WEIGHTS, default=app.family_weights,
+                        help="rows: every training row weighs the same; equal: every recorded family weighs the same "
+                             "(surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")

@@ -86,7 +86,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
     from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_INCUMBENT,
                                                   DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
                                                   DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
-                                                  DEFAULT_REFERENCE_PROFILE, DEFAULT_SPREAD_PRIOR_ROWS,
+                                                  DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_PROFILE,
+                                                  DEFAULT_SPREAD_PRIOR_ROWS,
                                                   DEFAULT_WEIGH_CALIBRATED, LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
@@ -114,7 +115,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 from kernellab.datasets import all_recorded_rows
 
                 rows = all_recorded_rows(gpu=gpu, exclude=(exclude_problem,), root=bundled_dir())
-                model = LearnedSurrogate(ranker_weight=APP_WEIGHT, reference_profile=DEFAULT_REFERENCE_PROFILE)
+                model = LearnedSurrogate(ranker_weight=APP_WEIGHT, reference_profile=DEFAULT_REFERENCE_PROFILE,
+                                         family_weights=DEFAULT_FAMILY_WEIGHTS)
                 if rows:
                     model.fit(rows, groups=[row["problem_name"] for row in rows])
                     model.save(cache)
@@ -124,12 +126,13 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
 
 def learned_cache_path(*, exclude_problem: str, gpu: str):
     """Where the app keeps the learned surrogate trained without `exclude_problem` on `gpu`'s records."""
-    from search_engine.surrogates.learned import DEFAULT_REFERENCE_PROFILE
+    from search_engine.surrogates.learned import DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_PROFILE
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     # "centred", "ranker": models saved before the centred target or the ranking prior are not reused;
-    # "refprofile": one that reads the reference's counters is another feature set.
-    profile = "-refprofile" if DEFAULT_REFERENCE_PROFILE else ""
+    # "refprofile": one that reads the reference's counters is another feature set; "equalfam": another weighting.
+    profile = ("-refprofile" if DEFAULT_REFERENCE_PROFILE else "") + \
+        ("-equalfam" if DEFAULT_FAMILY_WEIGHTS == "equal" else "")
     return settings.DATA_DIR / (f"learned-surrogate-centred-ranker{APP_WEIGHT:g}{profile}-{gpu}-without-{exclude_problem}-"
                                 f"{_records_stamp()}.pkl")
 

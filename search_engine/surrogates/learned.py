@@ -90,6 +90,11 @@ DEFAULT_LOCAL_INCUMBENT = False
 # features (features.REFERENCE_PROFILE_FEATURES); tried by protocol 22 on eleven validation families
 # (docs/search.md, "The reference's profile as features").
 DEFAULT_REFERENCE_PROFILE = False
+# LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same) or
+# "equal" (every recorded family weighs the same in all); tried by protocol 23 on eleven validation families
+# (docs/search.md, "Every family weighing the same").
+FAMILY_WEIGHTS = ("rows", "equal")
+DEFAULT_FAMILY_WEIGHTS = "rows"
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -133,12 +138,15 @@ class LearnedSurrogate:
                  calibrated_moments: str = DEFAULT_CALIBRATED_MOMENTS,
                  pooled_spread: bool = DEFAULT_POOLED_SPREAD,
                  local_incumbent: bool = DEFAULT_LOCAL_INCUMBENT,
-                 reference_profile: bool = DEFAULT_REFERENCE_PROFILE) -> None:
+                 reference_profile: bool = DEFAULT_REFERENCE_PROFILE,
+                 family_weights: str = DEFAULT_FAMILY_WEIGHTS) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
             raise ValueError("The training target must be 'centred' (speedups relative to each problem's "
                              "geometric mean) or 'absolute'.")
+        if family_weights not in FAMILY_WEIGHTS:
+            raise ValueError(f"Family weights must be one of {', '.join(FAMILY_WEIGHTS)}, not {family_weights!r}.")
         if moments not in MOMENTS or calibrated_moments not in MOMENTS:
             raise ValueError(f"The forecasts' mean and spread must come from one of {', '.join(MOMENTS)}.")
         self.bins = bins
@@ -232,6 +240,11 @@ class LearnedSurrogate:
         # where a kind of change pays (a staged tile where the reference's loads miss the caches, not where L1
         # already serves neighbouring outputs' overlapping loads). NaN where the reference was not profiled.
         self.reference_profile = reference_profile
+        # family_weights: "rows", every training row weighs 1, so a family of 1,000 recorded variants (sgemm) says ten
+        # times as much about what carries to a new problem as one of 100; "equal", each family's rows share the same
+        # total weight (a row weighs N / (families x its family's rows)). The classifiers' fit reads the weights; the
+        # ranking prior's queries are the families already.
+        self.family_weights = family_weights
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
         # expected improvement. Without it they come from one normal of the blend's mean and spread, which
@@ -279,7 +292,7 @@ class LearnedSurrogate:
         self._base_X, self._base_y, self._base_groups = X, y, g
         self.feature_names = self._feature_names()
         with _openmp_threads(self.threads):
-            self._fitted = self._train(X, y, g, np.ones(len(y)))
+            self._fitted = self._train(X, y, g, _family_weights(g, self.family_weights))
         self._ranker = None
         if self.ranker_weight > 0 and self.target == "centred" and len(set(map(str, g))) >= 2:
             from search_engine.surrogates.ranker import RankPrior
@@ -718,7 +731,7 @@ class LearnedSurrogate:
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
                             ("local_reach", None), ("committee", False), ("weigh_calibrated", False),
                             ("spread_prior_rows", None), ("calibrated_moments", "bins"), ("pooled_spread", False),
-                            ("local_incumbent", False)):
+                            ("local_incumbent", False), ("family_weights", "rows")):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -859,6 +872,16 @@ def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarra
     cdf = np.hstack([np.zeros((len(mu), 1)), cdf, np.ones((len(mu), 1))])
     probabilities = np.clip(np.diff(cdf, axis=1), 0, None) + _EPS
     return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+
+def _family_weights(groups: list, how: str) -> np.ndarray:
+    """Training weights per row: 1 each ("rows"), or each group's rows sharing an equal total ("equal"), with the
+    mean weight 1 either way."""
+    if how == "rows" or not groups:
+        return np.ones(len(groups))
+    keys = [str(g) for g in groups]
+    counts = {k: keys.count(k) for k in set(keys)}
+    return np.array([len(keys) / (len(counts) * counts[k]) for k in keys])
 
 
 def _measured(rows: list[dict]) -> list[dict]:
