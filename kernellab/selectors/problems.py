@@ -43,7 +43,8 @@ REFERENCE_COUNTER_LABELS = {
 
 def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
     """The reference's recorded measurement on `gpu` (None where the problem has no recording there): its time at
-    the default size case and, where it was profiled, its main counters and the experts' notes."""
+    the default size case and, where it was profiled, its main counters; "record" is the whole record (the view
+    asks the micro-profiling experts about it)."""
     import math
 
     from gpu_runner.backends.replay import read_records
@@ -58,7 +59,6 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
     if record is None or record.get("status") != "ok":
         return None
     from kernellab.datasets import problem_numbers
-    from kernellab.services.measurement import expert_notes_for
     from search_engine.experts.profile import COPY_EFFICIENCY
     from search_engine.surrogates.features import REFERENCE_PROFILE_FEATURES, reference_profile_features
 
@@ -80,6 +80,6 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         "n": timing.get("n"),
         "profiled": bool(profile),
         "counters": counters,
-        "notes": expert_notes_for(spec, record) if profile and spec is not None else [],
+        "record": record,
         "copy_efficiency_pct": 100.0 * COPY_EFFICIENCY,
     }

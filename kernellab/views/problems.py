@@ -13,6 +13,7 @@ from kernellab.selectors.explorer import problem_roofline, problem_runs
 from kernellab.selectors.kernelbench import kernelbench_h200_comparison
 from kernellab.selectors.problems import reference_recording
 from kernellab.services import ServiceError
+from kernellab.services.measurement import expert_notes_for
 from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.problems import ProblemRejected, problem_create, problem_create_pytorch, problem_spec
 from kernellab.spec_guide import ROLE_EXAMPLES, TEMPLATE_REFERENCE, TEMPLATE_TOML
@@ -197,6 +198,8 @@ def problem_detail(request, problem_id: int):
     pytorch = spec is not None and spec.reference.kind == "pytorch"
     roofline = problem_roofline(problem=problem, spec=spec, gpu=gpu)
     recorded = None if pytorch else reference_recording(problem, spec, "h200")
+    if recorded and recorded.get("profiled") and spec is not None:
+        recorded["notes"] = expert_notes_for(spec, recorded["record"])
     if recorded and recorded.get("median_ms") and spec is not None and gpu == "h200":
         # how near the roofline the reference already runs, at the size case it was recorded at
         floor = next((b.floor_ms for b in roofline.bounds if b.case == spec.default_case.name and b.floor_ms), None)
