@@ -90,10 +90,11 @@ DEFAULT_LOCAL_INCUMBENT = False
 # features (features.REFERENCE_PROFILE_FEATURES); tried by protocol 22 on eleven validation families
 # (docs/search.md, "The reference's profile as features").
 DEFAULT_REFERENCE_PROFILE = False
-# LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same) or
-# "equal" (every recorded family weighs the same in all); tried by protocol 23 on eleven validation families
+# LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
+# "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of
+# its rows); "equal" tried by protocol 23 and "sqrt" by protocol 24 on eleven validation families, neither kept
 # (docs/search.md, "Every family weighing the same").
-FAMILY_WEIGHTS = ("rows", "equal")
+FAMILY_WEIGHTS = ("rows", "equal", "sqrt")
 DEFAULT_FAMILY_WEIGHTS = "rows"
 
 
@@ -243,7 +244,9 @@ class LearnedSurrogate:
         # family_weights: "rows", every training row weighs 1, so a family of 1,000 recorded variants (sgemm) says ten
         # times as much about what carries to a new problem as one of 100; "equal", each family's rows share the same
         # total weight (a row weighs N / (families x its family's rows)). The classifiers' fit reads the weights; the
-        # ranking prior's queries are the families already.
+        # ranking prior's queries are the families already. "sqrt" lies between: a family's total grows with the square
+        # root of its rows (a row weighs in proportion to 1 / sqrt(its family's rows), mean 1), as multi-task training
+        # samples tasks of very different sizes.
         self.family_weights = family_weights
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
@@ -875,13 +878,16 @@ def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarra
 
 
 def _family_weights(groups: list, how: str) -> np.ndarray:
-    """Training weights per row: 1 each ("rows"), or each group's rows sharing an equal total ("equal"), with the
-    mean weight 1 either way."""
+    """Training weights per row: 1 each ("rows"), each group's rows sharing an equal total ("equal"), or a group's
+    total growing with the square root of its rows ("sqrt"); the mean weight is 1 in every case."""
     if how == "rows" or not groups:
         return np.ones(len(groups))
     keys = [str(g) for g in groups]
     counts = {k: keys.count(k) for k in set(keys)}
-    return np.array([len(keys) / (len(counts) * counts[k]) for k in keys])
+    if how == "equal":
+        return np.array([len(keys) / (len(counts) * counts[k]) for k in keys])
+    weights = np.array([counts[k] ** -0.5 for k in keys])
+    return weights * len(keys) / weights.sum()
 
 
 def _measured(rows: list[dict]) -> list[dict]:

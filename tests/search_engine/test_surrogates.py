@@ -991,6 +991,8 @@ def test_equal_family_weights_give_every_family_the_same_total_and_move_the_fit(
     assert list(weights) == [8 / (2 * 6)] * 6 + [8 / (2 * 2)] * 2 and weights.mean() == pytest.approx(1.0)
     assert weights[:6].sum() == pytest.approx(weights[6:].sum())
     assert list(_family_weights(["a", "b", "b"], "rows")) == [1.0, 1.0, 1.0]
+    halfway = _family_weights(["a"] * 16 + ["b"] * 4, "sqrt")
+    assert halfway.mean() == pytest.approx(1.0) and halfway[:16].sum() == pytest.approx(2 * halfway[16:].sum())
     with pytest.raises(ValueError, match="Family weights"):
         LearnedSurrogate(family_weights="bytes")
     # a big family where the staged variants win, two small ones where they lose: weighing rows, the big one decides
