@@ -93,7 +93,7 @@ DEFAULT_REFERENCE_PROFILE = False
 # LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
 # "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of
 # its rows); "equal" tried by protocol 23 and "sqrt" by protocol 24 on eleven validation families, neither kept
-# (docs/search.md, "Every family weighing the same").
+# (docs/search.md, "Every family weighing the same, and the square-root middle way").
 FAMILY_WEIGHTS = ("rows", "equal", "sqrt")
 DEFAULT_FAMILY_WEIGHTS = "rows"
 
