@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call (kind nvidia-h200, about 5 minutes): Nsight Compute counters of every recording's reference.
-# Carry .device-wheels (the pycuda wheel and its dependencies) and .kb-data/site.tar.xz (tree-sitter and
-# tree-sitter-cuda for gpu_runner, packed: `tar -C .kb-data -cJf .kb-data/site.tar.xz site`, since the unpacked
-# libraries no longer fit beside the tracked tree under the call's 64 MiB). Then, here:
+# Carry .device-wheels (the pycuda wheel and its dependencies) and .kb-data (tree-sitter and tree-sitter-cuda
+# for gpu_runner: .kb-data/site, or packed as .kb-data/site.tar.xz with `tar -C .kb-data -cJf .kb-data/site.tar.xz
+# site` when the unpacked libraries do not fit beside the tracked tree under the call's 64 MiB). Then, here:
 #   python kernellab/problems/tools/reference_profiles.py store reference_profiles_bundled.json
 #   python kernellab/problems/tools/reference_profiles.py store reference_profiles_second.json \
 #       --recordings benchmarks/results/recordings/h200_2026-12-03
@@ -10,8 +10,9 @@
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device-wheels/*.whl \
   || exit 1
-mkdir -p /tmp/kb && tar -C /tmp/kb -xJf .kb-data/site.tar.xz || exit 1
-export PYTHONPATH=/tmp/site:/tmp/kb/site:$PWD PYTHONUNBUFFERED=1
+site=$PWD/.kb-data/site
+if [ ! -d "$site" ]; then mkdir -p /tmp/kb && tar -C /tmp/kb -xJf .kb-data/site.tar.xz && site=/tmp/kb/site || exit 1; fi
+export PYTHONPATH=/tmp/site:$site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$OUT/nvidia-smi.txt"
 SECONDS=0
 timeout 300 python3 kernellab/problems/tools/reference_profiles.py profile --out "$OUT/reference_profiles_bundled.json" \
