@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (kind nvidia-h200, about 5 minutes): Nsight Compute counters of every recording's reference.
+# One device call (kind nvidia-h200; 32 references, one ncu start each, capped at 450 s): Nsight Compute counters of every recording's reference.
 # Carry .device-wheels (the pycuda wheel and its dependencies) and .kb-data (tree-sitter and tree-sitter-cuda
 # for gpu_runner: .kb-data/site, or packed as .kb-data/site.tar.xz with `tar -C .kb-data -cJf .kb-data/site.tar.xz
 # site` when the unpacked libraries do not fit beside the tracked tree under the call's 64 MiB). Then, here:
