@@ -64,10 +64,13 @@ class RunContext:
 
     @cached_property
     def reference_profile(self) -> dict | None:
-        """The reference's Nsight Compute counters from its recorded measurement, where it was profiled."""
+        """The reference's Nsight Compute counters from its recorded measurement, where it was profiled: those the
+        forecasts read (a run keeps them in its saved state, which is written at every step)."""
+        from search_engine.surrogates.features import reference_profile_inputs
+
         for record in self.replay_records.values():
             if record.get("variant") == "reference" and record.get("profiler"):
-                return dict(record["profiler"])
+                return reference_profile_inputs(record["profiler"])
         return None
 
     def problem_dict(self) -> dict:

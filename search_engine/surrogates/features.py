@@ -117,6 +117,10 @@ REFERENCE_PROFILE_COUNTERS = {
     "ref_long_scoreboard_per_issue": "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
 }
 REFERENCE_PROFILE_FEATURES = list(REFERENCE_PROFILE_COUNTERS) + ["ref_sectors_per_load", "ref_log_dram_over_roofline"]
+# every counter reference_profile_features reads
+REFERENCE_PROFILE_INPUTS = tuple(REFERENCE_PROFILE_COUNTERS.values()) + (
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "dram__bytes_read.sum", "dram__bytes_write.sum")
 
 
 def _preprocess(source: str) -> tuple[str, dict[str, str]]:
@@ -601,6 +605,14 @@ def problem_features(problem: dict, hardware: dict, reference_ms: float | None) 
         if reference_ms and roof_ms and not math.isnan(roof_ms) else math.nan,
         "log_reference_ms": math.log(reference_ms) if reference_ms else math.nan,
     }
+
+
+def reference_profile_inputs(profile: dict | None) -> dict | None:
+    """The counters of a reference profile that its features read (a profile holds several hundred): what a run
+    keeps in its saved state. None for no profile."""
+    if not profile:
+        return None
+    return {name: profile[name] for name in REFERENCE_PROFILE_INPUTS if name in profile}
 
 
 def reference_profile_features(profile: dict | None, problem: dict) -> np.ndarray:

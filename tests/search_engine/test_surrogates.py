@@ -1013,3 +1013,20 @@ def test_equal_family_weights_give_every_family_the_same_total_and_move_the_fit(
     by_rows = shared_minus_naive(LearnedSurrogate(seed=0, family_weights="rows").fit(train, groups=groups))
     by_family = shared_minus_naive(LearnedSurrogate(seed=0, family_weights="equal").fit(train, groups=groups))
     assert by_rows > 0.1 and by_family < by_rows - 0.05  # (0.18 and 0.09 when written)
+
+
+def test_the_counters_a_run_keeps_give_the_same_features_as_the_whole_profile():
+    import gzip
+    from pathlib import Path
+
+    from search_engine.surrogates.features import reference_profile_features, reference_profile_inputs
+
+    records = Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "maxpool2d" / "records" / "h200.jsonl.gz"
+    with gzip.open(records, "rt") as handle:
+        profile = next(r["profiler"] for r in map(json.loads, handle) if r.get("profiler"))
+    kept = reference_profile_inputs(profile)
+    problem = {"sizes": {"N": 1 << 24}, "roofline": {"bytes": "16 * N"}}
+    assert len(kept) == 10 and len(profile) > 100
+    assert np.array_equal(reference_profile_features(kept, problem), reference_profile_features(profile, problem))
+    assert not np.isnan(reference_profile_features(kept, problem)).any()
+    assert reference_profile_inputs(None) is None and reference_profile_inputs({}) is None
