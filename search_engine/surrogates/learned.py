@@ -322,7 +322,8 @@ class LearnedSurrogate:
         all_X = np.vstack([self._base_X, X])
         all_y = np.concatenate([self._base_y, y])
         groups = list(self._base_groups) + ["__run__"] * len(y)
-        weights = np.concatenate([np.ones(len(self._base_y)), np.full(len(y), self.online_weight)])
+        weights = np.concatenate([_family_weights(self._base_groups, self.family_weights),
+                                  np.full(len(y), self.online_weight)])
         with _openmp_threads(self.threads):
             self._learn(all_X, all_y, groups, weights)
         self.trained_rows = len(all_y)
