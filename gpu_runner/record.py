@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile_reference:
             summary = profile_reference(problem, out, runner=runner, seed=args.seed, force=args.force)
             print(json.dumps(summary))
-            return 0 if summary["profiled"] or not args.force and "already" in summary["reason"] else 1
+            return 0 if summary["profiled"] or summary.get("already") else 1
         summary = record_family(problem, out, limit=args.limit, profile_sample=args.profile_sample,
                                 vendor=not args.no_vendor, runner=runner, seed=args.seed, timeout_s=args.timeout,
                                 deadline_s=args.deadline_s)

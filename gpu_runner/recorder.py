@@ -152,7 +152,8 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
     if isinstance(found, str):
         return {"path": str(path), "profiled": False, "reason": found}
     if found.get("profiler") and not force:
-        return {"path": str(path), "profiled": False, "reason": "the reference already carries counters"}
+        return {"path": str(path), "profiled": False, "already": True,
+                "reason": "the reference already carries counters"}
     own_runner = runner is None
     runner = runner or Runner("auto", settings=RECORD_SETTINGS)
     reference = reference_candidate(problem)

@@ -47,3 +47,22 @@ SIMPLE_REFERENCE = """extern "C" __global__ void scale(const float* x, float* y,
     if (i < n) y[i] = 2.0f * x[i];
 }
 """
+
+
+def problem_with_reference_profile(source, problems_root, profile: dict) -> list[dict]:
+    """Copy a problem folder (with its records/h200.jsonl.gz) under problems_root, its reference's record carrying
+    `profile` as its Nsight Compute counters; returns the records as written."""
+    import gzip
+    import json
+    import shutil
+    from pathlib import Path
+
+    target = Path(problems_root) / Path(source).name
+    shutil.copytree(source, target)
+    path = target / "records" / "h200.jsonl.gz"
+    with gzip.open(path, "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    records = [{**r, "profiler": profile} if r.get("variant") == "reference" else r for r in records]
+    with gzip.open(path, "wt") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    return records

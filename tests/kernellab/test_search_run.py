@@ -327,26 +327,16 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
 
 def test_a_runs_driver_reads_the_references_recorded_profile_and_keeps_it_in_its_saved_state(settings, workspace,
                                                                                              members, tmp_path):
-    import gzip
-    import json
-    import shutil
-
     from kernellab.services.problems import problem_load_bundled
     from kernellab.services.run_context import RunContext
     from kernellab.services.search import _load_driver
     from search_engine.driver import SearchDriver
+    from tests.samples import problem_with_reference_profile
 
     problems = tmp_path / "problems"
-    shutil.copytree(RECORDED / "saxpy", problems / "saxpy")
-    path = problems / "saxpy" / "records" / "h200.jsonl.gz"
-    with gzip.open(path, "rt") as handle:
-        records = [json.loads(line) for line in handle]
     profile = {"l1tex__t_sector_hit_rate.pct": 33.0, "dram__bytes_read.sum": 2.0e6}
     # (a counter no feature reads is left out of what the run keeps)
-    records = [{**r, "profiler": {**profile, "sm__cycles_elapsed.avg": 9.0}} if r.get("variant") == "reference"
-               else r for r in records]
-    with gzip.open(path, "wt") as handle:
-        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    problem_with_reference_profile(RECORDED / "saxpy", problems, {**profile, "sm__cycles_elapsed.avg": 9.0})
     settings.KERNELLAB_PROBLEMS_DIR = str(problems)
     settings.DATA_DIR = tmp_path
     saxpy = next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")

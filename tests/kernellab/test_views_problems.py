@@ -135,21 +135,13 @@ def test_a_kernel_that_does_not_compile_is_refused_with_its_line(client, members
 
 
 def _saxpy_with_reference_profile(settings, workspace, tmp_path, profile):
-    import gzip
-    import json
-    import shutil
     from pathlib import Path
 
     from kernellab.services.problems import problem_load_bundled
+    from tests.samples import problem_with_reference_profile
 
     source = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems" / "saxpy"
-    shutil.copytree(source, tmp_path / "problems" / "saxpy")
-    path = tmp_path / "problems" / "saxpy" / "records" / "h200.jsonl.gz"
-    with gzip.open(path, "rt") as handle:
-        records = [json.loads(line) for line in handle]
-    records = [{**r, "profiler": profile} if r.get("variant") == "reference" else r for r in records]
-    with gzip.open(path, "wt") as handle:
-        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    records = problem_with_reference_profile(source, tmp_path / "problems", profile)
     settings.KERNELLAB_PROBLEMS_DIR = str(tmp_path / "problems")
     settings.DATA_DIR = tmp_path
     return next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy"), records
