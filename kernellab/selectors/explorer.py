@@ -303,6 +303,39 @@ def _forecasts_by_node(run: SearchRun) -> dict[int, Forecast]:
     return chosen
 
 
+def _expected_log_speedup(probabilities: list[float], bins) -> float | None:
+    """A forecast's expected log speedup over the bins' representatives (what the search ranks candidates by
+    when the forecast carries no continuous mean), or None for probabilities that do not fit the bins."""
+    if len(probabilities) != bins.n_bins:
+        return None
+    total = sum(probabilities)
+    if total <= 0:
+        return None
+    return sum(p * math.log(r) for p, r in zip(probabilities, bins.representatives())) / total
+
+
+def forecast_rank_correlation(pairs: list[dict]) -> float | None:
+    """Spearman's rank correlation, over the run's kernels with both, of the forecast's expected log speedup and the
+    measured speedup: whether the forecasts the search acted on put what it measured in the right order (issue 20's
+    first measure, here on a single task). None below three kernels or when either side is one value throughout.
+    Computed with numpy (the Pearson correlation of the average ranks, as scipy's spearmanr): scipy.stats would
+    add about 70 MB to every web process for this one figure."""
+    import numpy as np
+
+    known = [(p["forecast_log_speedup"], p["speedup"]) for p in pairs if p.get("forecast_log_speedup") is not None]
+    if len(known) < 3:
+        return None
+    forecast, measured = (np.asarray(side, dtype=float) for side in zip(*known))
+    if np.ptp(forecast) == 0 or np.ptp(measured) == 0:
+        return None
+
+    def average_ranks(values):
+        _, which, counts = np.unique(values, return_inverse=True, return_counts=True)
+        return (np.cumsum(counts) - (counts - 1) / 2)[which]  # tied values share the mean of their ranks
+
+    return float(np.corrcoef(average_ranks(forecast), average_ranks(measured))[0, 1])
+
+
 def run_dashboard(*, run: SearchRun) -> dict:
     """Series for the dashboard's charts, each a plain list so the template can hand it to plotly."""
     from search_engine import scoring
@@ -331,7 +364,11 @@ def run_dashboard(*, run: SearchRun) -> dict:
         progress["candidates"].append(considered_index)
         progress["per_gpu"].append(considered_index / i)
 
-    # Forecast against measurement, for nodes with both.
+    # Forecast against measurement, for nodes with both. A forecast made before the run's first measurement knew
+    # nothing of this problem's level; the recalibration on the run's own rows starts after it (issue 20's
+    # "ECE after the run's first measurement").
+    first_measured_at = next((v.finished_at for v in done if v.measurement is not None and v.measurement.status == "ok"),
+                             None)
     forecasts = _forecasts_by_node(run)
     measured = list(Node.objects.filter(run=run, state=NodeState.MEASURED).exclude(speedup=None).values("pk", "key", "speedup"))
     pairs = []
@@ -346,7 +383,10 @@ def run_dashboard(*, run: SearchRun) -> dict:
         probabilities = [float(p) for p in forecast.probabilities]
         pairs.append({"key": row["key"], "speedup": row["speedup"], "measured_bin": measured_bin,
                       "forecast_bin": forecast.bin or scoring.predicted_bin(probabilities),
-                      "forecast_confidence": forecast.confidence if forecast.confidence is not None else max(probabilities)})
+                      "forecast_confidence": forecast.confidence if forecast.confidence is not None else max(probabilities),
+                      "forecast_log_speedup": _expected_log_speedup(probabilities, bins),
+                      "after_first_measurement": first_measured_at is not None
+                      and forecast.created_at > first_measured_at})
 
     n = bins.n_bins
     confusion = [[0] * n for _ in range(n)]  # rows: forecast bin, columns: measured bin
@@ -355,10 +395,15 @@ def run_dashboard(*, run: SearchRun) -> dict:
 
     confidences = [p["forecast_confidence"] for p in pairs]
     correct = [p["forecast_bin"] == p["measured_bin"] for p in pairs]
-    reliability = {"confidence": [], "accuracy": [], "count": [], "ece": None}
+    reliability = {"confidence": [], "accuracy": [], "count": [], "ece": None, "ece_after_first": None,
+                   "pairs_after_first": 0}
     risk_coverage = {"coverage": [], "risk": [], "aurc": None}
     if pairs:
         reliability["ece"] = scoring.ece(confidences, correct)
+        later = [(c, ok) for c, ok, p in zip(confidences, correct, pairs) if p["after_first_measurement"]]
+        reliability["pairs_after_first"] = len(later)
+        if later:
+            reliability["ece_after_first"] = scoring.ece([c for c, _ in later], [ok for _, ok in later])
         for b in range(10):
             lo, hi = b / 10, (b + 1) / 10
             members = [(c, ok) for c, ok in zip(confidences, correct) if (lo < c <= hi) or (b == 0 and c == 0)]
@@ -405,6 +450,7 @@ def run_dashboard(*, run: SearchRun) -> dict:
             "gpu_measurements": len(done),
             "forecast_measured_pairs": len(pairs),
             "accuracy": (sum(correct) / len(correct)) if correct else None,
+            "spearman": forecast_rank_correlation(pairs),
         },
         "times": _search_times(run),
     }

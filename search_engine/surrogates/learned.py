@@ -87,8 +87,9 @@ DEFAULT_POOLED_SPREAD = True
 # families and not kept (docs/search.md, "The distance to the run's best as a run-local feature").
 DEFAULT_LOCAL_INCUMBENT = False
 # LearnedSurrogate(reference_profile=...) of the app and the benchmarks: the reference's Nsight Compute counters as
-# features (features.REFERENCE_PROFILE_FEATURES); tried by protocol 22 on eleven validation families
-# (docs/search.md, "The reference's profile as features").
+# features (features.REFERENCE_PROFILE_FEATURES); protocol 22 compares it with today's defaults on eleven
+# validation families once the recordings' references carry counters (a device call; docs/search.md, "The
+# reference's profile as features").
 DEFAULT_REFERENCE_PROFILE = False
 # LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
 # "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of

@@ -317,6 +317,64 @@ def test_the_dashboard_computes_calibration_from_forecasts_and_measurements(clie
     assert dashboard["risk_coverage"]["risk"] == pytest.approx([0.0, 0.0, 1 / 3])
     assert sorted(dashboard["energy"]["key"]) == ["a", "b"]
     assert "bin accuracy 0.67" in response.content.decode()
+    # The forecasts order b > c > a (c's mass sits in bins 6-7), the GPU b > a > c: Spearman 1 - 6*2/(3*8) = 0.5.
+    assert dashboard["counts"]["spearman"] == pytest.approx(0.5)
+    assert "with a rank correlation of 0.50 against their measurements" in response.content.decode()
+
+
+def test_the_dashboard_gives_the_ece_of_the_forecasts_made_after_the_runs_first_measurement(client, members, node):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run, root = node.run, node.parent
+    first = timezone.now()
+    # "a" was forecast before anything was measured (confident and wrong: 0.6x is bin 3); "b" and "c" after the
+    # first measurement (confident and right), so the later forecasts' ECE is 0 while the run's is 1/3.
+    a = _measured_child(run, root, "a", speedup=0.6, probabilities=[0, 0, 0, 0, 0, 1.0, 0, 0], confidence=1.0,
+                        finished_at=first)
+    b = _measured_child(run, root, "b", speedup=1.2, probabilities=[0, 0, 0, 0, 1.0, 0, 0, 0], confidence=1.0,
+                        finished_at=first + timedelta(minutes=2))
+    c = _measured_child(run, root, "c", speedup=3.0, probabilities=[0, 0, 0, 0, 0, 0, 1.0, 0], confidence=1.0,
+                        finished_at=first + timedelta(minutes=3))
+    Forecast.objects.filter(node=a).update(created_at=first - timedelta(minutes=1))
+    Forecast.objects.filter(node__in=[b, c]).update(created_at=first + timedelta(minutes=1))
+    client.force_login(members["viewer"])
+    response = client.get(reverse("run-dashboard", args=[run.pk]))
+    reliability = response.context["dashboard"]["reliability"]
+    assert reliability["ece"] == pytest.approx(1 / 3)
+    assert reliability["ece_after_first"] == pytest.approx(0.0) and reliability["pairs_after_first"] == 2
+    assert "0.000 over the 2 forecasts made after the run's first measurement" in response.content.decode()
+
+
+def test_the_dashboards_rank_correlation_needs_three_kernels_and_an_order_on_both_sides():
+    from kernellab.selectors.explorer import forecast_rank_correlation
+
+    def pairs(forecasts, speedups):
+        return [{"forecast_log_speedup": f, "speedup": s} for f, s in zip(forecasts, speedups)]
+
+    assert forecast_rank_correlation(pairs([0.1, 0.5, 0.9, 1.2], [1.1, 1.4, 2.0, 3.5])) == pytest.approx(1.0)
+    assert forecast_rank_correlation(pairs([0.1, 0.5, 0.9, 1.2], [3.5, 2.0, 1.4, 1.1])) == pytest.approx(-1.0)
+    assert forecast_rank_correlation(pairs([0.1, 0.5], [1.1, 1.4])) is None  # two kernels order nothing
+    assert forecast_rank_correlation(pairs([0.3, 0.3, 0.3], [1.1, 1.4, 2.0])) is None  # one forecast for all
+    assert forecast_rank_correlation(pairs([0.1, 0.5, 0.9], [2.0, 2.0, 2.0])) is None  # one measurement for all
+    # Ties share the mean of their ranks, as in scipy's spearmanr: ranks 1.5, 1.5, 3, 4 against 1, 2.5, 2.5, 4
+    # have a covariance of 3.75 and variances of 4.5 (sums of products about the mean rank 2.5).
+    assert forecast_rank_correlation(pairs([0.1, 0.1, 0.5, 0.9], [1.1, 1.4, 1.4, 2.0])) == pytest.approx(3.75 / 4.5)
+    # A forecast without an expected speedup (probabilities that do not fit the bins) is left out, not guessed.
+    assert forecast_rank_correlation(pairs([0.1, None, 0.5, 0.9], [1.1, 9.0, 1.4, 2.0])) == pytest.approx(1.0)
+
+
+def test_a_dashboard_with_too_few_kernels_says_nothing_of_the_forecasts_order(client, members, node):
+    from django.utils import timezone
+
+    run, root = node.run, node.parent
+    _measured_child(run, root, "a", speedup=1.2, probabilities=[0, 0, 0, 0, 1.0, 0, 0, 0], confidence=1.0,
+                    finished_at=timezone.now())
+    client.force_login(members["viewer"])
+    response = client.get(reverse("run-dashboard", args=[run.pk]))
+    assert response.context["dashboard"]["counts"]["spearman"] is None
+    assert 'id="forecast-order"' not in response.content.decode()
 
 
 def test_the_form_compiles_the_next_step_while_the_gpu_measures_unless_unticked(client, members, recorded, monkeypatch):
