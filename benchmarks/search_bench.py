@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from search_engine import scoring  # noqa: E402
 from search_engine.bins import DEFAULT_BINS  # noqa: E402
 from search_engine.driver import SearchDriver  # noqa: E402
-from search_engine.search_settings import SearchSettings  # noqa: E402
+from search_engine.search_settings import TEMPLATE_SEARCH, SearchSettings  # noqa: E402
 from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # noqa: E402
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
@@ -313,12 +313,9 @@ def knob_space(dataset: Dataset) -> KnobSpace:
     return KnobSpace(dataset.knobs, points=[dict(zip(names, key)) for key in dataset.records])
 
 
-def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, root_children: int = 0,
-             watch=None) -> dict:
-    """One PUCT run replayed on the records until a measurement reaches the target. watch(driver, port), if
-    given, is called once before the first step (a probe that traces the run wraps their methods there)."""
-    port = ReplayPort(dataset)
-    policy = PolicySettings(threshold=args.threshold, gpu_budget=len(dataset.records),
+def search_settings(args, measure_all: bool, seed: int, root_children: int, gpu_budget: int) -> SearchSettings:
+    """The settings of one PUCT run of the benchmark (measure_all: the baseline's, every compiled child measured)."""
+    policy = PolicySettings(threshold=args.threshold, gpu_budget=gpu_budget,
                             max_gpu_per_step=args.gpu_per_step, measure_all=measure_all,
                             min_gpu_per_step=0 if measure_all else args.min_gpu_per_step,
                             min_beat_prob=args.min_beat_prob,
@@ -331,6 +328,17 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
                             verify_slot=getattr(args, "verify_slot", "extra"),
                             # and those made before --step-spread let a step measure near-identical variants
                             step_spread=getattr(args, "step_spread", 0))
+    return SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
+                          children_per_expansion=args.children, root_children=root_children, seed=seed,
+                          retrain_every=args.retrain_every)
+
+
+def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, root_children: int = 0,
+             watch=None) -> dict:
+    """One PUCT run replayed on the records until a measurement reaches the target. watch(driver, port), if
+    given, is called once before the first step (a probe that traces the run wraps their methods there)."""
+    port = ReplayPort(dataset)
+    settings = search_settings(args, measure_all, seed, root_children, gpu_budget=len(dataset.records))
     if surrogate is not None and hasattr(surrogate, "online_weight"):
         surrogate.online_weight = args.online_weight
         # settings made before --local-prior-rows (the probes before the eighteenth session) keep the prior odds
@@ -356,9 +364,6 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         # and those made before --local-incumbent give the run-local forest no distance to the run's best
         surrogate.local_incumbent = getattr(args, "local_incumbent", False)
         # (--reference-profile is a trained model's feature set: it is set where the model is built)
-    settings = SearchSettings(policy=policy, tree=TreeOptions(c=args.c, log_rewards=True),
-                              children_per_expansion=args.children, root_children=root_children, seed=seed,
-                              retrain_every=args.retrain_every)
     driver = SearchDriver(port=port, generator=TemplateGenerator(knob_space(dataset), dataset.render),
                           surrogate=surrogate, reference=dataset.reference, hardware=dataset.hardware,
                           problem=dataset.problem, settings=settings, reference_ms=dataset.reference_ms,
@@ -821,16 +826,18 @@ def build_parser() -> argparse.ArgumentParser:
                              "the vendor's kernel too: for validation families only (hgemm_mma), never the test's")
     parser.add_argument("--synthetic", action="store_true", help="use the synthetic records even if real ones exist")
     parser.add_argument("--kt", default=",".join(KT_STRATEGIES))
-    parser.add_argument("--threshold", type=float, default=0.5)
-    parser.add_argument("--gpu-per-step", type=int, default=2)
-    parser.add_argument("--children", type=int, default=16,
+    # The search's own settings default to search_engine.search_settings.TEMPLATE_SEARCH, where a run of a problem
+    # with knobs starts in the app too.
+    parser.add_argument("--threshold", type=float, default=TEMPLATE_SEARCH.threshold)
+    parser.add_argument("--gpu-per-step", type=int, default=TEMPLATE_SEARCH.max_gpu_per_step)
+    parser.add_argument("--children", type=int, default=TEMPLATE_SEARCH.children_per_expansion,
                         help="children per expansion (template neighbours are cheap to forecast)")
-    parser.add_argument("--root-children", type=int, default=256,
+    parser.add_argument("--root-children", type=int, default=TEMPLATE_SEARCH.root_children,
                         help="children the surrogate PUCT screens at the root (0: --children); measure-all uses --children")
-    parser.add_argument("--min-gpu-per-step", type=int, default=1,
+    parser.add_argument("--min-gpu-per-step", type=int, default=TEMPLATE_SEARCH.min_gpu_per_step,
                         help="measurements a surrogate step makes when no candidate clears --min-beat-prob")
-    parser.add_argument("--c", type=float, default=1.0)
-    parser.add_argument("--retrain-every", type=int, default=5)
+    parser.add_argument("--c", type=float, default=TEMPLATE_SEARCH.c)
+    parser.add_argument("--retrain-every", type=int, default=TEMPLATE_SEARCH.retrain_every)
     parser.add_argument("--model-seed", type=int, default=0,
                         help="the learned surrogate's random seed (its calibration folds and the forest it fits to a run's own measurements); the search seeds stay 0..seeds-1")
     parser.add_argument("--ranker-weight", type=float, default=RANKER_APP_WEIGHT,
@@ -891,8 +898,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")
-    parser.add_argument("--min-beat-prob", type=float, default=0.15)
-    parser.add_argument("--conformal", type=float, default=0.2,
+    parser.add_argument("--min-beat-prob", type=float, default=TEMPLATE_SEARCH.min_beat_prob)
+    parser.add_argument("--conformal", type=float, default=TEMPLATE_SEARCH.conformal_target,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")
     parser.add_argument("--online-weight", type=float, default=10.0)
     parser.add_argument("--local-prior-rows", type=float, default=app.local_prior_rows,

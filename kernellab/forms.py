@@ -124,6 +124,13 @@ class RunCreateForm(forms.Form):
     generator = forms.ChoiceField(choices=[(g, g) for g in GENERATORS])
     surrogate = forms.ChoiceField(choices=[(s, s) for s in SURROGATES])
     confidence_threshold = forms.FloatField(min_value=0.125, max_value=1.0, initial=0.6, help_text="Forecasts at least this confident are trusted; the rest go to the GPU.")
+    conformal_target = forms.FloatField(
+        min_value=0.01, max_value=0.99, required=False, label="Trusted forecasts' error rate, at most",
+        help_text="Once the run has measured 10 forecasts, the threshold becomes the lowest confidence at which the "
+                  "forecasts it would trust erred at most this often on this run's own measurements (none are trusted "
+                  "when no confidence does). On a problem the surrogate has never seen, its confidence means little "
+                  "until the run has measured some of it. 0.2 is the benchmarked setting for problems with knobs; "
+                  "empty: the threshold above throughout.")
     gpu_budget = forms.IntegerField(min_value=1, max_value=100000, initial=40, label="GPU budget (measurements)")
     children_per_step = forms.IntegerField(min_value=1, max_value=64, initial=4, label="Children per parent",
                                            help_text="Candidates the generator proposes for each parent a step expands.")
@@ -153,6 +160,11 @@ class RunCreateForm(forms.Form):
                   "bundled families and helped least where the learned surrogate knows no similar problem "
                   "(sgemm, docs/search.md).")
     max_gpu_per_step = forms.IntegerField(min_value=1, max_value=64, initial=2, label="GPU measurements per step")
+    retrain_every = forms.IntegerField(
+        min_value=1, max_value=1000, initial=10, required=False, label="Surrogate relearns every",
+        help_text="measurements: after the run's 1st, 2nd, 4th and 8th, then this often, the surrogate learns from the "
+                  "run's own measurements and forecasts again every candidate still unmeasured. 5 is the benchmarked "
+                  "setting for problems with knobs. Empty means 10.")
     max_steps = forms.IntegerField(min_value=1, max_value=100000, initial=60)
     approval_mode = forms.ChoiceField(choices=ApprovalMode.choices, initial=ApprovalMode.AUTO)
     target_gpu = forms.CharField(max_length=40, initial="h200", label="Target GPU")
@@ -205,6 +217,9 @@ class RunCreateForm(forms.Form):
             generators = [g for g in GENERATORS if g != "replayed" or lab_dataset_solutions(problem=problem)]
         self.fields["generator"].choices = [(g, self._label(g)) for g in generators]
         self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
+
+    def clean_retrain_every(self):
+        return self.cleaned_data.get("retrain_every") or 10  # a page from before the field posts none
 
     def clean_parents_per_step(self):
         return self.cleaned_data.get("parents_per_step") or 1  # a page from before the field posts none

@@ -159,6 +159,9 @@ class SearchRun(models.Model):
     generator = models.CharField(max_length=40, default="template")
     surrogate = models.CharField(max_length=40, default="learned")
     confidence_threshold = models.FloatField(default=0.6)
+    # Once the run has measured enough forecasts, the threshold becomes the lowest at which its accepted forecasts
+    # erred at most this often (PolicySettings.conformal_target); None: the fixed threshold throughout.
+    conformal_target = models.FloatField(null=True, blank=True)
     gpu_budget = models.PositiveIntegerField(default=40)
     puct_c = models.FloatField(default=1.0)
     children_per_step = models.PositiveIntegerField(default=4)
@@ -173,6 +176,8 @@ class SearchRun(models.Model):
     # (SearchSettings.prefetch_while_measuring); off for runs made before it existed.
     prefetch_while_measuring = models.BooleanField(default=False)
     max_gpu_per_step = models.PositiveIntegerField(default=2)
+    # The surrogate relearns from the run after 1, 2, 4, 8 ... measured rows, then every retrain_every.
+    retrain_every = models.PositiveIntegerField(default=10)
     max_steps = models.PositiveIntegerField(default=60)
     approval_mode = models.CharField(max_length=10, choices=ApprovalMode.choices, default=ApprovalMode.AUTO)
     target_gpu = models.CharField(max_length=40, default="h200")

@@ -9,6 +9,29 @@ from search_engine.policy import PolicySettings
 from search_engine.tree import TreeOptions
 
 
+@dataclass(frozen=True)
+class TemplateSearchDefaults:
+    """The search of a problem with knobs (the template generator, the learned surrogate) as the search benchmark
+    measures it (benchmarks/search_bench.py's defaults) and as a run of such a problem starts in the app
+    (kernellab.services.runs.run_defaults): kept in one place so that the benchmark's figures describe what a run
+    does (docs/search.md, "Where it stands")."""
+
+    threshold: float = 0.5
+    # After conformal_min_samples measured forecasts (PolicySettings' 10), the threshold becomes the lowest at
+    # which the run's accepted forecasts erred at most this often (1.0, trusting none, when no threshold does).
+    conformal_target: float = 0.2
+    children_per_expansion: int = 16  # template neighbours are cheap to forecast
+    root_children: int = 256  # the reference has no knobs: its children are random points of the family
+    max_gpu_per_step: int = 2
+    min_gpu_per_step: int = 1
+    min_beat_prob: float = 0.15
+    retrain_every: int = 5  # the surrogate relearns after 1, 2, 4, 8 of the run's rows, then every 5
+    c: float = 1.0
+
+
+TEMPLATE_SEARCH = TemplateSearchDefaults()
+
+
 @dataclass
 class SearchSettings:
     policy: PolicySettings = field(default_factory=PolicySettings)

@@ -104,6 +104,7 @@ class RunContext:
         return SearchSettings(
             policy=PolicySettings(
                 threshold=run.confidence_threshold,
+                conformal_target=run.conformal_target,
                 gpu_budget=run.gpu_budget,
                 max_gpu_per_step=run.max_gpu_per_step,
                 approval="manual" if run.approval_mode == ApprovalMode.MANUAL else "auto",
@@ -118,6 +119,7 @@ class RunContext:
             prefetch_while_measuring=run.prefetch_while_measuring,
             discovery_ratio=run.discovery_threshold,
             seed=run.seed,
+            retrain_every=run.retrain_every,
         )
 
 

@@ -30,6 +30,18 @@ OWN_KERNEL_DEFAULTS = {
 }
 
 
+def template_run_defaults() -> dict:
+    """A run of a problem with knobs: the template generator and the learned surrogate with the search settings the
+    search benchmark measures (search_engine.search_settings.TEMPLATE_SEARCH), so that its figures describe the run.
+    The screening width is the run form's (256, the benchmark's); ./kl search keeps run_create's 0, since there
+    every screened candidate is a compile check on this machine."""
+    from search_engine.search_settings import TEMPLATE_SEARCH as T
+
+    return {"generator": "template", "surrogate": "learned", "confidence_threshold": T.threshold,
+            "conformal_target": T.conformal_target, "children_per_step": T.children_per_expansion,
+            "max_gpu_per_step": T.max_gpu_per_step, "retrain_every": T.retrain_every}
+
+
 def run_defaults(*, problem: Problem) -> dict:
     """The settings a new run of `problem` starts from (the run form's initial values, ./kl search's defaults)
     where they differ from run_create's own: a kernel without knobs gets OWN_KERNEL_DEFAULTS."""
@@ -38,7 +50,7 @@ def run_defaults(*, problem: Problem) -> dict:
     if reference_kind(problem.spec_toml) == "pytorch":
         return {"generator": "replayed", "surrogate": "learned"}
     if problem.family_source:
-        return {"generator": "template", "surrogate": "learned"}
+        return template_run_defaults()
     return dict(OWN_KERNEL_DEFAULTS)
 
 
@@ -63,6 +75,8 @@ def run_create(
     generator: str = "template",
     surrogate: str = "learned",
     confidence_threshold: float = 0.6,
+    conformal_target: float | None = None,
+    retrain_every: int = 10,
     gpu_budget: int = 40,
     children_per_step: int = 4,
     parents_per_step: int = 1,
@@ -92,6 +106,11 @@ def run_create(
     _check_choice("approval mode", approval_mode, tuple(ApprovalMode.values))
     if not 0.125 <= confidence_threshold <= 1.0:
         raise ServiceError("The confidence threshold must lie between 0.125 (uniform) and 1.0.")
+    if conformal_target is not None and not 0.0 < conformal_target < 1.0:
+        raise ServiceError("The trusted forecasts' error rate must lie strictly between 0 and 1 (or be left empty: the "
+                           "fixed threshold throughout).")
+    if not 1 <= retrain_every <= 1000:
+        raise ServiceError("The surrogate must relearn every 1 to 1,000 measurements.")
     if not 1 <= gpu_budget <= 100000:
         raise ServiceError("The GPU budget must be between 1 and 100,000 measurements.")
     if not 1 <= children_per_step <= 64:
@@ -129,6 +148,8 @@ def run_create(
         generator=generator,
         surrogate=surrogate,
         confidence_threshold=confidence_threshold,
+        conformal_target=conformal_target,
+        retrain_every=retrain_every,
         gpu_budget=gpu_budget,
         children_per_step=children_per_step,
         parents_per_step=parents_per_step,

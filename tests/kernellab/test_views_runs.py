@@ -66,24 +66,59 @@ def test_the_form_offers_defaults_that_create_a_run(client, members, recorded, d
             run.max_gpu_per_step, run.compile_share_target) == (16, 32, 4, 16, 8, 0.25)
 
 
-def test_a_problem_with_knobs_keeps_the_template_and_the_plain_step_settings(client, members, recorded):
+def test_a_problem_with_knobs_starts_from_the_search_the_benchmark_measures(client, members, recorded, monkeypatch):
     from kernellab.models import Problem
 
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
     Problem.objects.filter(pk=recorded.pk).update(family_source="#define BLOCK 256\n")
     client.force_login(members["engineer"])
-    form = client.get(reverse("run-new", args=[recorded.pk])).context["form"]
-    initial = {name: field.initial for name, field in form.fields.items()}
+    page = client.get(reverse("run-new", args=[recorded.pk]))
+    initial = {name: field.initial for name, field in page.context["form"].fields.items()}
     assert initial["generator"] == "template" and initial["surrogate"] == "learned"
-    assert (initial["children_per_step"], initial["screening_width"], initial["parents_per_step"],
-            initial["min_children_per_step"], initial["max_gpu_per_step"], initial["compile_share_target"]) == \
-        (4, 256, 1, 0, 2, 0.0)
+    # search_engine.search_settings.TEMPLATE_SEARCH: benchmarks/search_bench.py's defaults
+    assert (initial["confidence_threshold"], initial["conformal_target"], initial["children_per_step"],
+            initial["screening_width"], initial["max_gpu_per_step"], initial["retrain_every"]) == (0.5, 0.2, 16, 256, 2, 5)
+    assert (initial["parents_per_step"], initial["min_children_per_step"], initial["compile_share_target"]) == (1, 0, 0.0)
+    assert client.post(reverse("run-new", args=[recorded.pk]), _defaults(page.context["form"])).status_code == 302
+    run = SearchRun.objects.get()
+    assert (run.confidence_threshold, run.conformal_target, run.retrain_every) == (0.5, 0.2, 5)
+    explorer = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    assert "then at the confidence whose trusted forecasts erred at most 20% of the time on this run" in explorer
+    assert "surrogate relearns every 5" in explorer
+
+
+def test_a_run_of_a_problem_with_knobs_searches_with_the_settings_the_benchmark_measured(members, recorded):
+    """The run a user starts from the form's defaults builds the SearchSettings that search_bench.py's surrogate PUCT
+    runs with by default: the figures of record describe the app's search, not another one."""
+    from pathlib import Path
+
+    from kernellab.models import Problem
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.runs import run_create, run_defaults
+    from tests.scripts import loaded_script
+
+    Problem.objects.filter(pk=recorded.pk).update(family_source="#define BLOCK 256\n")
+    problem = Problem.objects.get(pk=recorded.pk)
+    defaults = run_defaults(problem=problem)
+    run = run_create(problem=problem, user=members["engineer"], start=False, backend="replay", gpu_budget=40,
+                     screening_width=256, **defaults)  # the form's screening width for a problem with knobs
+    app = RunContext(run).search_settings().to_dict()
+    with loaded_script(Path(__file__).resolve().parents[2] / "benchmarks" / "search_bench.py", "bench_settings") as bench:
+        args = bench.build_parser().parse_args([])
+        measured = bench.search_settings(args, False, seed=run.seed, root_children=args.root_children,
+                                         gpu_budget=run.gpu_budget).to_dict()
+    # The step-width settings are the app's own (compiling in batches on a real machine; the benchmark's records
+    # answer at once); at their defaults here, they change nothing in what a step decides.
+    assert app == measured
 
 
 # field, its initial value for a kernel without knobs (runs.OWN_KERNEL_DEFAULTS), what a page from before the
 # field stores (run_create's default), its label, a value to store, one past its maximum and that maximum
 STEP_FIELDS = [("parents_per_step", 4, 1, "Parents expanded per step", 2, 17, 16),
                ("min_children_per_step", 16, 0, "Children per step, at least", 8, 257, 256),
-               ("compile_share_target", 0.25, 0.0, "Compile share of a step, at most", 0.5, 0.95, 0.9)]
+               ("compile_share_target", 0.25, 0.0, "Compile share of a step, at most", 0.5, 0.95, 0.9),
+               ("retrain_every", 10, 10, "Surrogate relearns every", 5, 1001, 1000),
+               ("conformal_target", None, None, "error rate, at most", 0.3, 1.5, 0.99)]
 
 
 @pytest.mark.parametrize("field, initial, empty, label, value, too_many, maximum", STEP_FIELDS)
@@ -109,7 +144,7 @@ def test_the_form_refuses_a_step_width_out_of_range_and_takes_none_as_its_defaul
     response = client.post(reverse("run-new", args=[recorded.pk]), {**defaults, field: too_many})
     assert response.status_code == 400 and not SearchRun.objects.exists()
     assert f"less than or equal to {maximum}" in response.content.decode()
-    del defaults[field]  # a page from before the field
+    defaults.pop(field, None)  # a page from before the field
     response = client.post(reverse("run-new", args=[recorded.pk]), defaults)
     assert response.status_code == 302 and getattr(SearchRun.objects.get(), field) == empty
 

@@ -29,14 +29,15 @@ class Command(BaseCommand):
         parser.add_argument("--budget", type=int, help="GPU measurements to spend (default 40, or unbounded with --seconds)")
         parser.add_argument("--seconds", type=float, help="stop after this many seconds of searching")
         parser.add_argument("--backend", default="auto", choices=BACKENDS)
-        # Unset settings are the problem's defaults, as on the run form: a kernel without knobs gets the
+        # Unset settings are the problem's defaults, as on the run form: a problem with knobs gets the search the
+        # benchmark measures (kernellab.services.runs.template_run_defaults: confidence threshold 0.5, then the
+        # conformal one at 20% error, 16 children, the surrogate relearning every 5), a kernel without knobs the
         # recipes and the own-kernel step settings (kernellab.services.runs.OWN_KERNEL_DEFAULTS).
         parser.add_argument("--generator", choices=tuple(GENERATOR_BUILDERS),
                             help="default: template for a problem with knobs, recipes for a kernel without")
         parser.add_argument("--surrogate", choices=tuple(SURROGATE_BUILDERS),
                             help="default: learned, roofline for a kernel without knobs")
-        parser.add_argument("--children", type=int, help="candidates per expansion (default 4; 16 for a kernel "
-                                                         "without knobs)")
+        parser.add_argument("--children", type=int, help="candidates per expansion (default 16)")
         parser.add_argument("--parents", type=int,
                             help="parents expanded per step; their children are compiled in one batch (default 1; 4)")
         parser.add_argument("--min-children", type=int,
