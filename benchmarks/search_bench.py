@@ -320,6 +320,8 @@ def search_settings(args, measure_all: bool, seed: int, root_children: int, gpu_
                             min_gpu_per_step=0 if measure_all else args.min_gpu_per_step,
                             min_beat_prob=args.min_beat_prob,
                             conformal_target=args.conformal if args.conformal > 0 else None,
+                            # settings made before --conformal-warmup keep the fixed threshold until the conformal one
+                            conformal_warmup=getattr(args, "conformal_warmup", None),
                             # settings made before --measure-order and --measure-choice (the probes of
                             # 2026-12-02/03) keep the order and choice their committed figures were measured with
                             measure_order=getattr(args, "measure_order", "verify-first"),
@@ -901,6 +903,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-beat-prob", type=float, default=TEMPLATE_SEARCH.min_beat_prob)
     parser.add_argument("--conformal", type=float, default=TEMPLATE_SEARCH.conformal_target,
                         help="target error rate of accepted forecasts (0: the fixed threshold only)")
+    parser.add_argument("--conformal-warmup", type=optional_float, default=TEMPLATE_SEARCH.conformal_warmup,
+                        help="the threshold before the run has measured enough forecasts for the conformal one "
+                             "(search_engine.policy; default: the app's, %(default)s, the fixed --threshold; 1: trust "
+                             "no forecast until then)")
     parser.add_argument("--online-weight", type=float, default=10.0)
     parser.add_argument("--local-prior-rows", type=float, default=app.local_prior_rows,
                         help="the prior odds n : this of the run-local model against the recorded-data model "

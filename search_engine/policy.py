@@ -66,6 +66,11 @@ class PolicySettings:
     measure_all: bool = False  # baseline: every compiled child is measured, forecasts are ignored
     conformal_target: float | None = None  # error rate of accepted forecasts to stay under
     conformal_min_samples: int = 10
+    # The threshold while the run has fewer than conformal_min_samples measured forecasts to set the conformal one
+    # from (with conformal_target only): None, the fixed threshold; 1.0 trusts no forecast until the run's own
+    # measurements have shown at which confidence its forecasts are right (on a problem the surrogate never saw,
+    # its confidence is not calibrated before then), so every candidate competes for the GPU by its forecast.
+    conformal_warmup: float | None = None
     conformal_tolerance_bins: int = 0  # a forecast counts as right within this many bins of the truth
 
     def __post_init__(self) -> None:
@@ -85,6 +90,8 @@ class PolicySettings:
             raise ValueError(f"The verification's GPU slot must be one of {', '.join(VERIFY_SLOTS)}.")
         if self.step_spread < 0:
             raise ValueError("The knob values a step's measurements differ in must be 0 or more.")
+        if self.conformal_warmup is not None and not 0 <= self.conformal_warmup <= 1:
+            raise ValueError("The threshold before the conformal one must be within [0, 1].")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -176,13 +183,14 @@ class SelectivePolicy:
 
     # ---- threshold --------------------------------------------------------------------------
     def threshold(self, tree: PUCTTree) -> float:
-        """The run's confidence threshold, or the conformal one once enough nodes were measured."""
+        """The run's confidence threshold, or the conformal one once enough nodes were measured (before then, under
+        conformal_warmup, that threshold)."""
         s = self.settings
         if s.conformal_target is None:
             return s.threshold
         pairs = calibration_pairs(tree, self.bins, s.conformal_tolerance_bins)
         if len(pairs) < s.conformal_min_samples:
-            return s.threshold
+            return s.threshold if s.conformal_warmup is None else s.conformal_warmup
         return conformal_threshold(pairs, s.conformal_target)
 
     # ---- decisions --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ class TemplateSearchDefaults:
     # After conformal_min_samples measured forecasts (PolicySettings' 10), the threshold becomes the lowest at
     # which the run's accepted forecasts erred at most this often (1.0, trusting none, when no threshold does).
     conformal_target: float = 0.2
+    conformal_warmup: float | None = None  # before then, the threshold above (PolicySettings.conformal_warmup)
     children_per_expansion: int = 16  # template neighbours are cheap to forecast
     root_children: int = 256  # the reference has no knobs: its children are random points of the family
     max_gpu_per_step: int = 2

@@ -268,6 +268,31 @@ def test_the_policy_uses_the_conformal_threshold_once_enough_nodes_are_measured(
     assert policy.threshold(tree) == 0.95
     few = SelectivePolicy(PolicySettings(threshold=0.3, conformal_target=0.2, conformal_min_samples=50))
     assert few.threshold(tree) == 0.3
+    # With a warm-up threshold, that one stands until the conformal threshold has its samples, and not after.
+    untrusting = dict(threshold=0.3, conformal_target=0.2, conformal_warmup=1.0)
+    assert SelectivePolicy(PolicySettings(**untrusting, conformal_min_samples=50)).threshold(tree) == 1.0
+    assert SelectivePolicy(PolicySettings(**untrusting, conformal_min_samples=10)).threshold(tree) == 0.95
+    # without a conformal target there is no warm-up: the fixed threshold throughout
+    assert SelectivePolicy(PolicySettings(threshold=0.3, conformal_warmup=1.0)).threshold(tree) == 0.3
+
+
+def test_before_the_conformal_threshold_a_warm_up_at_one_trusts_no_forecast_and_prunes_none():
+    confident = [forecast_on(7, 0.9), forecast_on(6, 0.9), forecast_on(3, 0.9)]  # two speedups, one slowdown
+    tree, ids = tree_with_children(confident)
+    fixed = SelectivePolicy(PolicySettings(threshold=0.5, conformal_target=0.2, max_gpu_per_step=2))
+    assert sorted(d.action for d in fixed.decide(tree, ids, 10)) == ["accept", "accept", "prune"]
+    untrusting = SelectivePolicy(PolicySettings(threshold=0.5, conformal_target=0.2, conformal_warmup=1.0,
+                                                max_gpu_per_step=2))
+    decisions = {d.node_id: d for d in untrusting.decide(tree, ids, 10)}
+    # every candidate competes for the GPU by its forecast: the two most promising are measured, the slowdown parked
+    assert decisions[ids[0]].action == "measure" and decisions[ids[1]].action == "measure"
+    assert decisions[ids[2]].action == "park"
+    with pytest.raises(ValueError):
+        PolicySettings(conformal_warmup=1.5)
+    # a run saved before the setting goes on with the fixed threshold
+    saved = PolicySettings(threshold=0.5, conformal_target=0.2).to_dict()
+    del saved["conformal_warmup"]
+    assert PolicySettings.from_dict(saved).conformal_warmup is None
 
 
 def test_memory_deduplicates_caps_and_renders():

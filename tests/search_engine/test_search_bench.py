@@ -403,3 +403,15 @@ def test_a_run_without_baselines_writes_its_runs_and_no_verdicts_and_cannot_lend
     with pytest.raises(SystemExit, match="has no baselines"):
         bench._earlier_baselines(Namespace(baselines_from=out, seeds=2, target=bench.TARGET_FRACTION,
                                            records_dir=None))
+
+
+def test_the_threshold_before_the_conformal_one_defaults_to_the_apps_and_reaches_the_policy(bench):
+    from search_engine.search_settings import TEMPLATE_SEARCH
+
+    assert bench.build_parser().parse_args([]).conformal_warmup == TEMPLATE_SEARCH.conformal_warmup
+    args = bench.build_parser().parse_args(["--conformal-warmup", "1"])
+    assert bench.search_settings(args, False, 0, 256, gpu_budget=100).policy.conformal_warmup == 1.0
+    # settings made before --conformal-warmup (the probes' Namespaces) keep the fixed threshold until the conformal one
+    old = search_args()
+    assert not hasattr(old, "conformal_warmup")
+    assert bench.search_settings(old, False, 0, 256, gpu_budget=100).policy.conformal_warmup is None

@@ -19,7 +19,8 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     # from the fifteenth on, eight validation families (nbody and stencil3d) in files dated 2026-12-04;
     # from the eighteenth on, nine (hgemm_mma, to 95% of its best variant);
     # from the twenty-second on, eleven (depthwise_conv2d and maxpool2d, their runs in files dated 2026-12-05);
-    # the twenty-third: equal family weights (W23) against X18; the twenty-fourth: square-root weights (T24)
+    # the twenty-third: equal family weights (W23) against X18; the twenty-fourth: square-root weights (T24);
+    # the twenty-fifth: no forecast trusted before the conformal threshold (U25)
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -74,6 +75,7 @@ PROTOCOLS = {
     22: ("validation-protocol-22.txt", ("X18", "R22"), "X18", "validation-selection-22.json"),
     23: ("validation-protocol-23.txt", ("X18", "W23"), "X18", "validation-selection-23.json"),
     24: ("validation-protocol-24.txt", ("X18", "T24"), "X18", "validation-selection-24.json"),
+    25: ("validation-protocol-25.txt", ("X18", "U25"), "X18", "validation-selection-25.json"),
 }
 # from the twelfth protocol on, an equal sum of medians is decided by the lower sum of the runs' means
 MEANS_SINCE = 12
@@ -83,51 +85,54 @@ NOVELTY = {"D": 0, "F": 1, "G": 3}
 # the fifth protocol's: G (today's default) with the recorded-data model's order recalibrated on the run's
 # measurements, its slope shrunk towards 1 by these pseudo rows (None: off); the files each one's runs are in
 ORDER_PRIOR_ROWS = {"G": None, "I": 8, "J": 3, "K": None, "L": None, "M": None, "N": None, "O": None, "P": None, "Q": None,
-                    "N18": None, "S18": 8, "W18": 8, "V18": 8, "V18f": 8, "X18": 8, "Y19": 8, "Z20": 8, "R22": 8, "W23": 8, "T24": 8}
+                    "N18": None, "S18": 8, "W18": 8, "V18": 8, "V18f": 8, "X18": 8, "Y19": 8, "Z20": 8, "R22": 8, "W23": 8, "T24": 8, "U25": 8}
 # the sixth protocol's: G, and K, which reads P(beats best) and the gain from the two models' normals
-MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True, "Q": True, "N18": True, "S18": True, "W18": True, "V18": True, "V18f": True, "X18": True, "Y19": True, "Z20": True, "R22": True, "W23": True, "T24": True}
+MIXTURE = {"G": False, "K": True, "L": True, "M": True, "N": True, "O": True, "P": True, "Q": True, "N18": True, "S18": True, "W18": True, "V18": True, "V18f": True, "X18": True, "Y19": True, "Z20": True, "R22": True, "W23": True, "T24": True, "U25": True}
 # the seventh's: K (the default before it), and L, whose run-local weight falls outside the range of the run's rows
-LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0, "Q": 1.0, "N18": 1.0, "S18": 1.0, "W18": 1.0, "V18": 1.0, "V18f": 1.0, "X18": 1.0, "Y19": 1.0, "Z20": 1.0, "R22": 1.0, "W23": 1.0, "T24": 1.0}
+LOCAL_REACH = {"K": None, "L": 1.0, "M": 1.0, "N": 1.0, "O": 1.0, "P": 1.0, "Q": 1.0, "N18": 1.0, "S18": 1.0, "W18": 1.0, "V18": 1.0, "V18f": 1.0, "X18": 1.0, "Y19": 1.0, "Z20": 1.0, "R22": 1.0, "W23": 1.0, "T24": 1.0, "U25": 1.0}
 # the eighth's: L (the default before it), and M, whose recorded-data model is a committee of its
 # calibration folds' models; and the twentieth's, X18 and Z20, the committee tried again
 COMMITTEE = {"L": False, "M": True, "N": False, "O": False, "P": False, "Q": False, "N18": False, "S18": False,
-             "W18": False, "V18": False, "V18f": False, "X18": False, "Y19": False, "Z20": True, "R22": False, "W23": False, "T24": False}
+             "W18": False, "V18": False, "V18f": False, "X18": False, "Y19": False, "Z20": True, "R22": False, "W23": False, "T24": False, "U25": False}
 # the ninth's: L, and N, whose verification of a forecast-only best takes one of a step's GPU slots
 VERIFY_SLOT = {"L": "extra", "N": "shared", "O": "shared", "P": "shared", "Q": "shared", "N18": "shared", "S18": "shared",
-               "W18": "shared", "V18": "shared", "V18f": "shared", "X18": "shared", "Y19": "shared", "Z20": "shared", "R22": "shared", "W23": "shared", "T24": "shared"}
+               "W18": "shared", "V18": "shared", "V18f": "shared", "X18": "shared", "Y19": "shared", "Z20": "shared", "R22": "shared", "W23": "shared", "T24": "shared", "U25": "shared"}
 # the tenth's: N, and O, whose run-local model needs more evidence to take over (prior odds n : 24, not n : 8)
-LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0, "Q": 24.0, "N18": 8.0, "S18": 8.0, "W18": 8.0, "V18": 8.0, "V18f": 8.0, "X18": 8.0, "Y19": 8.0, "Z20": 8.0, "R22": 8.0, "W23": 8.0, "T24": 8.0}
+LOCAL_PRIOR_ROWS = {"N": 8.0, "O": 24.0, "P": 8.0, "Q": 24.0, "N18": 8.0, "S18": 8.0, "W18": 8.0, "V18": 8.0, "V18f": 8.0, "X18": 8.0, "Y19": 8.0, "Z20": 8.0, "R22": 8.0, "W23": 8.0, "T24": 8.0, "U25": 8.0}
 # the eleventh's: N, and P, whose step's measurements differ pairwise in at least 2 knob values
-STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2, "N18": 0, "S18": 0, "W18": 0, "V18": 0, "V18f": 0, "X18": 0, "Y19": 0, "Z20": 0, "R22": 0, "W23": 0, "T24": 0}
+STEP_SPREAD = {"N": 0, "O": 0, "P": 2, "Q": 2, "N18": 0, "S18": 0, "W18": 0, "V18": 0, "V18f": 0, "X18": 0, "Y19": 0, "Z20": 0, "R22": 0, "W23": 0, "T24": 0, "U25": 0}
 # the sixteenth's: S18 (the default since the fifteenth), and W18, whose run-local weight is earned against the
 # recorded-data model as recalibrated on the run's other rows
-WEIGH_CALIBRATED = {"S18": False, "W18": True, "V18": True, "V18f": True, "X18": True, "Y19": True, "Z20": True, "R22": True, "W23": True, "T24": True}
+WEIGH_CALIBRATED = {"S18": False, "W18": True, "V18": True, "V18f": True, "X18": True, "Y19": True, "Z20": True, "R22": True, "W23": True, "T24": True, "U25": True}
 # the seventeenth's: W18 (the default since the sixteenth), and V18, whose recalibrated recorded-data model's spread
 # is rescaled by its error on the run's rows (3 pseudo rows)
-SPREAD_PRIOR_ROWS = {"W18": None, "V18": 3.0, "V18f": 3.0, "X18": 3.0, "Y19": 3.0, "Z20": 3.0, "R22": 3.0, "W23": 3.0, "T24": 3.0}
+SPREAD_PRIOR_ROWS = {"W18": None, "V18": 3.0, "V18f": 3.0, "X18": 3.0, "Y19": 3.0, "Z20": 3.0, "R22": 3.0, "W23": 3.0, "T24": 3.0, "U25": 3.0}
 # the eighteenth's: V18f (V18 with the sd floor, the default since the seventeenth), and X18, whose recalibration
 # reads the relative bins' moments and whose recalibrated model has one pooled spread
-CALIBRATED_MOMENTS = {"V18f": "bins", "X18": "level", "Y19": "level", "Z20": "level", "R22": "level", "W23": "level", "T24": "level"}
-POOLED_SPREAD = {"V18f": False, "X18": True, "Y19": True, "Z20": True, "R22": True, "W23": True, "T24": True}
+CALIBRATED_MOMENTS = {"V18f": "bins", "X18": "level", "Y19": "level", "Z20": "level", "R22": "level", "W23": "level", "T24": "level", "U25": "level"}
+POOLED_SPREAD = {"V18f": False, "X18": True, "Y19": True, "Z20": True, "R22": True, "W23": True, "T24": True, "U25": True}
 # the nineteenth's: X18 (the default since the eighteenth), and Y19, whose run-local forest also reads each variant's
 # distance to the run's best measured variant
-LOCAL_INCUMBENT = {"X18": False, "Y19": True, "Z20": False, "R22": False, "W23": False, "T24": False}
+LOCAL_INCUMBENT = {"X18": False, "Y19": True, "Z20": False, "R22": False, "W23": False, "T24": False, "U25": False}
 # the twenty-second's: X18, and R22, whose recorded-data model also reads the reference's Nsight Compute counters
-REFERENCE_PROFILE = {"X18": False, "R22": True, "W23": False, "T24": False}
+REFERENCE_PROFILE = {"X18": False, "R22": True, "W23": False, "T24": False, "U25": False}
 # the twenty-third's: X18, and W23, whose recorded-data model weighs every recorded family the same
-FAMILY_WEIGHTS = {"X18": "rows", "R22": "rows", "W23": "equal", "T24": "sqrt"}
+FAMILY_WEIGHTS = {"X18": "rows", "R22": "rows", "W23": "equal", "T24": "sqrt", "U25": "rows"}
+# the twenty-fifth's: X18, and U25, which trusts no forecast until the conformal threshold has its measured forecasts
+CONFORMAL_WARMUP = {"X18": None, "U25": 1.0}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
 SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
                   (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS),
                   (11, "step_spread", STEP_SPREAD), (16, "weigh_calibrated", WEIGH_CALIBRATED),
                   (17, "spread_prior_rows", SPREAD_PRIOR_ROWS), (18, "calibrated_moments", CALIBRATED_MOMENTS),
                   (18, "pooled_spread", POOLED_SPREAD), (19, "local_incumbent", LOCAL_INCUMBENT),
-                  (22, "reference_profile", REFERENCE_PROFILE), (23, "family_weights", FAMILY_WEIGHTS))
+                  (22, "reference_profile", REFERENCE_PROFILE), (23, "family_weights", FAMILY_WEIGHTS),
+                  (25, "conformal_warmup", CONFORMAL_WARMUP))
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
              "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24",
              "P": "spread2", "Q": "prior24-spread2", "N18": "N18", "S18": "S18", "W18": "W18", "V18": "V18",
              "V18f": "V18-floor", "X18": "X18", "Y19": "Y19", "Z20": "Z20",
-             "R22": "R22", "W23": "W23", "T24": "T24"}
+             "R22": "R22", "W23": "W23", "T24": "T24", "U25": "U25"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
