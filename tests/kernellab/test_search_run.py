@@ -201,6 +201,10 @@ def test_a_screening_width_out_of_range_is_refused(saxpy, members, kwargs, messa
     ("min_children_per_step", 257, r"minimum children per step must be between 0 \(off\) and 256"),
     ("compile_share_target", 0.01, r"compile share target must be 0 \(off\) or between 0.05 and 0.9"),
     ("compile_share_target", 1.0, r"compile share target must be 0 \(off\) or between 0.05 and 0.9"),
+    ("conformal_target", 0.0, "error rate must lie strictly between 0 and 1"),
+    ("conformal_target", 1.0, "error rate must lie strictly between 0 and 1"),
+    ("retrain_every", 0, "relearn every 1 to 1,000 measurements"),
+    ("retrain_every", 1001, "relearn every 1 to 1,000 measurements"),
 ])
 def test_a_step_width_out_of_range_is_refused(saxpy, members, field, value, message):
     from kernellab.services.errors import ServiceError
@@ -211,7 +215,7 @@ def test_a_step_width_out_of_range_is_refused(saxpy, members, field, value, mess
 
 
 @pytest.mark.parametrize("field, default, value", [("parents_per_step", 1, 3), ("min_children_per_step", 0, 16),
-                                                   ("compile_share_target", 0.0, 0.25)])
+                                                   ("compile_share_target", 0.0, 0.25), ("retrain_every", 10, 3)])
 def test_a_run_keeps_its_step_width_in_its_settings_and_saved_state(saxpy, members, field, default, value):
     from kernellab.services.run_context import RunContext
     from kernellab.services.runs import run_transition
@@ -225,6 +229,21 @@ def test_a_run_keeps_its_step_width_in_its_settings_and_saved_state(saxpy, membe
     run.refresh_from_db()
     assert run.status == RunStatus.FINISHED, run.status_reason
     assert run.driver_state["settings"][field] == value  # a resumed run expands alike
+
+
+def test_a_runs_conformal_target_reaches_its_policy_and_its_saved_state(saxpy, members):
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.runs import run_transition
+
+    plain = run_create(problem=saxpy, user=members["engineer"], generator="template", start=False)
+    assert plain.conformal_target is None and RunContext(plain).search_settings().policy.conformal_target is None
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=4, children_per_step=2, start=False, conformal_target=0.2)
+    assert RunContext(run).search_settings().policy.conformal_target == 0.2
+    run_transition(run=run, user=members["engineer"], action="start")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert run.driver_state["settings"]["policy"]["conformal_target"] == 0.2
 
 
 def test_a_run_saved_before_parents_per_step_resumes_with_one_parent_per_step(saxpy, members):
