@@ -69,7 +69,9 @@ class PolicySettings:
     # The threshold while the run has fewer than conformal_min_samples measured forecasts to set the conformal one
     # from (with conformal_target only): None, the fixed threshold; 1.0 trusts no forecast until the run's own
     # measurements have shown at which confidence its forecasts are right (on a problem the surrogate never saw,
-    # its confidence is not calibrated before then), so every candidate competes for the GPU by its forecast.
+    # its confidence is not calibrated before then), so every candidate competes for the GPU by its forecast. Tried
+    # at 1.0 by protocol 25 on eleven validation families and not kept (docs/search.md, "Trusting no forecast before
+    # the conformal threshold").
     conformal_warmup: float | None = None
     conformal_tolerance_bins: int = 0  # a forecast counts as right within this many bins of the truth
 
