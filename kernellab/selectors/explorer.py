@@ -19,6 +19,7 @@ from kernellab.models import (
     Node,
     NodeState,
     Problem,
+    RunChange,
     SearchRun,
     Verification,
     VerificationState,
@@ -100,6 +101,9 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
         ).get()
         seq = counters["change_seq"]
         nodes = run_tree_nodes_cached(run=run, seq=seq)
+        last_step = (RunChange.objects.filter(run=run, kind="step", seq__lte=seq).order_by("-seq")
+                     .values_list("payload", flat=True).first())
+    threshold = (last_step or {}).get("threshold")
     return {
         "run": run.pk,
         "seq": seq,
@@ -109,6 +113,9 @@ def run_tree_snapshot(*, run: SearchRun) -> dict:
         "best": {"node": counters["best_node__key"], "speedup": counters["best_speedup"]} if counters["best_node__key"] else None,
         "counters": {"measurements_requested": counters["gpu_used"], "forecasts": counters["forecasts_count"]},
         "gpu_budget": counters["gpu_budget"],
+        # The confidence at which the policy trusts a forecast after the last step (the conformal threshold once the
+        # run has measured enough forecasts); before the first step, the run's own.
+        "threshold": threshold if threshold is not None else run.confidence_threshold,
     }
 
 

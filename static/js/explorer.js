@@ -147,6 +147,7 @@
         drawDirty = true;
       } else if (change.kind === "step") {
         if (p.counters) setGpuCounter(p.counters.measurements_requested);
+        setThreshold(p.threshold);
       } else if (change.kind === "verification") {
         verifications.set(p.node, p);
         if (p.node === selectedKey) refreshPanel("live");
@@ -255,6 +256,16 @@
   function setGpuCounter(used) {
     const el = document.querySelector('[data-count="gpu-used"]');
     if (el && used != null) el.textContent = used + (gpuBudget ? " / " + gpuBudget : "");
+  }
+
+  // The confidence at which the policy trusts a forecast now: the run's threshold, or the conformal one once the run
+  // has measured enough forecasts (at 1 or above it trusts none, and every candidate competes for the GPU).
+  let currentThreshold = null;
+  function setThreshold(threshold) {
+    const el = document.querySelector('[data-count="threshold"]');
+    if (!el || threshold == null) return;
+    currentThreshold = threshold;
+    el.textContent = threshold >= 1 ? "none" : "at confidence \u2265 " + Number(threshold).toFixed(2);
   }
 
   // ---- drawing ------------------------------------------------------------------------------
@@ -774,6 +785,7 @@
     searchBest = snapshot.best || null;
     gpuBudget = snapshot.gpu_budget;
     if (snapshot.counters) setGpuCounter(snapshot.counters.measurements_requested);
+    setThreshold(snapshot.threshold);
     lastSeq = snapshot.seq;
     snapshotApplied = true;
     drawDirty = true;
@@ -785,6 +797,7 @@
   // Read-only handles for tests and benchmarks.
   window.klExplorer = {
     get lastSeq() { return lastSeq; },
+    get threshold() { return currentThreshold; },
     get size() { return nodes.size; },
     get selected() { return selectedKey; },
     get transform() { return Object.assign({}, transform); },

@@ -58,6 +58,9 @@ def test_a_replay_run_started_from_the_page_grows_live(searching_server, chromiu
     expect(page.locator("#panel-forecast")).to_contain_text("roofline")
     expect(page.locator("#panel-diff .hl")).to_be_visible()
     expect(page.locator('[data-count="gpu-used"]')).not_to_have_text("0 / 6")
+    # the steps' threshold (the form's 0.5 for a problem with knobs; too few measured forecasts for the conformal one)
+    assert page.evaluate("window.klExplorer.threshold") == 0.5
+    expect(page.locator('[data-count="threshold"]')).to_have_text("at confidence \u2265 0.50")
     artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     page.screenshot(path=str(artifacts / "explorer-replay-run.png"))

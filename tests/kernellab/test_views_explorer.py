@@ -33,6 +33,23 @@ def test_the_tree_snapshot_holds_every_node_and_the_sequence_it_includes(client,
     assert {n["key"]: n["parent"] for n in snapshot["nodes"]} == {"n0": None, "n1": "n0"}
 
 
+def test_the_snapshot_and_the_page_say_at_what_confidence_the_search_trusts_a_forecast_now(client, members, node):
+    from kernellab.services.changes import change_record
+
+    run = node.run
+    client.force_login(members["viewer"])
+    # before the first step: the run's own threshold
+    assert client.get(reverse("run-tree", args=[run.pk])).json()["threshold"] == run.confidence_threshold
+    page = client.get(reverse("run-explorer", args=[run.pk])).content.decode()
+    assert f'data-count="threshold">at confidence ≥ {run.confidence_threshold:.2f}</strong>' in page
+    # after a step, the threshold that step's policy used (the conformal one, here above 1: no forecast trusted)
+    change_record(run=run, kind="step", payload={"step": 1, "threshold": 0.62, "counters": {}})
+    assert client.get(reverse("run-tree", args=[run.pk])).json()["threshold"] == 0.62
+    change_record(run=run, kind="step", payload={"step": 2, "threshold": 1.05, "counters": {}})
+    change_record(run=run, kind="run", payload={"status": "running"})  # a later change of another kind
+    assert client.get(reverse("run-tree", args=[run.pk])).json()["threshold"] == 1.05
+
+
 def test_an_outsider_gets_no_tree_and_no_panel(client, members, node):
     client.force_login(members["outsider"])
     assert client.get(reverse("run-tree", args=[node.run_id])).status_code == 404
