@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "problems"
+# Changes whenever the rows built from the same records change, so that a model trained on older rows is not reused
+# (kernellab.services.surrogates._records_stamp). 2: one reference time per recording (2026-12-05).
+ROWS_VERSION = 2
 
 
 def bundled_problem_dirs(root: Path = BUNDLED_DIR) -> list[Path]:
@@ -31,9 +34,22 @@ def problem_numbers(spec) -> dict:
     }
 
 
+def recording_reference_ms(records) -> float | None:
+    """The reference time a search of this recording forecasts with: the first record's reference median, as the app's
+    runs read it (kernellab.services.run_context.RunContext.reference_ms) and the search benchmark's Dataset does. Each
+    record carries the reference as timed beside that variant, within a few percent of each other; a model trained on
+    those would see a reference time that moves within a problem, and forecast with one that does not."""
+    for record in records:
+        median = (record.get("reference") or {}).get("median_ms")
+        if median:
+            return float(median)
+    return None
+
+
 def recorded_rows(problem_dir: Path, *, gpu: str = "h200", only_ok: bool = True) -> list[dict]:
     """One row per recorded variant: the fields of search_engine's ForecastRequest plus the
-    measured speedup, knobs, status and the whole record."""
+    measured speedup, knobs, status and the whole record. Every row of a recording carries the same reference time
+    (recording_reference_ms), the one a search forecasts with."""
     from gpu_runner import load_problem, reference_candidate, render_variant
     from gpu_runner.backends.replay import read_records
 
@@ -47,6 +63,7 @@ def recorded_rows(problem_dir: Path, *, gpu: str = "h200", only_ok: bool = True)
     reference_record = next((r for r in records if r.get("variant") == "reference"), None)
     reference_facts = (reference_record or {}).get("compiler")
     reference_profile = (reference_record or {}).get("profiler") or None
+    reference_ms = recording_reference_ms(records)
     rows = []
     for record in records:
         if not record.get("knobs") or (only_ok and record.get("status") != "ok"):
@@ -64,7 +81,7 @@ def recorded_rows(problem_dir: Path, *, gpu: str = "h200", only_ok: bool = True)
                 "compiler_facts": record.get("compiler"),
                 "reference_compiler_facts": reference_facts,
                 "reference_profile": reference_profile,
-                "reference_ms": (record.get("reference") or {}).get("median_ms"),
+                "reference_ms": reference_ms,
                 "speedup": record.get("speedup"),
                 "status": record.get("status"),
                 "knobs": record["knobs"],

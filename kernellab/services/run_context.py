@@ -56,11 +56,27 @@ class RunContext:
 
     @cached_property
     def reference_ms(self) -> float | None:
+        """The recording's reference time, the one the learned surrogate's rows of it carry
+        (kernellab.datasets.recording_reference_ms)."""
+        from gpu_runner.backends.replay import read_records
+
+        from kernellab.datasets import recording_reference_ms
+        from kernellab.selectors.problems import problem_records_file
+
+        path = problem_records_file(self.problem, self.run.target_gpu)
+        return recording_reference_ms(read_records(path)) if path.exists() else None
+
+    @cached_property
+    def reference_compiler_facts(self) -> dict | None:
+        """The reference's compiler facts as the learned surrogate's rows of this problem carry them: its recorded
+        reference's (kernellab.datasets.recorded_rows), else those of the reference's compile check here (an uploaded
+        problem). A bundled problem's reference is never compiled by the app, so without the recording a run would
+        forecast with no reference facts (every candidate-vs-reference difference unknown) from a model that
+        learned with them."""
         for record in self.replay_records.values():
-            reference = record.get("reference") or {}
-            if reference.get("median_ms"):
-                return float(reference["median_ms"])
-        return None
+            if record.get("variant") == "reference" and record.get("compiler"):
+                return dict(record["compiler"])
+        return self.problem.reference.compiler_facts or None
 
     @cached_property
     def reference_profile(self) -> dict | None:

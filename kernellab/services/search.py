@@ -92,7 +92,7 @@ def _load_driver(run: SearchRun, port: DatabasePort):
         problem=context.problem_dict(),
         settings=context.search_settings(),
         reference_ms=context.reference_ms,
-        reference_compiler_facts=run.problem.reference.compiler_facts or None,
+        reference_compiler_facts=context.reference_compiler_facts,
         reference_profile=context.reference_profile,
     )
 

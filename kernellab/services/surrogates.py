@@ -130,22 +130,26 @@ def learned_cache_path(*, exclude_problem: str, gpu: str):
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     # "centred", "ranker": models saved before the centred target or the ranking prior are not reused;
-    # "refprofile": one that reads the reference's counters is another feature set; "equalfam": another weighting.
+    # "refprofile": one that reads the reference's counters is another feature set; "equalfam", "sqrtfam": another
+    # weighting of the families.
     profile = ("-refprofile" if DEFAULT_REFERENCE_PROFILE else "") + \
-        ("-equalfam" if DEFAULT_FAMILY_WEIGHTS == "equal" else "")
+        ("" if DEFAULT_FAMILY_WEIGHTS == "rows" else f"-{DEFAULT_FAMILY_WEIGHTS}fam")
     return settings.DATA_DIR / (f"learned-surrogate-centred-ranker{APP_WEIGHT:g}{profile}-{gpu}-without-{exclude_problem}-"
                                 f"{_records_stamp()}.pkl")
 
 
 def _records_stamp() -> str:
-    """Changes whenever a recorded dataset or the feature set changes, so a cached model is never stale."""
+    """Changes whenever a recorded dataset, the feature set or the rows built from the records change
+    (kernellab.datasets.ROWS_VERSION), so a cached model is never stale."""
     import hashlib
 
+    from kernellab.datasets import ROWS_VERSION
     from kernellab.selectors.problems import bundled_dir
 
     from search_engine.surrogates.features import feature_names
 
     digest = hashlib.sha256(" ".join(feature_names()).encode())
+    digest.update(f"rows {ROWS_VERSION}".encode())
     for path in sorted(bundled_dir().glob("*/records/*.jsonl.gz")):
         stat = path.stat()
         digest.update(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())

@@ -344,6 +344,31 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         surrogates._learned.pop(("nothing", "H200"), None)
 
 
+def test_a_run_of_a_bundled_problem_forecasts_with_its_recorded_references_compiler_facts(saxpy, members):
+    """The learned surrogate's rows of a recording carry its reference record's compiler facts; the app never compiles a
+    bundled problem's reference, so a run read none and forecast every candidate-vs-reference difference as unknown."""
+    import gzip
+    import json
+
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.search import _load_driver
+    from kernellab.services.search_port import DatabasePort
+
+    with gzip.open(RECORDED / "saxpy" / "records" / "h200.jsonl.gz", "rt") as handle:
+        recorded = next(r for r in map(json.loads, handle) if r.get("variant") == "reference")["compiler"]
+    assert not saxpy.reference.compiler_facts and recorded["registers"] == 12
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=4, children_per_step=2, start=False)
+    context = RunContext(run)
+    assert context.reference_compiler_facts == recorded
+    driver = _load_driver(run, DatabasePort(context))
+    assert driver.forecast_request(next(iter(driver.tree.nodes))).reference_compiler_facts == recorded
+    # and the reference time is the recording's one, which every training row of it carries
+    from kernellab.datasets import recorded_rows
+
+    assert {r["reference_ms"] for r in recorded_rows(RECORDED / "saxpy")} == {context.reference_ms}
+
+
 def test_a_runs_driver_reads_the_references_recorded_profile_and_keeps_it_in_its_saved_state(settings, workspace,
                                                                                              members, tmp_path):
     from kernellab.services.problems import problem_load_bundled
