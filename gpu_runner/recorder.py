@@ -146,7 +146,8 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
 
     Recordings made before references were profiled get their counters this way. A reference that
     already carries counters is left alone unless `force`. Returns what was done, with the reason when
-    nothing could be profiled (no reference record, a reference that changed since, ncu missing)."""
+    nothing could be profiled (no reference record, a reference that changed since, ncu missing, a GPU other than
+    the one the recording was made on: counters describe the GPU they were read on)."""
     path = Path(path)
     found = _reference_record(problem, path)
     if isinstance(found, str):
@@ -159,6 +160,12 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
     reference = reference_candidate(problem)
     result = MeasurementResult(status="ok", reason="", source_hash=reference.source_hash)
     try:
+        recorded_on = (found.get("hardware") or {}).get("name")
+        here = runner.hardware(problem)
+        if recorded_on and here is not None and here.name != recorded_on:
+            return {"path": str(path), "profiled": False,
+                    "reason": f"the recording was made on {recorded_on} and this machine's GPU is {here.name}: its "
+                              "counters would describe another GPU"}
         profile_batch(runner, problem, [(reference, result)], seed=seed)
     except WorkerUnavailable as exc:  # no GPU here (or its worker cannot start): say so, change nothing
         return {"path": str(path), "profiled": False, "reason": str(exc)}
