@@ -65,7 +65,11 @@ def test_a_replay_run_started_from_the_page_grows_live(searching_server, chromiu
     artifacts.mkdir(exist_ok=True)
     page.screenshot(path=str(artifacts / "explorer-replay-run.png"))
 
-    # A hand-written child of the reference joins the same tree.
+    # A hand-written child of the reference joins the same tree, once the run has finished: the run form's search of a
+    # problem with knobs (16 children an expansion since the twenty-sixth session) is still stepping here at times,
+    # and in one full-suite run of 2026-12-05 the reference's panel then took more than 30 s to open (not seen again
+    # in six reruns).
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "finished", timeout=300000)
     page.evaluate("window.klExplorer.select('0')")
     page.wait_for_selector("#node-panel .panel[data-node='0']")
     page.click("#panel-child summary")
