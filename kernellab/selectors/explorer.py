@@ -311,14 +311,16 @@ def _forecasts_by_node(run: SearchRun) -> dict[int, Forecast]:
 
 
 def _expected_log_speedup(probabilities: list[float], bins) -> float | None:
-    """A forecast's expected log speedup over the bins' representatives (what the search ranks candidates by
-    when the forecast carries no continuous mean), or None for probabilities that do not fit the bins."""
+    """A stored forecast's expected log speedup over the bins (the search engine's Forecast.expected_log_speedup),
+    or None for probabilities that do not fit the bins."""
+    from search_engine.surrogates.base import Forecast as EngineForecast
+
     if len(probabilities) != bins.n_bins:
         return None
-    total = sum(probabilities)
-    if total <= 0:
+    try:
+        return EngineForecast.from_probabilities(probabilities).expected_log_speedup(bins)
+    except ValueError:  # no probability mass
         return None
-    return sum(p * math.log(r) for p, r in zip(probabilities, bins.representatives())) / total
 
 
 def forecast_rank_correlation(pairs: list[dict]) -> float | None:

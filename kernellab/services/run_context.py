@@ -57,14 +57,15 @@ class RunContext:
     @cached_property
     def reference_ms(self) -> float | None:
         """The recording's reference time, the one the learned surrogate's rows of it carry
-        (kernellab.datasets.recording_reference_ms)."""
-        from gpu_runner.backends.replay import read_records
-
+        (kernellab.datasets.recording_reference_ms; the records in the file's order)."""
         from kernellab.datasets import recording_reference_ms
-        from kernellab.selectors.problems import problem_records_file
 
-        path = problem_records_file(self.problem, self.run.target_gpu)
-        return recording_reference_ms(read_records(path)) if path.exists() else None
+        return recording_reference_ms(self.replay_records.values())
+
+    @cached_property
+    def _reference_record(self) -> dict:
+        """The recording's reference record ({} without one)."""
+        return next((r for r in self.replay_records.values() if r.get("variant") == "reference"), {})
 
     @cached_property
     def reference_compiler_facts(self) -> dict | None:
@@ -73,10 +74,8 @@ class RunContext:
         problem). A bundled problem's reference is never compiled by the app, so without the recording a run would
         forecast with no reference facts (every candidate-vs-reference difference unknown) from a model that
         learned with them."""
-        for record in self.replay_records.values():
-            if record.get("variant") == "reference" and record.get("compiler"):
-                return dict(record["compiler"])
-        return self.problem.reference.compiler_facts or None
+        recorded = self._reference_record.get("compiler")
+        return dict(recorded) if recorded else (self.problem.reference.compiler_facts or None)
 
     @cached_property
     def reference_profile(self) -> dict | None:
@@ -84,10 +83,8 @@ class RunContext:
         forecasts read (a run keeps them in its saved state, which is written at every step)."""
         from search_engine.surrogates.features import reference_profile_inputs
 
-        for record in self.replay_records.values():
-            if record.get("variant") == "reference" and record.get("profiler"):
-                return reference_profile_inputs(record["profiler"])
-        return None
+        profiler = self._reference_record.get("profiler")
+        return reference_profile_inputs(profiler) if profiler else None
 
     def problem_dict(self) -> dict:
         """The same problem description the learned surrogate was trained with (sizes, roofline)."""
