@@ -62,10 +62,17 @@ def gpu_key(hardware: dict | str | None) -> str | None:
 
 
 def hardware_numbers(hardware: dict | None) -> dict[str, float]:
-    """The GPU's numbers: those the hardware dict gives, else the table's for its name, else NaN."""
+    """The GPU's numbers: the table's for a GPU it names, else those the hardware dict gives, else NaN.
+
+    A known GPU gets the table's figures even where the dict carries measured ones (a recording's 4,814 GB/s on
+    an H200, a string compute capability): the training rows know each GPU only by its name
+    (search_engine.lab.program_rows), so a forecast reads the numbers the model learned from."""
     hardware = hardware or {}
-    spec = dict(GPU_SPECS.get(gpu_key(hardware) or "", {}))
+    key = gpu_key(hardware)
+    spec = dict(GPU_SPECS.get(key or "", {}))
     for name in HARDWARE_FEATURES:
+        if key is not None and name in spec:
+            continue
         value = hardware.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             spec[name] = float(value)

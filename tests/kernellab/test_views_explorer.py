@@ -4,7 +4,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from kernellab.models import Comment, Discovery, ExpertNote, Forecast, Measurement, Node, NodeState, Verification
+from kernellab.models import Comment, Discovery, ExpertNote, Forecast, Measurement, Node, NodeState
 from kernellab.services.changes import node_changed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedded_setup")]

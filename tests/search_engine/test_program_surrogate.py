@@ -13,8 +13,8 @@ pytest.importorskip("lightgbm")
 from search_engine.heldout import HeldOutTaskError  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
 from search_engine.surrogates.program import SHIPPED_MODEL, ProgramSurrogate  # noqa: E402
-from search_engine.surrogates.program_features import (feature_names, gpu_key, hardware_numbers,  # noqa: E402
-                                                       request_features)
+from search_engine.surrogates.program_features import (  # noqa: E402
+    GPU_SPECS, feature_names, gpu_key, hardware_numbers, request_features)
 
 REFERENCE = '''import torch
 import torch.nn as nn
@@ -152,6 +152,19 @@ def test_the_hardware_is_numbers_so_that_each_gpu_differs_and_an_unknown_one_is_
     assert h100["log_t_mem_us"] < a100["log_t_mem_us"]   # the same bytes take less time on the faster memory
     assert math.isnan(hardware_numbers({"name": "Some GPU"})["sm_count"])
     assert hardware_numbers({"name": "Some GPU", "sm_count": 20})["sm_count"] == 20
+
+
+def test_a_known_gpu_reads_the_numbers_its_training_rows_carry_whatever_the_run_measured():
+    # The rows know a GPU by name only; a recorded result carries measured figures beside the name.
+    measured = {"name": "NVIDIA H200", "sm_count": 132, "memory_bandwidth_gbs": 4814.3,
+                "compute_capability": "9.0", "l2_bytes": 62914560}
+    assert hardware_numbers(measured) == hardware_numbers({"name": "NVIDIA H200"})
+    assert hardware_numbers(measured)["memory_bandwidth_gbs"] == GPU_SPECS["h200"]["memory_bandwidth_gbs"]
+    by_name, with_numbers = request(TORCH_ONLY, gpu="NVIDIA H200"), request(TORCH_ONLY, gpu="NVIDIA H200")
+    with_numbers.hardware = measured
+    assert np.array_equal(request_features(by_name), request_features(with_numbers), equal_nan=True)
+    # A GPU the table does not know keeps the numbers it was given.
+    assert hardware_numbers({"name": "Some GPU", "memory_bandwidth_gbs": 900.0})["memory_bandwidth_gbs"] == 900.0
 
 
 def test_the_references_measured_time_over_its_roofline_is_a_feature_where_it_is_known():
