@@ -100,3 +100,17 @@ def test_program_rows_read_cuda_l1_programs_and_torch_records_with_misses(tmp_pa
     rows = torch_record_rows(records, reference_source="class Model: pass")
     assert [(r["origin"], r["speedup"], r["gpu"]) for r in rows] == [("a", 1.5, "h200"), ("b", None, "h200")]
     assert rows[0]["request"].reference_ms == 0.5
+
+
+def test_the_cold_rate_is_the_median_of_timed_passes_each_after_the_caches_are_emptied():
+    cleared = []
+    surrogate = ByName({"fast": 2.0, "slow": 0.5, "broken": 0.0})
+    report = heldout_report(surrogate, POOL, clear=lambda: cleared.append(1), throughput_passes=3)
+    assert len(cleared) == 3 and len(report["cold_forecasts_per_s_passes"]) == 3
+    rates = sorted(report["cold_forecasts_per_s_passes"])
+    assert report["cold_forecasts_per_s"] == pytest.approx(rates[1], rel=1e-3)
+    # The scores are those of the first pass, whatever the timing passes did.
+    assert report["recovered_at_1pct"] == 1.0
+    # A pass that may read cached forecasts is not cold: timing again needs a way to empty the caches.
+    with pytest.raises(ValueError, match="needs `clear`"):
+        heldout_report(surrogate, POOL, throughput_passes=2)
