@@ -49,3 +49,16 @@ def test_an_llm_endpoint_is_scored_the_same_way_with_its_tokens_counted(cuda_l1,
 def test_without_a_dataset_or_heldout_it_says_what_to_name():
     with pytest.raises(CommandError, match="--dataset.*--heldout"):
         call_command("evaluate_surrogate", "--surrogate", "roofline", "--no-save")
+
+
+def test_an_llm_endpoint_that_never_answers_is_refused_with_its_reason_and_nothing_is_written(cuda_l1, tmp_path):
+    import socket
+
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "llm.json"
+    with pytest.raises(CommandError, match=r"made no forecast: all \d+ abstained .*did not answer"):
+        call_command("evaluate_surrogate", "--heldout", "--surrogate", "llm", "--llm-model", "absent",
+                     "--base-url", f"http://127.0.0.1:{port}/v1", "--no-cache", "--limit", "3", "--out", str(out))
+    assert not out.exists()

@@ -288,6 +288,12 @@ class Command(BaseCommand):
                                     clear_pool=program_features.clear_candidates, batch_size=options["batch_size"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        if report["rows"] and report["abstained"] == report["rows"]:
+            # Nothing was forecast (an endpoint that never answered, a model that cannot read these programs):
+            # the ranking figures would be the random tie-break's, so there is no report to write.
+            why, count = next(iter(report["abstain_reasons"].items()), ("no reason given", report["rows"]))
+            raise CommandError(f"{description['id']} made no forecast: all {report['rows']} abstained "
+                               f"({count} with: {why}). Nothing was written.")
         report = {"surrogate": description, "command": "manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]),
                   **{key: report.get(key) for key in HEADLINE}, "abstained": report["abstained"],
                   "abstain_reasons": report["abstain_reasons"],
@@ -296,6 +302,9 @@ class Command(BaseCommand):
             value = report.get(key)
             shown = "—" if value is None else format(value, ".3f") if isinstance(value, float) else value
             self.stdout.write(f"{key:<30}{shown}")
+        if report["abstain_reasons"]:
+            self.stdout.write("abstentions (ranked last, not scored for Brier/CRPS): "
+                              + "; ".join(f"{n}x {why}" for why, n in report["abstain_reasons"].items()))
         if options["out"]:
             Path(options["out"]).write_text(json.dumps(report, indent=1, default=float) + "\n")
             self.stdout.write(f"wrote {options['out']}")
