@@ -580,6 +580,19 @@ def random_ranking(rows, draws: int = 200) -> dict:
     return out
 
 
+def lopo_model(train: list[dict], args) -> LearnedSurrogate:
+    """The learned surrogate of a search's settings (`args`), trained on rows of the other families."""
+    # (settings made before --committee train the single model their committed figures came from)
+    return LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight,
+                            moments=getattr(args, "moments", "bins"),
+                            committee=getattr(args, "committee", False),
+                            # and those made before --reference-profile read no reference counters
+                            reference_profile=getattr(args, "reference_profile", False),
+                            # and those made before --family-weights weigh every training row alike
+                            family_weights=getattr(args, "family_weights", "rows")).fit(
+        train, groups=[r["problem_name"] for r in train])
+
+
 def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None) -> tuple[dict, dict]:
     """Per held-out dataset (those named in `only`, if given): the learned surrogate trained on the others,
     and the evaluation."""
@@ -589,15 +602,7 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
             continue
         train = [r for d in datasets if d is not held for r in d.rows]
         started = time.perf_counter()
-        # (settings made before --committee train the single model their committed figures came from)
-        model = LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight,
-                                 moments=getattr(args, "moments", "bins"),
-                                 committee=getattr(args, "committee", False),
-                                 # and those made before --reference-profile read no reference counters
-                                 reference_profile=getattr(args, "reference_profile", False),
-                                 # and those made before --family-weights weigh every training row alike
-                                 family_weights=getattr(args, "family_weights", "rows")).fit(
-            train, groups=[r["problem_name"] for r in train])
+        model = lopo_model(train, args)
         fit_s = time.perf_counter() - started
         models[held.name] = model
         requests = _requests(held.rows)
