@@ -15,7 +15,8 @@ surrogate; this one measures it for the template families' learned surrogate, as
   level (its log estimate shifted by the mean gap over the same measured variants), the naive way to use a
   measurement.
 
-Brier, CRPS, NLL and ECE per family and their mean over families (each family weighs the same). These are
+Brier, CRPS, NLL and ECE per family and their mean over families (each family weighs the same), and the Brier and
+ECE over every family's rows pooled, as surrogate_heldout.py pools its tasks' rows. These are
 development figures: the template families, the eight test families among them, shaped the features long
 before the test families were set apart, so the frozen held-out figures are surrogate_heldout.py's.
 
@@ -39,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.search_bench import _requests, build_parser, cpu_name, lopo_model, recorded_datasets  # noqa: E402
+from search_engine import scoring  # noqa: E402
+from search_engine.bins import DEFAULT_BINS  # noqa: E402
 from search_engine.lab.heldout_eval import after_measurements, probability_block, uniform_forecasts  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
@@ -70,6 +73,16 @@ class RooflineAtRunLevel(RooflineSurrogate):
 _DATASETS: list = []
 
 
+def scored(forecasts: list[Forecast], rows: list[dict]) -> dict:
+    """probability_block's figures, and each row's confidence and whether its bin was right (for the ECE over
+    every family's rows together, which main() computes and does not store)."""
+    block = probability_block(forecasts, rows)
+    pairs = [(f.probabilities, DEFAULT_BINS.bin_of(r["speedup"])) for f, r in zip(forecasts, rows)]
+    block["_confidence"] = [scoring.confidence(p) for p, _ in pairs]
+    block["_correct"] = [bool(scoring.predicted_bin(p) == t) for p, t in pairs]
+    return block
+
+
 def evaluate_family(name: str, search_args, measured: tuple[int, ...]) -> dict:
     """One held-out family's figures (the worker of --jobs: the datasets are the module's, forked)."""
     held = next(d for d in _DATASETS if d.name == name)
@@ -83,19 +96,17 @@ def evaluate_family(name: str, search_args, measured: tuple[int, ...]) -> dict:
     cold = model.forecast_many(requests)
     roofline = RooflineSurrogate().forecast_many(requests)
     out = {"variants": len(rows), "train_rows": len(train), "fit_s": round(fit_s, 1),
-           "cold": {"learned": probability_block(cold, rows), "uniform": probability_block(uniform_forecasts(len(rows)), rows),
-                    "roofline": probability_block(roofline, rows),
-                    "roofline_at_run_level": probability_block(roofline, rows)}}
+           "cold": {"learned": scored(cold, rows), "uniform": scored(uniform_forecasts(len(rows)), rows),
+                    "roofline": scored(roofline, rows), "roofline_at_run_level": scored(roofline, rows)}}
     for n in measured:
         learned, kept, counts = after_measurements(copy.deepcopy(model), rows, cold, measured=n)
         # The same measured variants (the learned surrogate's cold order) and the same rows scored.
         levelled, kept_r, _ = after_measurements(RooflineAtRunLevel(), rows, cold, measured=n)
         assert [id(r) for r in kept] == [id(r) for r in kept_r]
         index = {id(r): i for i, r in enumerate(rows)}
-        out[f"after_{n}"] = {"learned": probability_block(learned, kept),
-                             "uniform": probability_block(uniform_forecasts(len(kept)), kept),
-                             "roofline": probability_block([roofline[index[id(r)]] for r in kept], kept),
-                             "roofline_at_run_level": probability_block(levelled, kept),
+        out[f"after_{n}"] = {"learned": scored(learned, kept), "uniform": scored(uniform_forecasts(len(kept)), kept),
+                             "roofline": scored([roofline[index[id(r)]] for r in kept], kept),
+                             "roofline_at_run_level": scored(levelled, kept),
                              "measured_speedups": sorted((r["speedup"] for r in rows if id(r) not in
                                                           {id(k) for k in kept}), reverse=True),
                              "rows": len(kept), **counts}
@@ -110,6 +121,15 @@ def summary(families: dict, stage: str) -> dict:
         out[forecaster] = {m: statistics.fmean(f[stage][forecaster][m] for f in families.values()) for m in METRICS}
     out["learned_beats"] = {other: {m: sum(f[stage]["learned"][m] < f[stage][other][m] for f in families.values())
                                     for m in METRICS} for other in FORECASTERS[1:]}
+    # Every family's rows together, as surrogate_heldout.py pools its tasks' rows: a family's own ECE also
+    # counts how far its level is from the forecast's, which pooling partly averages out.
+    out["pooled"] = {}
+    for forecaster in FORECASTERS:
+        blocks = [f[stage][forecaster] for f in families.values()]
+        rows = sum(b["rows"] for b in blocks)
+        out["pooled"][forecaster] = {
+            "rows": rows, "brier": sum(b["brier"] * b["rows"] for b in blocks) / rows,
+            "ece": scoring.ece([c for b in blocks for c in b["_confidence"]], [k for b in blocks for k in b["_correct"]])}
     out["families"] = len(families)
     return out
 
@@ -155,6 +175,11 @@ def main(argv=None) -> dict:
         "summary": {stage: summary(families, stage) for stage in stages},
         "families": families, "seconds": round(time.time() - started, 1),
     }
+    for fam in families.values():
+        for stage in stages:
+            for block in fam[stage].values():
+                if isinstance(block, dict):
+                    block.pop("_confidence", None), block.pop("_correct", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
     print_table(result, stages)
@@ -180,6 +205,12 @@ def print_table(result: dict, stages: list[str]) -> None:
                 beats = (f"   {b['uniform']['brier']} / {b['roofline']['brier']} / "
                          f"{b['roofline_at_run_level']['brier']} of {block['families']}")
             print(f"{stage + ' ' + forecaster:<32}" + "".join(f"{block[forecaster][m]:>9.3f}" for m in METRICS) + beats)
+    print()
+    print(f"{'every family' + chr(39) + 's rows pooled':<32}{'brier':>9}{'ece':>9}{'rows':>9}")
+    for stage in stages:
+        for forecaster in FORECASTERS:
+            pooled = result["summary"][stage]["pooled"][forecaster]
+            print(f"{stage + ' ' + forecaster:<32}{pooled['brier']:>9.3f}{pooled['ece']:>9.3f}{pooled['rows']:>9}")
 
 
 if __name__ == "__main__":

@@ -61,3 +61,7 @@ def test_a_held_out_family_is_scored_cold_and_after_its_first_measurements_on_th
     assert len(out["after_2"]["measured_speedups"]) == 2
     summary = lopo.summary({"syn_transpose": out}, "after_1")
     assert summary["families"] == 1 and set(summary["learned_beats"]) == set(lopo.FORECASTERS[1:])
+    # One family pooled is that family: the same Brier and ECE.
+    for forecaster in lopo.FORECASTERS:
+        assert summary["pooled"][forecaster]["brier"] == pytest.approx(out["after_1"][forecaster]["brier"])
+        assert summary["pooled"][forecaster]["ece"] == pytest.approx(out["after_1"][forecaster]["ece"])
