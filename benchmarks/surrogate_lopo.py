@@ -52,7 +52,7 @@ FORECASTERS = ("learned", "uniform", "roofline", "roofline_at_run_level")
 
 class RooflineAtRunLevel(RooflineSurrogate):
     """The roofline heuristic, its log estimate moved by the mean gap between the run's measured log speedups
-    and its estimates of them: a naive use of the run's measurements to beside the learned surrogate's."""
+    and its estimates of them: the naive use of the run's measurements, set beside the learned surrogate's."""
 
     name = "roofline-run-level"
 
@@ -104,11 +104,12 @@ def evaluate_family(name: str, search_args, measured: tuple[int, ...]) -> dict:
         levelled, kept_r, _ = after_measurements(RooflineAtRunLevel(), rows, cold, measured=n)
         assert [id(r) for r in kept] == [id(r) for r in kept_r]
         index = {id(r): i for i, r in enumerate(rows)}
+        scored_rows = {id(r) for r in kept}
         out[f"after_{n}"] = {"learned": scored(learned, kept), "uniform": scored(uniform_forecasts(len(kept)), kept),
                              "roofline": scored([roofline[index[id(r)]] for r in kept], kept),
                              "roofline_at_run_level": scored(levelled, kept),
-                             "measured_speedups": sorted((r["speedup"] for r in rows if id(r) not in
-                                                          {id(k) for k in kept}), reverse=True),
+                             "measured_speedups": sorted((r["speedup"] for r in rows if id(r) not in scored_rows),
+                                                         reverse=True),
                              "rows": len(kept), **counts}
     return out
 
