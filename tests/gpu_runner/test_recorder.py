@@ -3,6 +3,8 @@ import gzip
 import json
 import shutil
 
+import pytest
+
 from gpu_runner import MeasurementResult, Runner, load_problem
 from gpu_runner.backends.base import Backend
 from gpu_runner.record import main as record_main
@@ -180,6 +182,46 @@ def test_the_reference_profiles_tool_stores_counters_profiled_elsewhere_and_skip
     assert reference["profiler"] == {"l1tex__t_sector_hit_rate.pct": 3.5}
     assert [r for r in after if r["variant"] != "reference"] == [r for r in before if r["variant"] != "reference"]
     assert tool.chosen_problems(None, str(tmp_path)) == ["column_sum"]
+
+
+def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_them_profiled(tmp_path, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    import gpu_runner
+    from gpu_runner import recorder
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("reference_profiles",
+                                                  root / "kernellab" / "problems" / "tools" / "reference_profiles.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    for name in ("column_sum", "gelu"):
+        shutil.copy(root / "kernellab" / "problems" / name / "records" / "h200.jsonl.gz", tmp_path / f"{name}.jsonl.gz")
+
+    class NoGpu:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def profile_reference(problem, path, *, runner=None):
+        if problem.name == "gelu":
+            raise KeyboardInterrupt  # the device call's time limit stops the process here
+        recorder.store_reference_profile(problem, path, {"l1tex__t_sector_hit_rate.pct": 42.0})
+        return {"path": str(path), "profiled": True}
+
+    monkeypatch.setattr(gpu_runner, "Runner", NoGpu)
+    monkeypatch.setattr(recorder, "profile_reference", profile_reference)
+    out = tmp_path / "profiles.json"
+    with pytest.raises(KeyboardInterrupt):
+        tool.profile(["column_sum", "gelu"], str(tmp_path), out)
+    assert json.loads(out.read_text()) == {"column_sum": {"l1tex__t_sector_hit_rate.pct": 42.0}}
+    assert not out.with_name(out.name + ".partial").exists()
 
 
 def test_profiling_a_reference_where_no_gpu_worker_starts_says_so_and_changes_nothing(tmp_path, monkeypatch):

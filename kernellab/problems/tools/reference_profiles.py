@@ -5,7 +5,9 @@
     python kernellab/problems/tools/reference_profiles.py store FILE.json [--recordings DIR]
 
 `profile` (on a GPU machine with ncu) profiles the reference of each problem's recording and writes
-{problem: counters, or {"error": why}} to FILE.json; the recordings it profiles are rewritten in place.
+{problem: counters, or {"error": why}} to FILE.json, again after every reference, so that a call stopped by its time
+limit keeps what it read (`store` it, and the next call finds those references profiled already); the recordings it
+profiles are rewritten in place.
 `store` (anywhere) writes the counters of such a file into the reference records of the recordings here,
 so that a recording made on the device machine and its profile travel separately.
 
@@ -40,6 +42,14 @@ def chosen_problems(names: str | None, recordings: str | None) -> list[str]:
                   if (folder / "problem.toml").is_file() and recording_path(folder.name, recordings).is_file())
 
 
+def write_found(found: dict, out: Path) -> None:
+    """The counters found so far, written whole (a temporary file renamed over the last one)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(found, indent=1, sort_keys=True))
+    partial.replace(out)
+
+
 def profile(names: list[str], recordings: str | None, out: Path) -> int:
     from gpu_runner import Runner, load_problem
     from gpu_runner.backends.replay import read_records
@@ -63,8 +73,10 @@ def profile(names: list[str], recordings: str | None, out: Path) -> int:
                 failures += 1
                 found[name] = {"error": summary["reason"]}
                 print(f"{name}: not profiled: {summary['reason']}", flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(found, indent=1, sort_keys=True))
+            # After every reference: a device call cut short by its time limit still hands back the counters
+            # read so far, `store` writes them here, and the next call finds those references profiled already.
+            write_found(found, out)
+    write_found(found, out)
     print(f"wrote {out}: {len(names) - failures} of {len(names)} references profiled")
     return 0 if failures < len(names) else 1
 
