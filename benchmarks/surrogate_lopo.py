@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.search_bench import _requests, build_parser, cpu_name, lopo_model, recorded_datasets  # noqa: E402
 from search_engine import scoring  # noqa: E402
-from search_engine.bins import DEFAULT_BINS  # noqa: E402
-from search_engine.lab.heldout_eval import after_measurements, probability_block, uniform_forecasts  # noqa: E402
+from search_engine.lab.heldout_eval import (  # noqa: E402
+    after_measurements, calibration_pairs, probability_block, uniform_forecasts)
 from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 
@@ -77,9 +77,7 @@ def scored(forecasts: list[Forecast], rows: list[dict]) -> dict:
     """probability_block's figures, and each row's confidence and whether its bin was right (for the ECE over
     every family's rows together, which main() computes and does not store)."""
     block = probability_block(forecasts, rows)
-    pairs = [(f.probabilities, DEFAULT_BINS.bin_of(r["speedup"])) for f, r in zip(forecasts, rows)]
-    block["_confidence"] = [scoring.confidence(p) for p, _ in pairs]
-    block["_correct"] = [bool(scoring.predicted_bin(p) == t) for p, t in pairs]
+    block["_confidence"], block["_correct"] = calibration_pairs(forecasts, rows)
     return block
 
 
@@ -180,7 +178,8 @@ def main(argv=None) -> dict:
         for stage in stages:
             for block in fam[stage].values():
                 if isinstance(block, dict):
-                    block.pop("_confidence", None), block.pop("_correct", None)
+                    block.pop("_confidence", None)
+                    block.pop("_correct", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
     print_table(result, stages)

@@ -117,14 +117,26 @@ def ranking_block(forecasts: list[Forecast], rows: list[dict], *, bins: BinTable
     }
 
 
+def _scored_pairs(forecasts: list[Forecast], rows: list[dict], bins: BinTable) -> list[tuple]:
+    """(probabilities, measured bin) of the rows with a speedup and an answered forecast."""
+    return [(f.probabilities, bins.bin_of(_speedup(r))) for f, r in zip(forecasts, rows)
+            if _speedup(r) is not None and not f.abstained and f.probabilities]
+
+
+def calibration_pairs(forecasts: list[Forecast], rows: list[dict],
+                      bins: BinTable = DEFAULT_BINS) -> tuple[list[float], list[bool]]:
+    """The confidences and whether the forecast bin was right, over the rows probability_block scores (for an
+    ECE over several blocks' rows together)."""
+    pairs = _scored_pairs(forecasts, rows, bins)
+    return [scoring.confidence(p) for p, _ in pairs], [bool(scoring.predicted_bin(p) == t) for p, t in pairs]
+
+
 def probability_block(forecasts: list[Forecast], rows: list[dict], bins: BinTable = DEFAULT_BINS) -> dict:
     """Brier, CRPS, NLL and ECE over the rows with a speedup and an answered forecast."""
-    pairs = [(f.probabilities, bins.bin_of(_speedup(r))) for f, r in zip(forecasts, rows)
-             if _speedup(r) is not None and not f.abstained and f.probabilities]
+    pairs = _scored_pairs(forecasts, rows, bins)
     if not pairs:
         return {"rows": 0}
-    conf = [scoring.confidence(p) for p, _ in pairs]
-    correct = [scoring.predicted_bin(p) == t for p, t in pairs]
+    conf, correct = calibration_pairs(forecasts, rows, bins)
     return {
         "rows": len(pairs),
         "brier": float(np.mean([scoring.brier(p, t) for p, t in pairs])),

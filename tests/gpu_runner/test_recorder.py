@@ -3,6 +3,8 @@ import gzip
 import json
 import shutil
 
+from pathlib import Path
+
 import pytest
 
 from gpu_runner import MeasurementResult, Runner, load_problem
@@ -12,6 +14,9 @@ from gpu_runner.recorder import record_family
 from gpu_runner.result import TimingStats
 from gpu_runner.vendor import vendor_candidate
 from tests.gpu_runner.helpers import PROBLEMS, saxpy_problem
+from tests.scripts import loaded_script
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class CountingBackend(Backend):
@@ -160,16 +165,16 @@ def test_counters_measured_elsewhere_are_stored_in_the_reference_record(tmp_path
     assert after[0]["profiler"] == {"dram__bytes_read.sum": 8.0} and after[1:] == before[1:]
 
 
-def test_the_reference_profiles_tool_stores_counters_profiled_elsewhere_and_skips_failures(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
+@pytest.fixture
+def reference_profiles_tool():
+    with loaded_script(ROOT / "kernellab" / "problems" / "tools" / "reference_profiles.py", "reference_profiles") as tool:
+        yield tool
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("reference_profiles",
-                                                  root / "kernellab" / "problems" / "tools" / "reference_profiles.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    shutil.copy(root / "kernellab" / "problems" / "column_sum" / "records" / "h200.jsonl.gz", tmp_path / "column_sum.jsonl.gz")
+
+def test_the_reference_profiles_tool_stores_counters_profiled_elsewhere_and_skips_failures(
+        tmp_path, capsys, reference_profiles_tool):
+    tool = reference_profiles_tool
+    shutil.copy(ROOT / "kernellab" / "problems" / "column_sum" / "records" / "h200.jsonl.gz", tmp_path / "column_sum.jsonl.gz")
     before = lines(tmp_path / "column_sum.jsonl.gz")
     found = tmp_path / "profiles.json"
     found.write_text(json.dumps({"column_sum": {"l1tex__t_sector_hit_rate.pct": 3.5},
@@ -184,20 +189,14 @@ def test_the_reference_profiles_tool_stores_counters_profiled_elsewhere_and_skip
     assert tool.chosen_problems(None, str(tmp_path)) == ["column_sum"]
 
 
-def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_them_profiled(tmp_path, monkeypatch):
-    import importlib.util
-    from pathlib import Path
-
+def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_them_profiled(
+        tmp_path, monkeypatch, reference_profiles_tool):
     import gpu_runner
     from gpu_runner import recorder
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("reference_profiles",
-                                                  root / "kernellab" / "problems" / "tools" / "reference_profiles.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = reference_profiles_tool
     for name in ("column_sum", "gelu"):
-        shutil.copy(root / "kernellab" / "problems" / name / "records" / "h200.jsonl.gz", tmp_path / f"{name}.jsonl.gz")
+        shutil.copy(ROOT / "kernellab" / "problems" / name / "records" / "h200.jsonl.gz", tmp_path / f"{name}.jsonl.gz")
 
     class NoGpu:
         def __init__(self, *args, **kwargs):
@@ -209,19 +208,33 @@ def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_
         def __exit__(self, *exc):
             return False
 
-    def profile_reference(problem, path, *, runner=None):
+    real_profile_reference = recorder.profile_reference
+
+    def first_call(problem, path, *, runner=None):
         if problem.name == "gelu":
             raise KeyboardInterrupt  # the device call's time limit stops the process here
         recorder.store_reference_profile(problem, path, {"l1tex__t_sector_hit_rate.pct": 42.0})
         return {"path": str(path), "profiled": True}
 
     monkeypatch.setattr(gpu_runner, "Runner", NoGpu)
-    monkeypatch.setattr(recorder, "profile_reference", profile_reference)
+    monkeypatch.setattr(recorder, "profile_reference", first_call)
     out = tmp_path / "profiles.json"
     with pytest.raises(KeyboardInterrupt):
         tool.profile(["column_sum", "gelu"], str(tmp_path), out)
     assert json.loads(out.read_text()) == {"column_sum": {"l1tex__t_sector_hit_rate.pct": 42.0}}
     assert not out.with_name(out.name + ".partial").exists()
+
+    # The next call: column_sum's reference carries its counters and is not profiled again (the recorder's own
+    # answer, before any GPU is asked for); gelu, here without a GPU, is reported.
+    def next_call(problem, path, *, runner=None):
+        if problem.name == "gelu":
+            return {"path": str(path), "profiled": False, "reason": "no GPU here"}
+        return real_profile_reference(problem, path, runner=runner)
+
+    monkeypatch.setattr(recorder, "profile_reference", next_call)
+    assert tool.profile(["column_sum", "gelu"], str(tmp_path), out) == 0
+    assert json.loads(out.read_text()) == {"column_sum": {"l1tex__t_sector_hit_rate.pct": 42.0},
+                                           "gelu": {"error": "no GPU here"}}
 
 
 def test_profiling_a_reference_where_no_gpu_worker_starts_says_so_and_changes_nothing(tmp_path, monkeypatch):
