@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from search_engine.lab.reports import list_reports, load_report
 from tests.lab.helpers import SAXPY_DIR
@@ -41,9 +41,19 @@ def test_a_real_model_is_scored_on_the_held_out_tasks_like_the_program_surrogate
         pytest.skip(f"CUDA-L1 is not at {cuda_l1_dir()}")
     settings.DATA_DIR = tmp_path
     out = tmp_path / "heldout.json"
-    call_command("evaluate_surrogate", "--heldout", "--surrogate", "llm", "--llm-model", llm_server["model"],
-                 "--base-url", llm_server["base_url"], "--limit", "3", "--concurrency", "1", "--max-tokens", "300",
-                 "--no-cache", "--out", str(out))
+    try:
+        call_command("evaluate_surrogate", "--heldout", "--surrogate", "llm", "--llm-model", llm_server["model"],
+                     "--base-url", llm_server["base_url"], "--limit", "3", "--concurrency", "1", "--max-tokens", "300",
+                     "--no-cache", "--out", str(out))
+    except CommandError as exc:
+        # The tiny model often answers with unusable numbers (probabilities [1, 2, ..., 8]); when no row gets a
+        # usable answer the command refuses, naming the answers' fault, and writes nothing. That fault must be
+        # the answer's: an endpoint that never answered is a failure of this test, not a refusal to accept.
+        message = str(exc)
+        assert "made no forecast: all" in message and "Nothing was written." in message, message
+        assert "did not answer" not in message and "onnection" not in message, message
+        assert not out.exists()
+        return
     report = json.loads(out.read_text())
     assert set(HEADLINE) <= set(report) and 1 <= report["rows"] <= 3
     # Each row is answered (its tokens counted, its probabilities scored) or an abstention with its reason;
