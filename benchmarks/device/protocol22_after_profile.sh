@@ -3,6 +3,7 @@
 # search_cpu_2026-12-05_validation-protocol-22.txt says what they are and why; docs/search.md, "The reference's
 # profile as features"). Usage, from the repository root, with the folder the device call's files came back to:
 #   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--jobs 2]
+#   bash benchmarks/device/protocol22_after_profile.sh --list   (prints R22's twelve runs, one per line, and stops)
 # 1. stores the counters in the bundled records and the second recording (reference_profiles.py store);
 # 2. repeats X18's 3validation-families run with model seed 0 and compares it, seed for seed, with the committed
 #    file; a difference stops here (the protocol then reruns X18 on all nine before the rule is read);
@@ -12,24 +13,38 @@
 # file that exists is not run again), so a cut-short call can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 1 ] || { echo "usage: $0 FILES_AT [--jobs N]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 FILES_AT [--jobs N] | --list" >&2; exit 2; }
+results=benchmarks/results
+common=(--lopo-searched-only --skip-baselines)
+nine=(--exclude depthwise_conv2d,maxpool2d)
+r22_runs() {  # R22's twelve runs: the result file, then search_bench's arguments
+  local m spec f
+  for m in 0 1; do
+    for spec in "3validation-families:column_sum,gelu,layernorm" "3new-families:dot,bincount,spmv_ell" \
+                "2heldout-families:nbody,stencil3d"; do
+      echo "$results/search_cpu_2026-12-04_${spec%%:*}_R22_model-seed$m.json --families ${spec#*:} ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
+    done
+    echo "$results/search_cpu_2026-12-04_hgemm_mma-variants-target_R22_model-seed$m.json --families hgemm_mma --ignore-vendor hgemm_mma ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
+    for f in depthwise_conv2d maxpool2d; do
+      echo "$results/search_cpu_2026-12-05_${f}_heldout_R22_model-seed$m.json --families $f --model-seed $m ${common[*]} --reference-profile"
+    done
+  done
+}
+if [ "$1" = "--list" ]; then r22_runs; exit 0; fi
 files=$1; shift
 jobs=2
 if [ "${1:-}" = "--jobs" ]; then jobs=${2:?--jobs needs a number}; fi
-py=.venv/bin/python
-[ -x "$py" ] || { echo "no .venv here: run ./kl test --collect-only -q once to build it" >&2; exit 2; }
-results=benchmarks/results
 for f in reference_profiles_bundled.json reference_profiles_second.json; do
   [ -f "$files/$f" ] || { echo "$files/$f is missing: the device call did not finish that part" >&2; exit 1; }
 done
+py=.venv/bin/python
+[ -x "$py" ] || { echo "no .venv here: run ./kl test --collect-only -q once to build it" >&2; exit 2; }
 
 echo "== 1. storing the references' counters"
 $py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_bundled.json"
 $py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_second.json" \
   --recordings $results/recordings/h200_2026-12-03
 
-common=(--lopo-searched-only --skip-baselines)
-nine=(--exclude depthwise_conv2d,maxpool2d)
 run() {  # OUT ARGS...: one search_bench run, skipped where OUT exists
   local out=$1; shift
   if [ -f "$out" ]; then echo "   $out exists, skipped"; return 0; fi
@@ -53,22 +68,10 @@ EOF
 
 echo "== 3. R22's twelve runs ($jobs at a time)"
 jobsfile=$(mktemp)
-for m in 0 1; do
-  for spec in "3validation-families:column_sum,gelu,layernorm" "3new-families:dot,bincount,spmv_ell" \
-              "2heldout-families:nbody,stencil3d"; do
-    echo "$results/search_cpu_2026-12-04_${spec%%:*}_R22_model-seed$m.json --families ${spec#*:} ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
-  done
-  echo "$results/search_cpu_2026-12-04_hgemm_mma-variants-target_R22_model-seed$m.json --families hgemm_mma --ignore-vendor hgemm_mma ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
-  for f in depthwise_conv2d maxpool2d; do
-    echo "$results/search_cpu_2026-12-05_${f}_heldout_R22_model-seed$m.json --families $f --model-seed $m ${common[*]} --reference-profile"
-  done
-done > "$jobsfile"
-xargs -P "$jobs" -L 1 bash -c 'run "$@"' _ < "$jobsfile"
+r22_runs > "$jobsfile"
+xargs -P "$jobs" -L 1 bash -c 'run "$@"' _ < "$jobsfile" || true  # a failed run is named below
 rm -f "$jobsfile"
-missing=$(for m in 0 1; do for n in 3validation-families 3new-families 2heldout-families hgemm_mma-variants-target; do
-  f=$results/search_cpu_2026-12-04_${n}_R22_model-seed$m.json; [ -f "$f" ] || echo "$f"; done
-  for n in depthwise_conv2d maxpool2d; do f=$results/search_cpu_2026-12-05_${n}_heldout_R22_model-seed$m.json
-  [ -f "$f" ] || echo "$f"; done; done)
+missing=$(r22_runs | while read -r out _; do [ -f "$out" ] || echo "$out"; done)
 [ -z "$missing" ] || { echo "runs that failed (their _log.txt says why):"; echo "$missing"; exit 1; } >&2
 
 echo "== 4. the rule"
