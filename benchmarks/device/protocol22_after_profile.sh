@@ -7,7 +7,7 @@
 # 1. stores the counters in the bundled records and the second recording (reference_profiles.py store);
 # 2. repeats X18's 3validation-families run with model seed 0 and compares it, seed for seed, with the committed
 #    file; a difference stops here (the protocol then reruns X18 on all nine before the rule is read);
-# 3. runs R22's twelve runs (about 30 minutes on two cores), logs beside each JSON;
+# 3. runs R22's twelve runs (10-15 minutes on two cores), logs beside each JSON;
 # 4. reads the rule: select_settings.py --protocol 22.
 # It stops at the first step that fails, saying which; steps already done are skipped on a second call (a result
 # file that exists is not run again), so a cut-short call can be repeated.
