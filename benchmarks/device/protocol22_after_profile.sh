@@ -48,8 +48,11 @@ $py kernellab/problems/tools/reference_profiles.py store "$files/reference_profi
 run() {  # OUT ARGS...: one search_bench run, skipped where OUT exists
   local out=$1; shift
   if [ -f "$out" ]; then echo "   $out exists, skipped"; return 0; fi
-  OMP_NUM_THREADS=1 nice -n 5 $py benchmarks/search_bench.py "$@" --out "$out.part" > "${out%.json}_log.txt" 2>&1 \
-    && mv "$out.part" "$out"
+  if OMP_NUM_THREADS=1 nice -n 5 $py benchmarks/search_bench.py "$@" --out "$out.part" > "${out%.json}_log.txt" 2>&1; then
+    mv "$out.part" "$out"
+  else
+    echo "   $out failed: ${out%.json}_log.txt says why" >&2; return 1
+  fi
 }
 export -f run; export py
 
