@@ -1,6 +1,7 @@
 """The recorder writes one line per variant, resumes where it stopped and includes the baselines."""
 import gzip
 import json
+import re
 import shutil
 
 from pathlib import Path
@@ -190,7 +191,7 @@ def test_the_reference_profiles_tool_stores_counters_profiled_elsewhere_and_skip
 
 
 def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_them_profiled(
-        tmp_path, monkeypatch, reference_profiles_tool):
+        tmp_path, monkeypatch, capsys, reference_profiles_tool):
     import gpu_runner
     from gpu_runner import recorder
 
@@ -235,6 +236,10 @@ def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_
     assert tool.profile(["column_sum", "gelu"], str(tmp_path), out) == 0
     assert json.loads(out.read_text()) == {"column_sum": {"l1tex__t_sector_hit_rate.pct": 42.0},
                                            "gelu": {"error": "no GPU here"}}
+    # Each reference's line says how long it took, so a device call's log tells what the next one will cost.
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"column_sum: 1 counters \(\d+\.\d s\)", lines[0])
+    assert re.fullmatch(r"gelu: not profiled \(\d+\.\d s\): no GPU here", lines[2])
 
 
 def test_profiling_a_reference_where_no_gpu_worker_starts_says_so_and_changes_nothing(tmp_path, monkeypatch):

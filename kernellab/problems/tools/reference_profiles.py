@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -61,6 +62,7 @@ def profile(names: list[str], recordings: str | None, out: Path) -> int:
     with Runner("cupy", settings=RECORD_SETTINGS) as runner:
         for name in names:
             path = recording_path(name, recordings)
+            started = time.monotonic()
             try:
                 summary = profile_reference(load_problem(PROBLEMS / name), path, runner=runner)
             except Exception as exc:  # one problem's failure must not lose the others' counters
@@ -68,11 +70,11 @@ def profile(names: list[str], recordings: str | None, out: Path) -> int:
             if summary["profiled"] or summary.get("already"):
                 record = next(r for r in read_records(path) if r.get("variant") == "reference")
                 found[name] = record["profiler"]
-                print(f"{name}: {len(record['profiler'])} counters", flush=True)
+                print(f"{name}: {len(record['profiler'])} counters ({time.monotonic() - started:.1f} s)", flush=True)
             else:
                 failures += 1
                 found[name] = {"error": summary["reason"]}
-                print(f"{name}: not profiled: {summary['reason']}", flush=True)
+                print(f"{name}: not profiled ({time.monotonic() - started:.1f} s): {summary['reason']}", flush=True)
             # After every reference: a device call cut short by its time limit still hands back the counters
             # read so far, `store` writes them here, and the next call finds those references profiled already.
             write_found(found, out)
