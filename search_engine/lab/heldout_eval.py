@@ -127,7 +127,10 @@ def calibration_pairs(forecasts: list[Forecast], rows: list[dict],
                       bins: BinTable = DEFAULT_BINS) -> tuple[list[float], list[bool]]:
     """The confidences and whether the forecast bin was right, over the rows probability_block scores (for an
     ECE over several blocks' rows together)."""
-    pairs = _scored_pairs(forecasts, rows, bins)
+    return _confidence_and_correct(_scored_pairs(forecasts, rows, bins))
+
+
+def _confidence_and_correct(pairs: list[tuple]) -> tuple[list[float], list[bool]]:
     return [scoring.confidence(p) for p, _ in pairs], [bool(scoring.predicted_bin(p) == t) for p, t in pairs]
 
 
@@ -136,7 +139,7 @@ def probability_block(forecasts: list[Forecast], rows: list[dict], bins: BinTabl
     pairs = _scored_pairs(forecasts, rows, bins)
     if not pairs:
         return {"rows": 0}
-    conf, correct = calibration_pairs(forecasts, rows, bins)
+    conf, correct = _confidence_and_correct(pairs)
     return {
         "rows": len(pairs),
         "brier": float(np.mean([scoring.brier(p, t) for p, t in pairs])),
