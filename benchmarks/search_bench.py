@@ -84,6 +84,7 @@ class Dataset:
     compile_s: float | None = None  # median seconds of one compile check of a variant, measured here
     reference_facts: dict | None = None  # the reference's compiler facts, as the app hands them to a run
     reference_profile: dict | None = None  # the reference's Nsight Compute counters, as the app hands them to a run
+    reference_profile_gpu: str | None = None  # the GPU they were read on (a stand-in's, where not the recording's)
     source: str = ""  # the records file read
     vendor_in_target: bool = True  # False only for a validation family named by --ignore-vendor
 
@@ -192,12 +193,15 @@ def recorded_datasets(gpu: str = "h200", records_dir: Path | None = None) -> lis
             records = [json.loads(line) for line in fh if line.strip()]
         family_records = {}
         hardware, reference_ms, reference_facts, reference_profile, vendor = {}, None, None, None, None
+        profile_gpu = None
         for record in records:
             hardware = hardware or record.get("hardware") or {}
             reference_ms = reference_ms or (record.get("reference") or {}).get("median_ms")
             if record.get("variant") == "reference":
                 reference_facts = record.get("compiler")
                 reference_profile = record.get("profiler") or None
+                profile_gpu = ((record.get("profiler_hardware") or record.get("hardware") or {}).get("name")
+                               if reference_profile else None)
             if str(record.get("variant", "")).startswith("vendor:") and record.get("status") == "ok":
                 vendor = {"name": record["variant"], "speedup": record["speedup"], "source": _shown(path)}
             if record.get("knobs"):
@@ -220,7 +224,7 @@ def recorded_datasets(gpu: str = "h200", records_dir: Path | None = None) -> lis
                      constraints=knob_constraints(problem.family.get("constraints", []), case,
                                                   problem.family["knobs"]),
                      vendor=vendor or recorded_vendor(problem.name, gpu), reference_facts=reference_facts,
-                     reference_profile=reference_profile, source=_shown(path))
+                     reference_profile=reference_profile, reference_profile_gpu=profile_gpu, source=_shown(path))
         ds.rows = _rows(ds)
         out.append(ds)
     return out
@@ -1065,6 +1069,7 @@ def main(argv=None) -> dict:
         "datasets": {d.name: {"records": d.source, "variants": len(d.records), "ok": len(d.rows), "best": d.best,
                               "vendor": d.vendor, "vendor_in_target": d.vendor_in_target,
                               "target": d.target, "budget": d.budget, "compile_s": d.compile_s,
+                              "reference_profiled_on": d.reference_profile_gpu,
                               "variants_at_target": sum(1 for r in d.rows if r["speedup"] >= d.target)}
                      for d in all_datasets},
         "baselines": "skipped (--skip-baselines): the surrogate's runs alone, no verdicts" if args.skip_baselines

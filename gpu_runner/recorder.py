@@ -140,19 +140,23 @@ def record_family(problem: Problem, out_path: str | Path, *, limit: int | None =
 
 
 def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | None = None, seed: int = 0,
-                      force: bool = False) -> dict:
+                      force: bool = False, stand_in: bool = False) -> dict:
     """Profile the reference of an existing recording with Nsight Compute and store its counters in the
     reference's record (`profiler`), rewriting the file; the other records are kept as they are.
 
     Recordings made before references were profiled get their counters this way. A reference that
-    already carries counters is left alone unless `force`. Returns what was done, with the reason when
+    already carries counters is left alone unless `force` (or unless they were a stand-in's and this call is not). Returns what was done, with the reason when
     nothing could be profiled (no reference record, a reference that changed since, ncu missing, a GPU other than
-    the one the recording was made on: counters describe the GPU they were read on)."""
+    the one the recording was made on: counters describe the GPU they were read on).
+
+    `stand_in` profiles on another GPU all the same, and the record says which (`profiler_hardware`), so that
+    whoever reads the counters knows they describe that GPU and not the recording's."""
     path = Path(path)
     found = _reference_record(problem, path)
     if isinstance(found, str):
         return {"path": str(path), "profiled": False, "reason": found}
-    if found.get("profiler") and not force:
+    # counters a stand-in GPU read are replaced once the recording's own GPU profiles the reference
+    if found.get("profiler") and not force and (stand_in or not found.get("profiler_hardware")):
         return {"path": str(path), "profiled": False, "already": True,
                 "reason": "the reference already carries counters"}
     own_runner = runner is None
@@ -162,7 +166,7 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
     try:
         recorded_on = (found.get("hardware") or {}).get("name")
         here = runner.hardware(problem)
-        if recorded_on and here is not None and here.name != recorded_on:
+        if recorded_on and here is not None and here.name != recorded_on and not stand_in:
             return {"path": str(path), "profiled": False,
                     "reason": f"the recording was made on {recorded_on} and this machine's GPU is {here.name}: its "
                               "counters would describe another GPU"}
@@ -175,24 +179,42 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
     if not result.profiler:
         return {"path": str(path), "profiled": False,
                 "reason": result.observer_errors.get("ncu", "the backend has no device module to profile")}
-    return store_reference_profile(problem, path, result.profiler)
+    summary = store_reference_profile(problem, path, result.profiler,
+                                      profiled_on=here.name if here is not None else None, stand_in=stand_in)
+    return summary | {"profiled_on": here.name if here is not None else None}
 
 
-def store_reference_profile(problem: Problem, path: str | Path, profiler: dict) -> dict:
+def store_reference_profile(problem: Problem, path: str | Path, profiler: dict, *,
+                            profiled_on: str | None = None, stand_in: bool = False) -> dict:
     """Write counters measured for `problem`'s reference (here or on another machine) into the reference's
-    record of the recording at `path`; every other record is rewritten unchanged."""
+    record of the recording at `path`; every other record is rewritten unchanged.
+
+    `profiled_on` names the GPU the counters were read on. Counters of another GPU than the recording's are
+    refused unless `stand_in`, and then the record keeps that GPU's name (`profiler_hardware`: {"name": ...});
+    counters read on the recording's GPU (or of unknown origin) drop an earlier stand-in's mark."""
     path = Path(path)
     found = _reference_record(problem, path)
     if isinstance(found, str):
         return {"path": str(path), "profiled": False, "reason": found}
+    recorded_on = (found.get("hardware") or {}).get("name")
+    other = profiled_on if profiled_on and recorded_on and profiled_on != recorded_on else None
+    if other and not stand_in:
+        return {"path": str(path), "profiled": False,
+                "reason": f"the counters were read on {other} and the recording was made on {recorded_on} "
+                          "(stored only as a stand-in, marked with the GPU they describe)"}
+
+    def profiled(record: dict) -> dict:
+        record = {k: v for k, v in record.items() if k != "profiler_hardware"} | {"profiler": dict(profiler)}
+        return record | ({"profiler_hardware": {"name": other}} if other else {})
+
     records = list(read_records(path))
-    records = [{**r, "profiler": dict(profiler)} if r.get("variant") == "reference" else r for r in records]
+    records = [profiled(r) if r.get("variant") == "reference" else r for r in records]
     tmp = path.with_suffix(".profiled")
     with gzip.open(tmp, "wt") as handle:
         for line in records:
             handle.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
     os.replace(tmp, path)
-    return {"path": str(path), "profiled": True, "metrics": len(profiler)}
+    return {"path": str(path), "profiled": True, "metrics": len(profiler), "stand_in_for": recorded_on if other else None}
 
 
 def _reference_record(problem: Problem, path: Path) -> dict | str:

@@ -1,39 +1,56 @@
 #!/usr/bin/env bash
 # Protocol 22's steps here, once profile_references.sh has run on an H200 (benchmarks/results/
 # search_cpu_2026-12-05_validation-protocol-22.txt says what they are and why; docs/search.md, "The reference's
-# profile as features"). Usage, from the repository root, with the folder the device call's files came back to:
-#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--jobs 2]
-#   bash benchmarks/device/protocol22_after_profile.sh --list   (prints R22's twelve runs, one per line, and stops)
-# 1. stores the counters in the bundled records and the second recording (reference_profiles.py store);
+# profile as features"), or protocol 26's (--protocol 26), the same with the counters read on an H100 standing in
+# for the H200 (STAND_IN=1 profile_references.sh; -protocol-26.txt). Usage, from the repository root, with the
+# folder the device call's files came back to:
+#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26] [--jobs 2]
+#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26]   (prints the candidate's twelve
+#                                                                                  runs, one per line, and stops)
+# 1. stores the counters in the bundled records and the second recording (reference_profiles.py store, with
+#    --stand-in under protocol 26, which marks each reference record with the GPU the counters were read on);
 # 2. repeats X18's 3validation-families run with model seed 0 and compares it, seed for seed, with the committed
 #    file; a difference stops here (the protocol then reruns X18 on all nine before the rule is read);
-# 3. runs R22's twelve runs (10-15 minutes on two cores), logs beside each JSON;
-# 4. reads the rule: select_settings.py --protocol 22.
+# 3. runs the candidate's (R22's or R26's) twelve runs (10-15 minutes on two cores), logs beside each JSON;
+# 4. reads the rule: select_settings.py --protocol 22 (or 26).
 # It stops at the first step that fails, saying which; steps already done are skipped on a second call (a result
 # file that exists is not run again), so a cut-short call can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 1 ] || { echo "usage: $0 FILES_AT [--jobs N] | --list" >&2; exit 2; }
+usage="usage: $0 FILES_AT [--protocol 22|26] [--jobs N] | --list [--protocol 22|26]"
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
+files=$1; shift
+protocol=22
+jobs=2
+while [ $# -gt 0 ]; do
+  case $1 in
+    --protocol) protocol=${2:?--protocol needs 22 or 26}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
+case $protocol in
+  22) config=R22; stand_in=() ;;
+  26) config=R26; stand_in=(--stand-in) ;;
+  *) echo "$usage" >&2; exit 2 ;;
+esac
 results=benchmarks/results
 common=(--lopo-searched-only --skip-baselines)
 nine=(--exclude depthwise_conv2d,maxpool2d)
-r22_runs() {  # R22's twelve runs: the result file, then search_bench's arguments
+r22_runs() {  # the candidate's twelve runs: the result file, then search_bench's arguments
   local m spec f
   for m in 0 1; do
     for spec in "3validation-families:column_sum,gelu,layernorm" "3new-families:dot,bincount,spmv_ell" \
                 "2heldout-families:nbody,stencil3d"; do
-      echo "$results/search_cpu_2026-12-04_${spec%%:*}_R22_model-seed$m.json --families ${spec#*:} ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
+      echo "$results/search_cpu_2026-12-04_${spec%%:*}_${config}_model-seed$m.json --families ${spec#*:} ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
     done
-    echo "$results/search_cpu_2026-12-04_hgemm_mma-variants-target_R22_model-seed$m.json --families hgemm_mma --ignore-vendor hgemm_mma ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
+    echo "$results/search_cpu_2026-12-04_hgemm_mma-variants-target_${config}_model-seed$m.json --families hgemm_mma --ignore-vendor hgemm_mma ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
     for f in depthwise_conv2d maxpool2d; do
-      echo "$results/search_cpu_2026-12-05_${f}_heldout_R22_model-seed$m.json --families $f --model-seed $m ${common[*]} --reference-profile"
+      echo "$results/search_cpu_2026-12-05_${f}_heldout_${config}_model-seed$m.json --families $f --model-seed $m ${common[*]} --reference-profile"
     done
   done
 }
-if [ "$1" = "--list" ]; then r22_runs; exit 0; fi
-files=$1; shift
-jobs=2
-if [ "${1:-}" = "--jobs" ]; then jobs=${2:?--jobs needs a number}; fi
+if [ "$files" = "--list" ]; then r22_runs; exit 0; fi
 for f in reference_profiles_bundled.json reference_profiles_second.json; do
   [ -f "$files/$f" ] || { echo "$files/$f is missing: the device call did not finish that part" >&2; exit 1; }
 done
@@ -41,9 +58,9 @@ py=.venv/bin/python
 [ -x "$py" ] || { echo "no .venv here: run ./kl test --collect-only -q once to build it" >&2; exit 2; }
 
 echo "== 1. storing the references' counters"
-$py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_bundled.json"
+$py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_bundled.json" "${stand_in[@]}"
 $py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_second.json" \
-  --recordings $results/recordings/h200_2026-12-03
+  --recordings $results/recordings/h200_2026-12-03 "${stand_in[@]}"
 
 run() {  # OUT ARGS...: one search_bench run, skipped where OUT exists
   local out=$1; shift
@@ -57,7 +74,7 @@ run() {  # OUT ARGS...: one search_bench run, skipped where OUT exists
 export -f run; export py
 
 echo "== 2. X18's check run (3validation-families, model seed 0)"
-check=/tmp/protocol22_X18_check.json
+check=/tmp/protocol${protocol}_X18_check.json
 run $check --families column_sum,gelu,layernorm "${nine[@]}" --model-seed 0 "${common[@]}"
 $py - "$check" $results/search_cpu_2026-12-04_3validation-families_X18_model-seed0.json <<'EOF'
 import json, sys
@@ -66,10 +83,10 @@ bad = {f: (new[f]["puct_surrogate"]["values"], old[f]["puct_surrogate"]["values"
        if new.get(f, {}).get("puct_surrogate", {}).get("values") != old[f]["puct_surrogate"]["values"]}
 for f in old:
     print(f"   {f}: {old[f]['puct_surrogate']['values']}" + ("  DIFFERS, now " + str(bad[f][0]) if f in bad else ""))
-sys.exit("X18's committed runs do not reproduce: rerun X18 on all nine first (protocol 22)." if bad else 0)
+sys.exit("X18's committed runs do not reproduce: rerun X18 on all nine first (protocols 22 and 26)." if bad else 0)
 EOF
 
-echo "== 3. R22's twelve runs ($jobs at a time)"
+echo "== 3. $config's twelve runs ($jobs at a time)"
 jobsfile=$(mktemp)
 r22_runs > "$jobsfile"
 xargs -P "$jobs" -L 1 bash -c 'run "$@"' _ < "$jobsfile" || true  # a failed run is named below
@@ -78,4 +95,4 @@ missing=$(r22_runs | while read -r out _; do [ -f "$out" ] || echo "$out"; done)
 [ -z "$missing" ] || { echo "runs that failed (their _log.txt says why):"; echo "$missing"; exit 1; } >&2
 
 echo "== 4. the rule"
-$py benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol 22
+$py benchmarks/probes/cpu_2026-12-03/select_settings.py --protocol "$protocol"

@@ -79,6 +79,8 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         "iqr_ms": timing.get("iqr_ms"),
         "n": timing.get("n"),
         "profiled": bool(profile),
+        # counters read on another GPU than the recording's, standing in for it (reference_profiles.py --stand-in)
+        "profiled_on": (record.get("profiler_hardware") or {}).get("name") if profile else None,
         "counters": counters,
         "record": record,
         "copy_efficiency_pct": 100.0 * COPY_EFFICIENCY,

@@ -211,7 +211,7 @@ def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_
 
     real_profile_reference = recorder.profile_reference
 
-    def first_call(problem, path, *, runner=None):
+    def first_call(problem, path, *, runner=None, stand_in=False):
         if problem.name == "gelu":
             raise KeyboardInterrupt  # the device call's time limit stops the process here
         recorder.store_reference_profile(problem, path, {"l1tex__t_sector_hit_rate.pct": 42.0})
@@ -227,7 +227,7 @@ def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_
 
     # The next call: column_sum's reference carries its counters and is not profiled again (the recorder's own
     # answer, before any GPU is asked for); gelu, here without a GPU, is reported.
-    def next_call(problem, path, *, runner=None):
+    def next_call(problem, path, *, runner=None, stand_in=False):
         if problem.name == "gelu":
             return {"path": str(path), "profiled": False, "reason": "no GPU here"}
         return real_profile_reference(problem, path, runner=runner)
@@ -235,9 +235,10 @@ def test_a_profile_call_cut_short_keeps_the_counters_it_read_and_the_next_finds_
     monkeypatch.setattr(recorder, "profile_reference", next_call)
     assert tool.profile(["column_sum", "gelu"], str(tmp_path), out) == 0
     assert json.loads(out.read_text()) == {"column_sum": {"l1tex__t_sector_hit_rate.pct": 42.0},
-                                           "gelu": {"error": "no GPU here"}}
+                                           "gelu": {"error": "no GPU here"}, "_profiled_on": "NVIDIA H200"}
     # Each reference's line says how long it took, so a device call's log tells what the next one will cost.
     lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].endswith("1 of 2 references profiled on NVIDIA H200")
     assert re.fullmatch(r"column_sum: 1 counters \(\d+\.\d s\)", lines[0])
     assert re.fullmatch(r"gelu: not profiled \(\d+\.\d s\): no GPU here", lines[2])
 
@@ -283,3 +284,75 @@ def test_a_reference_is_not_profiled_on_another_gpu_than_its_recording_was_made_
     assert not summary["profiled"] and calls == [] and out.read_bytes() == before
     assert summary["reason"] == ("the recording was made on NVIDIA H200 and this machine's GPU is NVIDIA H100 80GB HBM3: "
                                  "its counters would describe another GPU")
+
+
+class OnAnH100(CountingBackend):
+    def hardware(self):
+        from gpu_runner.result import Hardware
+
+        return Hardware(name="NVIDIA H100 80GB HBM3", sm_count=132, memory_bytes=80 << 30, memory_bandwidth_gbs=3350.0,
+                        sm_clock_mhz=1980.0, mem_clock_mhz=2619.0, compute_capability="9.0", driver="580")
+
+
+class OnAnH200(OnAnH100):
+    def hardware(self):
+        import dataclasses
+
+        return dataclasses.replace(super().hardware(), name="NVIDIA H200", memory_bandwidth_gbs=4800.0)
+
+
+def test_a_stand_in_gpu_profiles_a_reference_only_when_asked_and_the_record_names_it_until_its_own_gpu_does(
+        tmp_path, monkeypatch):
+    from gpu_runner import recorder
+
+    problem = saxpy_problem()
+    out = tmp_path / "h200.jsonl.gz"
+    record_family(problem, out, limit=2, runner=Runner(CountingBackend()), log=None)
+    records = [{**r, "hardware": {"name": "NVIDIA H200"}} for r in lines(out)]
+    with gzip.open(out, "wt") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    read = iter([{"l1tex__t_sector_hit_rate.pct": 61.5}, {"l1tex__t_sector_hit_rate.pct": 58.0}])
+
+    def fake_profile(runner, problem, pairs, *, seed):
+        for _, result in pairs:
+            result.profiler = next(read)
+
+    monkeypatch.setattr(recorder, "profile_batch", fake_profile)
+    summary = recorder.profile_reference(problem, out, runner=Runner(OnAnH100()), stand_in=True)
+    assert summary["profiled"] and summary["profiled_on"] == "NVIDIA H100 80GB HBM3"
+    assert summary["stand_in_for"] == "NVIDIA H200"
+    after = lines(out)
+    assert after[0]["profiler"] == {"l1tex__t_sector_hit_rate.pct": 61.5}
+    assert after[0]["profiler_hardware"] == {"name": "NVIDIA H100 80GB HBM3"}
+    assert after[0]["hardware"] == {"name": "NVIDIA H200"} and after[1:] == records[1:]
+    # the stand-in again: already profiled; the recording's own GPU: profiled again, and the mark goes
+    assert recorder.profile_reference(problem, out, runner=Runner(OnAnH100()), stand_in=True)["already"]
+    summary = recorder.profile_reference(problem, out, runner=Runner(OnAnH200()))
+    assert summary["profiled"] and summary["stand_in_for"] is None
+    after = lines(out)
+    assert after[0]["profiler"] == {"l1tex__t_sector_hit_rate.pct": 58.0} and "profiler_hardware" not in after[0]
+    assert recorder.profile_reference(problem, out, runner=Runner(OnAnH200()))["already"]
+
+
+def test_counters_of_another_gpu_are_stored_only_as_a_stand_in(tmp_path, capsys, reference_profiles_tool):
+    tool = reference_profiles_tool
+    shutil.copy(ROOT / "kernellab" / "problems" / "column_sum" / "records" / "h200.jsonl.gz", tmp_path / "column_sum.jsonl.gz")
+    before = (tmp_path / "column_sum.jsonl.gz").read_bytes()
+    found = tmp_path / "profiles.json"
+    found.write_text(json.dumps({"column_sum": {"l1tex__t_sector_hit_rate.pct": 3.5},
+                                 "_profiled_on": "NVIDIA H100 80GB HBM3"}))
+    assert tool.main(["store", str(found), "--recordings", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert ("column_sum: not stored: the counters were read on NVIDIA H100 80GB HBM3 and the recording was made on "
+            "NVIDIA H200") in out and "stored 0 of 1" in out
+    assert (tmp_path / "column_sum.jsonl.gz").read_bytes() == before
+    assert tool.main(["store", str(found), "--recordings", str(tmp_path), "--stand-in"]) == 0
+    assert "column_sum: stored, read on NVIDIA H100 80GB HBM3 standing in for NVIDIA H200" in capsys.readouterr().out
+    reference = next(r for r in lines(tmp_path / "column_sum.jsonl.gz") if r["variant"] == "reference")
+    assert reference["profiler"] == {"l1tex__t_sector_hit_rate.pct": 3.5}
+    assert reference["profiler_hardware"] == {"name": "NVIDIA H100 80GB HBM3"}
+    # counters of the recording's own GPU are stored without --stand-in, and drop the mark
+    found.write_text(json.dumps({"column_sum": {"l1tex__t_sector_hit_rate.pct": 4.0}, "_profiled_on": "NVIDIA H200"}))
+    assert tool.main(["store", str(found), "--recordings", str(tmp_path)]) == 0
+    reference = next(r for r in lines(tmp_path / "column_sum.jsonl.gz") if r["variant"] == "reference")
+    assert reference["profiler"] == {"l1tex__t_sector_hit_rate.pct": 4.0} and "profiler_hardware" not in reference

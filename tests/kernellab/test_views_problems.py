@@ -168,6 +168,24 @@ def test_the_problem_page_shows_the_recorded_references_time_counters_and_expert
     assert "Expert notes" in body and 'class="note sev-' in body and "a plain device-to-device copy reaches (86%" in body
 
 
+def test_counters_a_stand_in_gpu_read_are_named_on_the_problem_page(client, members, workspace, settings, tmp_path):
+    import gzip
+    import json
+
+    saxpy, recorded = _saxpy_with_reference_profile(settings, workspace, tmp_path,
+                                                    {"l1tex__t_sector_hit_rate.pct": 61.5})
+    body = login(client, members["viewer"]).get(reverse("problem-detail", args=[saxpy.pk])).content.decode()
+    assert "Its Nsight Compute counters" in body and "standing in for" not in body
+    path = next(tmp_path.glob("problems/saxpy/records/*.jsonl.gz"))
+    records = [r | {"profiler_hardware": {"name": "NVIDIA H100 80GB HBM3"}} if r["variant"] == "reference" else r
+               for r in recorded]
+    with gzip.open(path, "wt") as handle:
+        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    body = login(client, members["viewer"]).get(reverse("problem-detail", args=[saxpy.pk])).content.decode()
+    assert "Read on an NVIDIA H100 80GB HBM3, standing in for the NVIDIA H200 its time was recorded on" in body
+    assert "61.50" in body
+
+
 def test_a_reference_recorded_without_a_profile_says_how_to_add_one(client, members, workspace, settings, tmp_path):
     saxpy, _ = _saxpy_with_reference_profile(settings, workspace, tmp_path, {})
     body = login(client, members["viewer"]).get(reverse("problem-detail", args=[saxpy.pk])).content.decode()

@@ -20,10 +20,11 @@ def select_settings():
         yield module
 
 
-def test_its_twelve_runs_write_exactly_the_files_protocol_22s_rule_reads(select_settings):
-    listed = subprocess.run(["bash", str(SCRIPT), "--list"], capture_output=True, text=True, check=True).stdout
+@pytest.mark.parametrize("protocol, config, extra", [(22, "R22", []), (26, "R26", ["--protocol", "26"])])
+def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select_settings, protocol, config, extra):
+    listed = subprocess.run(["bash", str(SCRIPT), "--list", *extra], capture_output=True, text=True, check=True).stdout
     runs = [line.split() for line in listed.splitlines()]
-    assert sorted(Path(run[0]).name for run in runs) == sorted(select_settings.run_files("R22", 22))
+    assert sorted(Path(run[0]).name for run in runs) == sorted(select_settings.run_files(config, protocol))
     assert all("--reference-profile" in run and "--skip-baselines" in run and "--lopo-searched-only" in run
                for run in runs)
     # The nine are trained on the families X18's committed runs were; the two conv-kind families on every other one.
@@ -40,3 +41,24 @@ def test_a_device_call_that_did_not_finish_stops_it_before_anything_is_stored(tm
     assert done.returncode == 1
     assert "reference_profiles_second.json is missing" in done.stderr
     assert "storing" not in done.stdout
+
+
+def test_an_unknown_protocol_is_refused_with_the_usage():
+    done = subprocess.run(["bash", str(SCRIPT), "--list", "--protocol", "23"], capture_output=True, text=True)
+    assert done.returncode == 2 and "usage:" in done.stderr
+
+
+def test_r26s_runs_must_have_read_an_h100s_counters_and_r22s_an_h200s(select_settings):
+    def run(**read_on):
+        return {"datasets": {family: {"reference_profiled_on": gpu} for family, gpu in read_on.items()}}
+
+    select_settings.check_profiled_on("r.json", run(gelu="NVIDIA H100 80GB HBM3", dot=None), "H100")
+    select_settings.check_profiled_on("r.json", run(gelu="NVIDIA H200"), "H200")
+    with pytest.raises(SystemExit, match="r.json: .* not all read on an H100 \\(gelu: NVIDIA H200\\)"):
+        select_settings.check_profiled_on("r.json", run(gelu="NVIDIA H200", dot="NVIDIA H100 80GB HBM3"), "H100")
+    with pytest.raises(SystemExit, match="none was profiled"):
+        select_settings.check_profiled_on("r.json", run(gelu=None), "H100")
+    # R26 is R22 in every setting
+    for _, setting, values in select_settings.SETTINGS_SINCE:
+        if "R22" in values:
+            assert values["R26"] == values["R22"], setting

@@ -234,7 +234,25 @@ def test_a_recorded_references_counters_reach_the_dataset(bench, tmp_path):
         handle.write("".join(json.dumps(record) + "\n" for record in records))
     datasets = {d.name: d for d in bench.recorded_datasets(records_dir=tmp_path)}
     assert datasets["column_sum"].reference_profile == {"l1tex__t_sector_hit_rate.pct": 12.5}
+    assert datasets["column_sum"].reference_profile_gpu == "NVIDIA H200"
+    assert datasets["gelu"].reference_profile is None and datasets["gelu"].reference_profile_gpu is None
     assert all(row["reference_profile"] == {"l1tex__t_sector_hit_rate.pct": 12.5} for row in datasets["column_sum"].rows)
+
+
+def test_a_stand_in_gpus_counters_are_named_as_such_in_the_dataset(bench, tmp_path):
+    import gzip
+    import json
+
+    source = bench.ROOT / "kernellab" / "problems" / "column_sum" / "records" / "h200.jsonl.gz"
+    with gzip.open(source, "rt") as handle:
+        records = [json.loads(line) for line in handle]
+    records = [r | {"profiler": {"l1tex__t_sector_hit_rate.pct": 12.5},
+                    "profiler_hardware": {"name": "NVIDIA H100 80GB HBM3"}} if r.get("variant") == "reference" else r
+               for r in records]
+    with gzip.open(tmp_path / "column_sum.jsonl.gz", "wt") as handle:
+        handle.write("".join(json.dumps(record) + "\n" for record in records))
+    datasets = {d.name: d for d in bench.recorded_datasets(records_dir=tmp_path)}
+    assert datasets["column_sum"].reference_profile_gpu == "NVIDIA H100 80GB HBM3"
 
 
 def test_excluding_a_family_that_is_not_recorded_is_refused_with_its_name(bench):

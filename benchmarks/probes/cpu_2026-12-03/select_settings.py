@@ -20,7 +20,8 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     # from the eighteenth on, nine (hgemm_mma, to 95% of its best variant);
     # from the twenty-second on, eleven (depthwise_conv2d and maxpool2d, their runs in files dated 2026-12-05);
     # the twenty-third: equal family weights (W23) against X18; the twenty-fourth: square-root weights (T24);
-    # the twenty-fifth: no forecast trusted before the conformal threshold (U25)
+    # the twenty-fifth: no forecast trusted before the conformal threshold (U25); the twenty-sixth: the
+    # reference's counters read on an H100 standing in for the H200 (R26)
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -76,6 +77,7 @@ PROTOCOLS = {
     23: ("validation-protocol-23.txt", ("X18", "W23"), "X18", "validation-selection-23.json"),
     24: ("validation-protocol-24.txt", ("X18", "T24"), "X18", "validation-selection-24.json"),
     25: ("validation-protocol-25.txt", ("X18", "U25"), "X18", "validation-selection-25.json"),
+    26: ("validation-protocol-26.txt", ("X18", "R26"), "X18", "validation-selection-26.json"),
 }
 # from the twelfth protocol on, an equal sum of medians is decided by the lower sum of the runs' means
 MEANS_SINCE = 12
@@ -120,6 +122,14 @@ REFERENCE_PROFILE = {"X18": False, "R22": True, "W23": False, "T24": False, "U25
 FAMILY_WEIGHTS = {"X18": "rows", "R22": "rows", "W23": "equal", "T24": "sqrt", "U25": "rows"}
 # the twenty-fifth's: X18, and U25, which trusts no forecast until the conformal threshold has its measured forecasts
 CONFORMAL_WARMUP = {"X18": None, "U25": 1.0}
+# the twenty-sixth's: X18, and R26, R22 with the references' counters read on an H100 standing in for the H200
+# (no H200 was lent from the twenty-fourth session to the twenty-ninth); every setting as R22's
+for _table in (ORDER_PRIOR_ROWS, MIXTURE, LOCAL_REACH, COMMITTEE, VERIFY_SLOT, LOCAL_PRIOR_ROWS, STEP_SPREAD,
+               WEIGH_CALIBRATED, SPREAD_PRIOR_ROWS, CALIBRATED_MOMENTS, POOLED_SPREAD, LOCAL_INCUMBENT,
+               REFERENCE_PROFILE, FAMILY_WEIGHTS):
+    _table["R26"] = _table["R22"]
+# the GPU whose counters a configuration's runs must have read (search_bench's datasets' reference_profiled_on)
+PROFILED_ON = {"R22": "H200", "R26": "H100"}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
 SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
                   (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS),
@@ -132,7 +142,7 @@ RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "
              "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24",
              "P": "spread2", "Q": "prior24-spread2", "N18": "N18", "S18": "S18", "W18": "W18", "V18": "V18",
              "V18f": "V18-floor", "X18": "X18", "Y19": "Y19", "Z20": "Z20",
-             "R22": "R22", "W23": "W23", "T24": "T24", "U25": "U25"}
+             "R22": "R22", "W23": "W23", "T24": "T24", "U25": "U25", "R26": "R26"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")
@@ -199,9 +209,22 @@ def pooled_runs(config: str, number: int = 4) -> tuple[dict[str, list[int]], lis
     values, sources = {}, []
     for name in run_files(config, number):
         sources.append(name.removeprefix(layout(number)[0]))
-        for family, runs in json.loads((RESULTS / name).read_text())["search"].items():
+        run = json.loads((RESULTS / name).read_text())
+        if config in PROFILED_ON:
+            check_profiled_on(name, run, PROFILED_ON[config])
+        for family, runs in run["search"].items():
             values.setdefault(family, []).extend(runs["puct_surrogate"]["values"])
     return values, sources
+
+
+def check_profiled_on(name: str, run: dict, gpu: str) -> None:
+    """Refuse a run whose references' counters (any family's, trained or searched) were read on another GPU than
+    its configuration names, or that read none at all."""
+    read_on = {f: d.get("reference_profiled_on") for f, d in run.get("datasets", {}).items()}
+    wrong = sorted(f for f, on in read_on.items() if on and gpu not in on)
+    if wrong or not any(read_on.values()):
+        raise SystemExit(f"{name}: its references' counters are not all read on an {gpu} "
+                         f"({', '.join(f'{f}: {read_on[f]}' for f in wrong) or 'none was profiled'})")
 
 
 def pooled_medians(config: str, number: int = 4) -> tuple[dict[str, float], list[str]]:
