@@ -128,6 +128,7 @@ for _table in (ORDER_PRIOR_ROWS, MIXTURE, LOCAL_REACH, COMMITTEE, VERIFY_SLOT, L
                WEIGH_CALIBRATED, SPREAD_PRIOR_ROWS, CALIBRATED_MOMENTS, POOLED_SPREAD, LOCAL_INCUMBENT,
                REFERENCE_PROFILE, FAMILY_WEIGHTS):
     _table["R26"] = _table["R22"]
+CONFORMAL_WARMUP["R26"] = CONFORMAL_WARMUP["R22"] = None
 # the GPU whose counters a configuration's runs must have read (search_bench's datasets' reference_profiled_on)
 PROFILED_ON = {"R22": "H200", "R26": "H100"}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
