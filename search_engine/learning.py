@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from search_engine.events import EventKind, ForecastMade
-from search_engine.node_states import NodeState
+from search_engine.node_states import PENDING_STATES, NodeState
 from search_engine.surrogates.base import Forecast, surrogate_id
 
 if TYPE_CHECKING:
@@ -54,8 +54,11 @@ def revise_forecasts(driver: "SearchDriver", rows: int) -> None:
     learned. A revision that moves the forecast is published like any forecast, marked revised; a
     pruned node whose new forecast no longer says it is slower than its parent is set free."""
     tree, bins = driver.tree, driver.bins
+    # Those on their way to the GPU too: a step's measurements come back one by one, and the search benchmark's
+    # (synchronous) port revises a step's second choice after its first has come back, before asking for it. Its
+    # forecast and prior then read what was learned, wherever the measurements are made.
     ids = [n.id for n in tree.nodes.values()
-           if n.state in (NodeState.FORECAST, NodeState.ACCEPTED_BY_FORECAST) and n.forecast]
+           if n.state in (NodeState.FORECAST, NodeState.ACCEPTED_BY_FORECAST, *PENDING_STATES) and n.forecast]
     if not ids:
         return
     forecasts = driver.surrogate.forecast_many([driver.forecast_request(nid) for nid in ids])
@@ -63,7 +66,10 @@ def revise_forecasts(driver: "SearchDriver", rows: int) -> None:
     threshold = driver.policy.threshold(tree)
     for nid, forecast in zip(ids, forecasts):
         node = tree.nodes[nid]
-        old = Forecast.from_dict(node.forecast)
+        # Measured against the forecast last shown, not the last one made: small revisions that are not shown
+        # must not add up to a forecast the page no longer shows.
+        old = Forecast.from_dict(node.shown_forecast or node.forecast)
+        node.shown_forecast = node.shown_forecast or node.forecast
         node.forecast = forecast.to_dict()
         if forecast.abstained:
             continue
@@ -74,6 +80,7 @@ def revise_forecasts(driver: "SearchDriver", rows: int) -> None:
         moved = old.abstained or old.bin != forecast.bin or \
             max(abs(a - b) for a, b in zip(old.probabilities, forecast.probabilities)) >= REVISION_SHOWN_FROM
         if moved:
+            node.shown_forecast = node.forecast
             driver._publish(ForecastMade(type=EventKind.FORECAST, node_id=nid, forecast=node.forecast,
                                          surrogate=surrogate_id(driver.surrogate), revised=True,
                                          reason=f"revised after learning from {rows} of this run's measurements"))

@@ -29,6 +29,8 @@ class Node:
     state: NodeState = NodeState.PROPOSED
     reason: str = ""
     forecast: dict | None = None
+    # the forecast last published for the node, where a revision since was too small to publish (learning.py)
+    shown_forecast: dict | None = None
     speedup: float | None = None  # measured on a GPU
     provisional_speedup: float | None = None  # from a confident forecast
     reward: float | None = None  # own reward: measured, else provisional

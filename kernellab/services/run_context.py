@@ -106,7 +106,8 @@ class RunContext:
     def surrogate(self):
         from kernellab.services.surrogates import surrogate_for_run
 
-        return surrogate_for_run(self.run, llm_budget=self.llm_budget)
+        return surrogate_for_run(self.run, llm_budget=self.llm_budget,
+                                 reference_profiled=self.reference_profile is not None)
 
     def search_settings(self):
         from search_engine.policy import PolicySettings

@@ -15,13 +15,17 @@ from django.conf import settings
 from kernellab.services.errors import ServiceError
 
 _lock = threading.Lock()
-_learned: dict[tuple[str, str], object] = {}
+_learned: dict[tuple[str, str, bool], object] = {}
 
 
-def surrogate_for_run(run, *, llm_budget=None):
+def surrogate_for_run(run, *, llm_budget=None, reference_profiled: bool | None = None):
+    """The run's surrogate. `reference_profiled` says whether the run's reference carries Nsight Compute counters
+    (RunContext.reference_profile; None: read it here), which decides the learned surrogate's feature set."""
     build = SURROGATE_BUILDERS.get(run.surrogate)
     if build is None:
         raise ServiceError(f"Unknown surrogate {run.surrogate!r}.")
+    if build is _learned_surrogate:
+        return build(run, llm_budget, reference_profiled)
     return build(run, llm_budget)
 
 
@@ -42,12 +46,22 @@ def _roofline_surrogate(run, llm_budget):
     return RooflineSurrogate()
 
 
-def _learned_surrogate(run, llm_budget):
+def _learned_surrogate(run, llm_budget, reference_profiled: bool | None = None):
     from gpu_runner.spec import reference_kind
+
+    from search_engine.surrogates.learned import DEFAULT_REFERENCE_PROFILE
 
     if reference_kind(run.problem.spec_toml) == "pytorch":
         return program_surrogate()
-    return learned_surrogate(exclude_problem=run.problem.name, gpu=run.target_gpu)
+    if reference_profiled is None:
+        from kernellab.services.run_context import RunContext
+
+        reference_profiled = RunContext(run).reference_profile is not None
+    # The model reads the reference's counters only where this run has them: every recorded family it learns from
+    # carries them, so a run without (an uploaded problem, whose reference was never profiled) would hand it values
+    # it never saw, and gets the model trained without those features instead.
+    return learned_surrogate(exclude_problem=run.problem.name, gpu=run.target_gpu,
+                             reference_profile=DEFAULT_REFERENCE_PROFILE and reference_profiled)
 
 
 _program: list = []
@@ -82,7 +96,9 @@ SURROGATE_BUILDERS: dict[str, Callable] = {
 }
 
 
-def learned_surrogate(*, exclude_problem: str, gpu: str):
+def learned_surrogate(*, exclude_problem: str, gpu: str, reference_profile: bool | None = None):
+    """The recorded-data model trained on every recorded problem but `exclude_problem`, cached on disk and in the
+    process; `reference_profile` (default DEFAULT_REFERENCE_PROFILE) whether it reads the reference's counters."""
     from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_INCUMBENT,
                                                   DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
                                                   DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
@@ -93,10 +109,12 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
 
     from kernellab.selectors.problems import bundled_dir
 
-    key = (exclude_problem, gpu)
+    if reference_profile is None:
+        reference_profile = DEFAULT_REFERENCE_PROFILE
+    key = (exclude_problem, gpu, reference_profile)
     with _lock:
         if key not in _learned:
-            cache = learned_cache_path(exclude_problem=exclude_problem, gpu=gpu)
+            cache = learned_cache_path(exclude_problem=exclude_problem, gpu=gpu, reference_profile=reference_profile)
             if cache.exists():
                 model = LearnedSurrogate.load(cache)
                 # How a run's own measurements are used is not part of the trained model: a model cached
@@ -115,7 +133,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
                 from kernellab.datasets import all_recorded_rows
 
                 rows = all_recorded_rows(gpu=gpu, exclude=(exclude_problem,), root=bundled_dir())
-                model = LearnedSurrogate(ranker_weight=APP_WEIGHT, reference_profile=DEFAULT_REFERENCE_PROFILE,
+                model = LearnedSurrogate(ranker_weight=APP_WEIGHT, reference_profile=reference_profile,
                                          family_weights=DEFAULT_FAMILY_WEIGHTS)
                 if rows:
                     model.fit(rows, groups=[row["problem_name"] for row in rows])
@@ -124,15 +142,25 @@ def learned_surrogate(*, exclude_problem: str, gpu: str):
         return _learned[key]
 
 
-def learned_cache_path(*, exclude_problem: str, gpu: str):
+def forget_learned(*, exclude_problem: str, gpu: str) -> None:
+    """Drop this process's copies of the models trained without `exclude_problem` (either feature set), so that the
+    next run loads them from disk or trains them again."""
+    with _lock:
+        for key in [k for k in _learned if k[:2] == (exclude_problem, gpu)]:
+            del _learned[key]
+
+
+def learned_cache_path(*, exclude_problem: str, gpu: str, reference_profile: bool | None = None):
     """Where the app keeps the learned surrogate trained without `exclude_problem` on `gpu`'s records."""
     from search_engine.surrogates.learned import DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_PROFILE
     from search_engine.surrogates.ranker import APP_WEIGHT
 
+    if reference_profile is None:
+        reference_profile = DEFAULT_REFERENCE_PROFILE
     # "centred", "ranker": models saved before the centred target or the ranking prior are not reused;
     # "refprofile": one that reads the reference's counters is another feature set; "equalfam", "sqrtfam": another
     # weighting of the families.
-    profile = ("-refprofile" if DEFAULT_REFERENCE_PROFILE else "") + \
+    profile = ("-refprofile" if reference_profile else "") + \
         ("" if DEFAULT_FAMILY_WEIGHTS == "rows" else f"-{DEFAULT_FAMILY_WEIGHTS}fam")
     return settings.DATA_DIR / (f"learned-surrogate-centred-ranker{APP_WEIGHT:g}{profile}-{gpu}-without-{exclude_problem}-"
                                 f"{_records_stamp()}.pkl")

@@ -87,10 +87,10 @@ DEFAULT_POOLED_SPREAD = True
 # families and not kept (docs/search.md, "The distance to the run's best as a run-local feature").
 DEFAULT_LOCAL_INCUMBENT = False
 # LearnedSurrogate(reference_profile=...) of the app and the benchmarks: the reference's Nsight Compute counters as
-# features (features.REFERENCE_PROFILE_FEATURES); protocol 22 compares it with today's defaults on eleven
-# validation families once the recordings' references carry counters (a device call; docs/search.md, "The
-# reference's profile as features").
-DEFAULT_REFERENCE_PROFILE = False
+# features (features.REFERENCE_PROFILE_FEATURES). Chosen by protocol 26 on eleven validation families with the
+# counters read on an H100 standing in for the H200 (docs/search.md, "The reference's profile, read on an H100");
+# protocol 22 waits to repeat it with the H200's own counters.
+DEFAULT_REFERENCE_PROFILE = True
 # LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
 # "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of
 # its rows); "equal" tried by protocol 23 and "sqrt" by protocol 24 on eleven validation families, neither kept

@@ -52,7 +52,7 @@ def test_an_app_run_of_a_bundled_family_measures_what_the_benchmark_measures_in_
     settings.DATA_DIR = tmp_path
     settings.CELERY_TASK_ALWAYS_EAGER = True
     app.conf.task_always_eager = True
-    surrogates._learned.pop((SEARCHED, "h200"), None)
+    surrogates.forget_learned(exclude_problem=SEARCHED, gpu="h200")
     try:
         problem = next(p for p in problem_load_bundled(workspace=workspace) if p.name == SEARCHED)
         # what the run form starts from, with its screening width (256, the benchmark's)
@@ -65,5 +65,5 @@ def test_an_app_run_of_a_bundled_family_measures_what_the_benchmark_measures_in_
                     for v in Verification.objects.filter(node__run=run).select_related("node").order_by("finished_at", "pk")]
     finally:
         app.conf.task_always_eager = False
-        surrogates._learned.pop((SEARCHED, "h200"), None)
+        surrogates.forget_learned(exclude_problem=SEARCHED, gpu="h200")
     assert measured == order

@@ -326,7 +326,7 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
     assert (loaded.local_novelty, loaded.mixture, loaded.local_reach, loaded.local_prior_rows,
             loaded.order_prior_rows, loaded.weigh_calibrated, loaded.spread_prior_rows, loaded.calibrated_moments,
             loaded.pooled_spread) == (0.0, False, None, 24.0, None, False, None, "bins", False)
-    surrogates._learned.pop(("nothing", "H200"), None)
+    surrogates.forget_learned(exclude_problem="nothing", gpu="H200")
     try:
         model = surrogates.learned_surrogate(exclude_problem="nothing", gpu="H200")
         assert model.trained_rows == old.trained_rows  # the cached model, not a new one
@@ -341,7 +341,7 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.pooled_spread is DEFAULT_POOLED_SPREAD is True
         assert model.local_incumbent is DEFAULT_LOCAL_INCUMBENT
     finally:
-        surrogates._learned.pop(("nothing", "H200"), None)
+        surrogates.forget_learned(exclude_problem="nothing", gpu="H200")
 
 
 def test_a_run_of_a_bundled_problem_forecasts_with_its_recorded_references_compiler_facts(saxpy, members):
@@ -398,3 +398,39 @@ def test_a_runs_driver_reads_the_references_recorded_profile_and_keeps_it_in_its
     again = SearchDriver.from_state(driver.state_dict(), port=port, generator=driver.generator,
                                     surrogate=driver.surrogate)
     assert again.reference_profile == profile
+
+
+def test_the_learned_surrogate_reads_the_references_counters_only_in_a_run_that_has_them(settings, workspace, members,
+                                                                                      tmp_path):
+    """Every recorded family the model learns from carries its reference's counters; a run whose reference was never
+    profiled (an uploaded problem) would hand it values it never saw, so it gets the model trained without them."""
+    import gzip
+    import json
+
+    from kernellab.services import surrogates
+    from kernellab.services.problems import problem_load_bundled
+    from search_engine.surrogates.learned import DEFAULT_REFERENCE_PROFILE
+    from tests.samples import problem_with_reference_profile
+
+    settings.DATA_DIR = tmp_path
+    problems = tmp_path / "problems"
+    records = problem_with_reference_profile(RECORDED / "saxpy", problems, {"l1tex__t_sector_hit_rate.pct": 33.0})
+    settings.KERNELLAB_PROBLEMS_DIR = str(problems)
+    saxpy = next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="learned",
+                     backend="replay", gpu_budget=4, children_per_step=2, start=False)
+    read = {}
+    try:
+        read["profiled"] = surrogates.surrogate_for_run(run).reference_profile
+        assert surrogates.surrogate_for_run(run, reference_profiled=True).reference_profile == read["profiled"]
+        # the same problem, its reference record without counters
+        with gzip.open(problems / "saxpy" / "records" / "h200.jsonl.gz", "wt") as handle:
+            handle.write("".join(json.dumps({**r, "profiler": {}}) + "\n" for r in records))
+        read["not profiled"] = surrogates.surrogate_for_run(run).reference_profile
+        assert surrogates.surrogate_for_run(run, reference_profiled=False).reference_profile is False
+    finally:
+        surrogates.forget_learned(exclude_problem="saxpy", gpu=run.target_gpu)
+    assert read == {"profiled": DEFAULT_REFERENCE_PROFILE, "not profiled": False}
+    paths = {surrogates.learned_cache_path(exclude_problem="saxpy", gpu="h200", reference_profile=flag)
+             for flag in (True, False)}
+    assert len(paths) == 2

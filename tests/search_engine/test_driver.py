@@ -8,6 +8,7 @@ import pytest
 
 from search_engine import learning
 from search_engine.driver import SearchDriver
+from search_engine.node_states import NodeState
 from search_engine.surrogates.base import Forecast
 from tests.search_engine.fakes import FakePort, TableSurrogate, make_driver, reopen
 
@@ -405,6 +406,47 @@ def test_a_pruned_child_returns_when_its_revised_forecast_no_longer_says_slower(
             and e["reason"].startswith("no longer pruned")}
     assert back == {n.id for n in pruned}
     assert driver.counters["unpruned"] == len(pruned)
+
+
+def test_small_revisions_that_add_up_are_shown_once_they_move_the_shown_forecast_enough():
+    from search_engine.surrogates.base import Forecast
+
+    driver = make_driver(surrogate=TableSurrogate(confidence=0.3), gpu_budget=4)
+    driver.run(max_steps=3)
+    standing = [n for n in driver.tree.nodes.values() if n.state in (NodeState.FORECAST, NodeState.ACCEPTED_BY_FORECAST)
+                and n.forecast and not Forecast.from_dict(n.forecast).abstained]
+    assert standing
+    start = {n.id: list(n.forecast["probabilities"]) for n in driver.tree.nodes.values() if n.forecast}
+
+    class Drifting(TableSurrogate):
+        """Moves 0.03 of every standing forecast's top bin's probability to its neighbour per revision."""
+        shift = 0.0
+
+        def forecast_many(self, requests):
+            out = []
+            # revise_forecasts asks for the standing nodes in the tree's order
+            order = [n.id for n in driver.tree.nodes.values()
+                     if n.state in (NodeState.FORECAST, NodeState.ACCEPTED_BY_FORECAST) and n.forecast]
+            for nid in order:
+                probabilities = list(start[nid])
+                top = max(range(8), key=probabilities.__getitem__)
+                moved = min(self.shift, probabilities[top])
+                probabilities[top] -= moved
+                probabilities[top - 1 if top else 1] += moved
+                out.append(Forecast.from_probabilities(probabilities, surrogate="table@1"))
+            return out
+
+    port = FakePort()
+    driver.port, driver.surrogate = port, Drifting()
+    shown = []
+    for shift in (0.03, 0.06):  # each revision moves 0.03 from the last; the second 0.06 from what was shown
+        driver.surrogate.shift = shift
+        learning.revise_forecasts(driver, rows=5)
+        shown.append({e["node_id"] for e in port.events if e["type"] == "forecast" and e.get("revised")})
+        port.events.clear()
+    ids = {n.id for n in standing if max(start[n.id]) >= 0.06}
+    assert ids and not shown[0] & ids and ids <= shown[1]
+    assert all(driver.tree.nodes[i].shown_forecast == driver.tree.nodes[i].forecast for i in ids)
 
 
 def test_a_step_moves_on_when_the_selected_parent_has_nothing_new():
