@@ -145,9 +145,10 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
     reference's record (`profiler`), rewriting the file; the other records are kept as they are.
 
     Recordings made before references were profiled get their counters this way. A reference that
-    already carries counters is left alone unless `force` (or unless they were a stand-in's and this call is not). Returns what was done, with the reason when
-    nothing could be profiled (no reference record, a reference that changed since, ncu missing, a GPU other than
-    the one the recording was made on: counters describe the GPU they were read on).
+    already carries counters is left alone unless `force`, or unless they were a stand-in's and this call is
+    not. Returns what was done, with the reason when nothing could be profiled (no reference record, a
+    reference that changed since, ncu missing, a GPU other than the one the recording was made on: counters
+    describe the GPU they were read on).
 
     `stand_in` profiles on another GPU all the same, and the record says which (`profiler_hardware`), so that
     whoever reads the counters knows they describe that GPU and not the recording's."""
