@@ -261,25 +261,24 @@ def test_profiling_a_reference_where_no_gpu_worker_starts_says_so_and_changes_no
     assert out.read_bytes() == before
 
 
-def test_a_reference_is_not_profiled_on_another_gpu_than_its_recording_was_made_on(tmp_path, monkeypatch):
-    from gpu_runner import recorder
-    from gpu_runner.result import Hardware
-
-    problem = saxpy_problem()
-    out = tmp_path / "h200.jsonl.gz"
-    record_family(problem, out, limit=1, runner=Runner(CountingBackend()), log=None)
+def recorded_on_an_h200(problem, out: Path, limit: int) -> list[dict]:
+    """A recording of `problem` whose records say it was made on an H200; returns them."""
+    record_family(problem, out, limit=limit, runner=Runner(CountingBackend()), log=None)
     records = [{**r, "hardware": {"name": "NVIDIA H200"}} for r in lines(out)]
     with gzip.open(out, "wt") as handle:
         handle.write("".join(json.dumps(r) + "\n" for r in records))
+    return records
+
+
+def test_a_reference_is_not_profiled_on_another_gpu_than_its_recording_was_made_on(tmp_path, monkeypatch):
+    from gpu_runner import recorder
+
+    problem = saxpy_problem()
+    out = tmp_path / "h200.jsonl.gz"
+    recorded_on_an_h200(problem, out, limit=1)
     before = out.read_bytes()
     calls = []
     monkeypatch.setattr(recorder, "profile_batch", lambda *a, **k: calls.append(a))
-
-    class OnAnH100(CountingBackend):
-        def hardware(self):
-            return Hardware(name="NVIDIA H100 80GB HBM3", sm_count=132, memory_bytes=80 << 30, memory_bandwidth_gbs=3350.0,
-                            sm_clock_mhz=1980.0, mem_clock_mhz=2619.0, compute_capability="9.0", driver="580")
-
     summary = recorder.profile_reference(problem, out, runner=Runner(OnAnH100()))
     assert not summary["profiled"] and calls == [] and out.read_bytes() == before
     assert summary["reason"] == ("the recording was made on NVIDIA H200 and this machine's GPU is NVIDIA H100 80GB HBM3: "
@@ -307,10 +306,7 @@ def test_a_stand_in_gpu_profiles_a_reference_only_when_asked_and_the_record_name
 
     problem = saxpy_problem()
     out = tmp_path / "h200.jsonl.gz"
-    record_family(problem, out, limit=2, runner=Runner(CountingBackend()), log=None)
-    records = [{**r, "hardware": {"name": "NVIDIA H200"}} for r in lines(out)]
-    with gzip.open(out, "wt") as handle:
-        handle.write("".join(json.dumps(r) + "\n" for r in records))
+    records = recorded_on_an_h200(problem, out, limit=2)
     read = iter([{"l1tex__t_sector_hit_rate.pct": 61.5}, {"l1tex__t_sector_hit_rate.pct": 58.0}])
 
     def fake_profile(runner, problem, pairs, *, seed):
