@@ -2,36 +2,40 @@
 # Protocol 22's steps here, once profile_references.sh has run on an H200 (benchmarks/results/
 # search_cpu_2026-12-05_validation-protocol-22.txt says what they are and why; docs/search.md, "The reference's
 # profile as features"), or protocol 26's (--protocol 26), the same with the counters read on an H100 standing in
-# for the H200 (STAND_IN=1 profile_references.sh; -protocol-26.txt). Usage, from the repository root, with the
-# folder the device call's files came back to:
-#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26] [--jobs 2]
-#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26]   (prints the candidate's twelve
-#                                                                                  runs, one per line, and stops)
+# for the H200 (STAND_IN=1 profile_references.sh; -protocol-26.txt), or protocol 27's (--protocol 27), protocol 22's
+# candidate against R26, the default it chose (-protocol-27.txt). Usage, from the repository root, with the folder
+# the device call's files came back to:
+#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26|27] [--jobs 2]
+#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26|27]   (prints the candidate's
+#                                                                                     twelve runs and stops)
 # 1. stores the counters in the bundled records and the second recording (reference_profiles.py store, with
 #    --stand-in under protocol 26, which marks each reference record with the GPU the counters were read on);
-# 2. repeats X18's 3validation-families run with model seed 0 and compares it, seed for seed, with the committed
-#    file; a difference stops here (the protocol then reruns X18 on all nine before the rule is read);
+# 2. repeats the default's 3validation-families run with model seed 0 and compares it, seed for seed, with the
+#    committed file; a difference stops here (the protocol then reruns the default on all eleven before the rule is
+#    read). The default is X18 under protocols 22 and 26, and R26 under 27, whose check runs before step 1 (R26
+#    reads the H100's counters, which step 1 replaces);
 # 3. runs the candidate's (R22's or R26's) twelve runs (10-15 minutes on two cores), logs beside each JSON;
-# 4. reads the rule: select_settings.py --protocol 22 (or 26).
+# 4. reads the rule: select_settings.py --protocol 22 (or 26, 27).
 # It stops at the first step that fails, saying which; steps already done are skipped on a second call (a result
 # file that exists is not run again), so a cut-short call can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: $0 FILES_AT [--protocol 22|26] [--jobs N] | --list [--protocol 22|26]"
+usage="usage: $0 FILES_AT [--protocol 22|26|27] [--jobs N] | --list [--protocol 22|26|27]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 files=$1; shift
 protocol=22
 jobs=2
 while [ $# -gt 0 ]; do
   case $1 in
-    --protocol) protocol=${2:?--protocol needs 22 or 26}; shift 2 ;;
+    --protocol) protocol=${2:?--protocol needs 22, 26 or 27}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 case $protocol in
-  22) config=R22; stand_in=() ;;
-  26) config=R26; stand_in=(--stand-in) ;;
+  22) config=R22; stand_in=(); default=X18; default_flags=() ;;
+  26) config=R26; stand_in=(--stand-in); default=X18; default_flags=() ;;
+  27) config=R22; stand_in=(); default=R26; default_flags=(--reference-profile) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 results=benchmarks/results
@@ -57,11 +61,6 @@ done
 py=.venv/bin/python
 [ -x "$py" ] || { echo "no .venv here: run ./kl test --collect-only -q once to build it" >&2; exit 2; }
 
-echo "== 1. storing the references' counters"
-$py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_bundled.json" "${stand_in[@]}"
-$py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_second.json" \
-  --recordings $results/recordings/h200_2026-12-03 "${stand_in[@]}"
-
 run() {  # OUT ARGS...: one search_bench run, skipped where OUT exists
   local out=$1; shift
   if [ -f "$out" ]; then echo "   $out exists, skipped"; return 0; fi
@@ -73,18 +72,30 @@ run() {  # OUT ARGS...: one search_bench run, skipped where OUT exists
 }
 export -f run; export py
 
-echo "== 2. X18's check run (3validation-families, model seed 0)"
-check=/tmp/protocol${protocol}_X18_check.json
-run $check --families column_sum,gelu,layernorm "${nine[@]}" --model-seed 0 "${common[@]}"
-$py - "$check" $results/search_cpu_2026-12-04_3validation-families_X18_model-seed0.json <<'EOF'
+check_default() {
+echo "== 2. $default's check run (3validation-families, model seed 0)"
+check=/tmp/protocol${protocol}_${default}_check.json
+run $check --families column_sum,gelu,layernorm "${nine[@]}" --model-seed 0 "${common[@]}" "${default_flags[@]}"
+$py - "$check" $results/search_cpu_2026-12-04_3validation-families_${default}_model-seed0.json "$default" <<'EOF'
 import json, sys
-new, old = (json.load(open(p))["search"] for p in sys.argv[1:])
+new, old = (json.load(open(p))["search"] for p in sys.argv[1:3])
 bad = {f: (new[f]["puct_surrogate"]["values"], old[f]["puct_surrogate"]["values"]) for f in old
        if new.get(f, {}).get("puct_surrogate", {}).get("values") != old[f]["puct_surrogate"]["values"]}
 for f in old:
     print(f"   {f}: {old[f]['puct_surrogate']['values']}" + ("  DIFFERS, now " + str(bad[f][0]) if f in bad else ""))
-sys.exit("X18's committed runs do not reproduce: rerun X18 on all nine first (protocols 22 and 26)." if bad else 0)
+sys.exit(f"{sys.argv[3]}'s committed runs do not reproduce: rerun it on all eleven first." if bad else 0)
 EOF
+}
+
+
+store_counters() {
+echo "== 1. storing the references' counters"
+$py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_bundled.json" "${stand_in[@]}"
+$py kernellab/problems/tools/reference_profiles.py store "$files/reference_profiles_second.json" \
+  --recordings $results/recordings/h200_2026-12-03 "${stand_in[@]}"
+}
+
+if [ "$protocol" = 27 ]; then check_default; store_counters; else store_counters; check_default; fi
 
 echo "== 3. $config's twelve runs ($jobs at a time)"
 jobsfile=$(mktemp)

@@ -20,7 +20,8 @@ def select_settings():
         yield module
 
 
-@pytest.mark.parametrize("protocol, config, extra", [(22, "R22", []), (26, "R26", ["--protocol", "26"])])
+@pytest.mark.parametrize("protocol, config, extra", [(22, "R22", []), (26, "R26", ["--protocol", "26"]),
+                                                    (27, "R22", ["--protocol", "27"])])
 def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select_settings, protocol, config, extra):
     listed = subprocess.run(["bash", str(SCRIPT), "--list", *extra], capture_output=True, text=True, check=True).stdout
     runs = [line.split() for line in listed.splitlines()]
@@ -61,3 +62,12 @@ def test_r26s_runs_must_have_read_an_h100s_counters_and_r22s_an_h200s(select_set
     # R26 is R22 in every setting, and each setting a configuration of protocol 26 records has a value for both
     for since, setting, values in select_settings.SETTINGS_SINCE:
         assert values["R26"] == values["R22"], setting
+
+
+def test_protocol_27_weighs_the_h200s_counters_against_r26_which_a_tie_keeps(select_settings):
+    protocol, configs, keep, written = select_settings.PROTOCOLS[27]
+    assert configs == ("R26", "R22") and keep == "R26" and written.endswith("-27.json")
+    assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
+    assert select_settings.PROFILED_ON == {"R22": "H200", "R26": "H100"}
+    # R26's runs are its committed ones: the rule reads them where protocol 26 wrote them
+    assert select_settings.run_files("R26", 27) == select_settings.run_files("R26", 26)

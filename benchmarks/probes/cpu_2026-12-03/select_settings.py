@@ -21,7 +21,8 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     # from the twenty-second on, eleven (depthwise_conv2d and maxpool2d, their runs in files dated 2026-12-05);
     # the twenty-third: equal family weights (W23) against X18; the twenty-fourth: square-root weights (T24);
     # the twenty-fifth: no forecast trusted before the conformal threshold (U25); the twenty-sixth: the
-    # reference's counters read on an H100 standing in for the H200 (R26)
+    # reference's counters read on an H100 standing in for the H200 (R26); the twenty-seventh: R26 against the
+    # same counters read on the H200 (R22)
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -78,6 +79,7 @@ PROTOCOLS = {
     24: ("validation-protocol-24.txt", ("X18", "T24"), "X18", "validation-selection-24.json"),
     25: ("validation-protocol-25.txt", ("X18", "U25"), "X18", "validation-selection-25.json"),
     26: ("validation-protocol-26.txt", ("X18", "R26"), "X18", "validation-selection-26.json"),
+    27: ("validation-protocol-27.txt", ("R26", "R22"), "R26", "validation-selection-27.json"),
 }
 # from the twelfth protocol on, an equal sum of medians is decided by the lower sum of the runs' means
 MEANS_SINCE = 12
@@ -258,7 +260,9 @@ def main(argv=None) -> dict:
     protocol, names, keep, written = PROTOCOLS[number]
     base = baselines(number)
     prefix = layout(number)[0]
-    result = {"protocol": prefix + protocol, "baselines": base, "configs": {}}
+    # the protocols from the twenty-second on are written in files dated as their eleven families' new runs
+    result = {"protocol": (PREFIX_ELEVEN if number >= ELEVEN_SINCE else prefix) + protocol, "baselines": base,
+              "configs": {}}
     print(f"{'config':8s}" + "".join(f"{f:>12s}" for f in base) + f"{'passes':>8s}{'sum':>8s}")
     for name in names:
         if number >= 4:
