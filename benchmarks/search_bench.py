@@ -53,6 +53,7 @@ from search_engine.generators.template import KnobSpace, TemplateGenerator  # no
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
 from search_engine.surrogates.learned import DEFAULT_MOMENTS, FAMILY_WEIGHTS, MOMENTS, LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.features import REFERENCE_COUNTER_SETS  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 from search_engine.tree import TreeOptions  # noqa: E402
 
@@ -592,6 +593,8 @@ def lopo_model(train: list[dict], args) -> LearnedSurrogate:
                             committee=getattr(args, "committee", False),
                             # and those made before --reference-profile read no reference counters
                             reference_profile=getattr(args, "reference_profile", False),
+                            # and those made before --reference-counters read all eight counters
+                            reference_counters=getattr(args, "reference_counters", "all"),
                             # and those made before --family-weights weigh every training row alike
                             family_weights=getattr(args, "family_weights", "rows")).fit(
         train, groups=[r["problem_name"] for r in train])
@@ -903,6 +906,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the recorded-data model also reads the reference's Nsight Compute counters (L1/L2 hit "
                              "rates, DRAM and SM throughput, occupancy; surrogates.learned; default: the app's, "
                              "%(default)s)")
+    parser.add_argument("--reference-counters", choices=list(REFERENCE_COUNTER_SETS), default=app.reference_counters,
+                        help="with --reference-profile: all eight of the reference's counters, or the four portable "
+                             "ones that read alike on an H100 and an H200 (L1 hit rate, occupancy, sectors per load, "
+                             "DRAM bytes over the roofline's; surrogates.features; default: the app's, %(default)s)")
     parser.add_argument("--family-weights", choices=FAMILY_WEIGHTS, default=app.family_weights,
                         help="rows: every training row weighs the same; equal: every recorded family weighs the same "
                              "(surrogates.learned; default: the app's, %(default)s)")

@@ -3,10 +3,11 @@
 # search_cpu_2026-12-05_validation-protocol-22.txt says what they are and why; docs/search.md, "The reference's
 # profile as features"), or protocol 26's (--protocol 26), the same with the counters read on an H100 standing in
 # for the H200 (STAND_IN=1 profile_references.sh; -protocol-26.txt), or protocol 27's (--protocol 27), protocol 22's
-# candidate against R26, the default it chose (-protocol-27.txt). Usage, from the repository root, with the folder
-# the device call's files came back to:
-#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26|27] [--jobs 2]
-#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26|27]   (prints the candidate's
+# candidate against R26, the default it chose (-protocol-27.txt), or protocol 28's (--protocol 28, FILES_AT -): R26
+# against P28, which reads four of the counters already stored (steps 1 and 2 skipped). Usage, from the repository
+# root, with the folder the device call's files came back to:
+#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26|27|28] [--jobs 2]
+#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26|27|28]   (prints the candidate's
 #                                                                                     twelve runs and stops)
 # 1. stores the counters in the bundled records and the second recording (reference_profiles.py store, with
 #    --stand-in under protocol 26, which marks each reference record with the GPU the counters were read on);
@@ -20,14 +21,14 @@
 # file that exists is not run again), so a cut-short call can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: $0 FILES_AT [--protocol 22|26|27] [--jobs N] | --list [--protocol 22|26|27]"
+usage="usage: $0 FILES_AT [--protocol 22|26|27|28] [--jobs N] | --list [--protocol 22|26|27|28]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 files=$1; shift
 protocol=22
 jobs=2
 while [ $# -gt 0 ]; do
   case $1 in
-    --protocol) protocol=${2:?--protocol needs 22, 26 or 27}; shift 2 ;;
+    --protocol) protocol=${2:?--protocol needs 22, 26, 27 or 28}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
@@ -36,28 +37,35 @@ case $protocol in
   22) config=R22; stand_in=(); default=X18; default_flags=() ;;
   26) config=R26; stand_in=(--stand-in); default=X18; default_flags=() ;;
   27) config=R22; stand_in=(); default=R26; default_flags=(--reference-profile) ;;
+  28) config=P28; stand_in=(); default=R26; default_flags=(--reference-profile) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 results=benchmarks/results
 common=(--lopo-searched-only --skip-baselines)
+candidate=(--reference-profile)
+[ "$protocol" != 28 ] || candidate+=(--reference-counters portable)
 nine=(--exclude depthwise_conv2d,maxpool2d)
 r22_runs() {  # the candidate's twelve runs: the result file, then search_bench's arguments
   local m spec f
   for m in 0 1; do
     for spec in "3validation-families:column_sum,gelu,layernorm" "3new-families:dot,bincount,spmv_ell" \
                 "2heldout-families:nbody,stencil3d"; do
-      echo "$results/search_cpu_2026-12-04_${spec%%:*}_${config}_model-seed$m.json --families ${spec#*:} ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
+      echo "$results/search_cpu_2026-12-04_${spec%%:*}_${config}_model-seed$m.json --families ${spec#*:} ${nine[*]} --model-seed $m ${common[*]} ${candidate[*]}"
     done
-    echo "$results/search_cpu_2026-12-04_hgemm_mma-variants-target_${config}_model-seed$m.json --families hgemm_mma --ignore-vendor hgemm_mma ${nine[*]} --model-seed $m ${common[*]} --reference-profile"
+    echo "$results/search_cpu_2026-12-04_hgemm_mma-variants-target_${config}_model-seed$m.json --families hgemm_mma --ignore-vendor hgemm_mma ${nine[*]} --model-seed $m ${common[*]} ${candidate[*]}"
     for f in depthwise_conv2d maxpool2d; do
-      echo "$results/search_cpu_2026-12-05_${f}_heldout_${config}_model-seed$m.json --families $f --model-seed $m ${common[*]} --reference-profile"
+      echo "$results/search_cpu_2026-12-05_${f}_heldout_${config}_model-seed$m.json --families $f --model-seed $m ${common[*]} ${candidate[*]}"
     done
   done
 }
 if [ "$files" = "--list" ]; then r22_runs; exit 0; fi
+if [ "$protocol" = 28 ]; then
+  [ "$files" = - ] || { echo "protocol 28 stores no counters: its FILES_AT is -" >&2; exit 2; }
+else
 for f in reference_profiles_bundled.json reference_profiles_second.json; do
   [ -f "$files/$f" ] || { echo "$files/$f is missing: the device call did not finish that part" >&2; exit 1; }
 done
+fi
 py=.venv/bin/python
 [ -x "$py" ] || { echo "no .venv here: run ./kl test --collect-only -q once to build it" >&2; exit 2; }
 
@@ -95,7 +103,11 @@ $py kernellab/problems/tools/reference_profiles.py store "$files/reference_profi
   --recordings $results/recordings/h200_2026-12-03 "${stand_in[@]}"
 }
 
-if [ "$protocol" = 27 ]; then check_default; store_counters; else store_counters; check_default; fi
+case $protocol in
+  27) check_default; store_counters ;;
+  28) ;;  # the records R26's check run reproduced at protocol 27's start; nothing to store
+  *) store_counters; check_default ;;
+esac
 
 echo "== 3. $config's twelve runs ($jobs at a time)"
 jobsfile=$(mktemp)

@@ -102,8 +102,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str, reference_profile: bool
     from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_INCUMBENT,
                                                   DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
                                                   DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
-                                                  DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_PROFILE,
-                                                  DEFAULT_SPREAD_PRIOR_ROWS,
+                                                  DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_COUNTERS,
+                                                  DEFAULT_REFERENCE_PROFILE, DEFAULT_SPREAD_PRIOR_ROWS,
                                                   DEFAULT_WEIGH_CALIBRATED, LearnedSurrogate)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
@@ -134,7 +134,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str, reference_profile: bool
 
                 rows = all_recorded_rows(gpu=gpu, exclude=(exclude_problem,), root=bundled_dir())
                 model = LearnedSurrogate(ranker_weight=APP_WEIGHT, reference_profile=reference_profile,
-                                         family_weights=DEFAULT_FAMILY_WEIGHTS)
+                                         family_weights=DEFAULT_FAMILY_WEIGHTS,
+                                         reference_counters=DEFAULT_REFERENCE_COUNTERS)
                 if rows:
                     model.fit(rows, groups=[row["problem_name"] for row in rows])
                     model.save(cache)
@@ -152,15 +153,17 @@ def forget_learned(*, exclude_problem: str, gpu: str) -> None:
 
 def learned_cache_path(*, exclude_problem: str, gpu: str, reference_profile: bool | None = None):
     """Where the app keeps the learned surrogate trained without `exclude_problem` on `gpu`'s records."""
-    from search_engine.surrogates.learned import DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_PROFILE
+    from search_engine.surrogates.learned import (DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_COUNTERS,
+                                                  DEFAULT_REFERENCE_PROFILE)
     from search_engine.surrogates.ranker import APP_WEIGHT
 
     if reference_profile is None:
         reference_profile = DEFAULT_REFERENCE_PROFILE
     # "centred", "ranker": models saved before the centred target or the ranking prior are not reused;
-    # "refprofile": one that reads the reference's counters is another feature set; "equalfam", "sqrtfam": another
-    # weighting of the families.
-    profile = ("-refprofile" if reference_profile else "") + \
+    # "refprofile": one that reads the reference's counters is another feature set ("refprofile-portable": four of
+    # them); "equalfam", "sqrtfam": another weighting of the families.
+    counters = "" if DEFAULT_REFERENCE_COUNTERS == "all" else f"-{DEFAULT_REFERENCE_COUNTERS}"
+    profile = (f"-refprofile{counters}" if reference_profile else "") + \
         ("" if DEFAULT_FAMILY_WEIGHTS == "rows" else f"-{DEFAULT_FAMILY_WEIGHTS}fam")
     return settings.DATA_DIR / (f"learned-surrogate-centred-ranker{APP_WEIGHT:g}{profile}-{gpu}-without-{exclude_problem}-"
                                 f"{_records_stamp()}.pkl")

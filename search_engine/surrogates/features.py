@@ -117,6 +117,13 @@ REFERENCE_PROFILE_COUNTERS = {
     "ref_long_scoreboard_per_issue": "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
 }
 REFERENCE_PROFILE_FEATURES = list(REFERENCE_PROFILE_COUNTERS) + ["ref_sectors_per_load", "ref_log_dram_over_roofline"]
+# Of those, the four that follow from the reference's access pattern and launch and read nearly alike on GPUs of one
+# chip with different memory (an H100 and an H200); the other four follow the memory's speed (docs/search.md,
+# "Counters that carry from one card to another"). LearnedSurrogate(reference_counters="portable") reads these only.
+PORTABLE_REFERENCE_PROFILE_FEATURES = ["ref_l1_hit_pct", "ref_occupancy_pct", "ref_sectors_per_load",
+                                       "ref_log_dram_over_roofline"]
+# LearnedSurrogate(reference_counters=...): which of the reference's counters its model reads
+REFERENCE_COUNTER_SETS = {"all": REFERENCE_PROFILE_FEATURES, "portable": PORTABLE_REFERENCE_PROFILE_FEATURES}
 # every counter reference_profile_features reads
 REFERENCE_PROFILE_INPUTS = tuple(REFERENCE_PROFILE_COUNTERS.values()) + (
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",

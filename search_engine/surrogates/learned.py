@@ -35,8 +35,8 @@ from threadpoolctl import ThreadpoolController
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.heldout import refuse_held_out
 from search_engine.surrogates.base import Forecast, ForecastRequest
-from search_engine.surrogates.features import (REFERENCE_PROFILE_FEATURES, feature_names, features_matrix,
-                                               reference_profile_features)
+from search_engine.surrogates.features import (REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES, feature_names,
+                                               features_matrix, reference_profile_features)
 
 _EPS = 1e-4
 _MISSING = -1e6  # stands for an unknown feature (the trees split it off like any other value)
@@ -91,6 +91,9 @@ DEFAULT_LOCAL_INCUMBENT = False
 # counters read on an H100 standing in for the H200 (docs/search.md, "The reference's profile, read on an H100");
 # protocol 22 waits to repeat it with the H200's own counters.
 DEFAULT_REFERENCE_PROFILE = True
+# LearnedSurrogate(reference_counters=...): "all" eight counters, or the four "portable" ones that read alike on
+# GPUs of one chip (features.PORTABLE_REFERENCE_PROFILE_FEATURES); "portable" tried by protocol 28.
+DEFAULT_REFERENCE_COUNTERS = "all"
 # LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
 # "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of
 # its rows); "equal" tried by protocol 23 and "sqrt" by protocol 24 on eleven validation families, neither kept
@@ -141,7 +144,8 @@ class LearnedSurrogate:
                  pooled_spread: bool = DEFAULT_POOLED_SPREAD,
                  local_incumbent: bool = DEFAULT_LOCAL_INCUMBENT,
                  reference_profile: bool = DEFAULT_REFERENCE_PROFILE,
-                 family_weights: str = DEFAULT_FAMILY_WEIGHTS) -> None:
+                 family_weights: str = DEFAULT_FAMILY_WEIGHTS,
+                 reference_counters: str = DEFAULT_REFERENCE_COUNTERS) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -149,6 +153,9 @@ class LearnedSurrogate:
                              "geometric mean) or 'absolute'.")
         if family_weights not in FAMILY_WEIGHTS:
             raise ValueError(f"Family weights must be one of {', '.join(FAMILY_WEIGHTS)}, not {family_weights!r}.")
+        if reference_counters not in REFERENCE_COUNTER_SETS:
+            raise ValueError(f"The reference's counters must be one of {', '.join(REFERENCE_COUNTER_SETS)}, "
+                             f"not {reference_counters!r}.")
         if moments not in MOMENTS or calibrated_moments not in MOMENTS:
             raise ValueError(f"The forecasts' mean and spread must come from one of {', '.join(MOMENTS)}.")
         self.bins = bins
@@ -242,6 +249,10 @@ class LearnedSurrogate:
         # where a kind of change pays (a staged tile where the reference's loads miss the caches, not where L1
         # already serves neighbouring outputs' overlapping loads). NaN where the reference was not profiled.
         self.reference_profile = reference_profile
+        # reference_counters: with reference_profile, "all" eight of those features or the four "portable" ones (L1
+        # hit rate, occupancy, sectors per load, DRAM bytes over the roofline's), which follow from the reference's
+        # access pattern and read alike on an H100 and an H200, where the others follow the memory's speed.
+        self.reference_counters = reference_counters
         # family_weights: "rows", every training row weighs 1, so a family of 1,000 recorded variants (sgemm) says ten
         # times as much about what carries to a new problem as one of 100; "equal", each family's rows share the same
         # total weight (a row weighs N / (families x its family's rows)). The classifiers' fit reads the weights; the
@@ -546,7 +557,10 @@ class LearnedSurrogate:
             self._fitted = self._train(all_X, all_y, groups, weights)
 
     def _feature_names(self) -> list[str]:
-        return feature_names() + (list(REFERENCE_PROFILE_FEATURES) if self.reference_profile else [])
+        return feature_names() + (list(self._profile_features()) if self.reference_profile else [])
+
+    def _profile_features(self) -> list[str]:
+        return REFERENCE_COUNTER_SETS[getattr(self, "reference_counters", "all")]
 
     def _matrix(self, requests) -> np.ndarray:
         X = _matrix(requests)
@@ -559,8 +573,9 @@ class LearnedSurrogate:
             if key not in memo:
                 memo[key] = reference_profile_features(request.reference_profile, request.problem or {})
             extra.append(memo[key])
-        extra = np.nan_to_num(np.array(extra).reshape(len(requests), len(REFERENCE_PROFILE_FEATURES)),
-                              nan=_MISSING, posinf=-_MISSING, neginf=_MISSING)
+        extra = np.array(extra).reshape(len(requests), len(REFERENCE_PROFILE_FEATURES))
+        columns = [REFERENCE_PROFILE_FEATURES.index(name) for name in self._profile_features()]
+        extra = np.nan_to_num(extra[:, columns], nan=_MISSING, posinf=-_MISSING, neginf=_MISSING)
         return np.hstack([X, extra])
 
     def _xy(self, rows: list[dict]):
@@ -725,6 +740,7 @@ class LearnedSurrogate:
         if not isinstance(model, cls):
             raise ValueError(f"{path} does not hold a learned surrogate.")
         model.__dict__.setdefault("reference_profile", False)  # saved before the option existed
+        model.__dict__.setdefault("reference_counters", "all")
         if model._base_X.shape[1] != len(model._feature_names()) or \
                 model.__dict__.get("feature_names", model._feature_names()) != model._feature_names():
             raise ValueError(f"{path} was trained on another set of features than this version computes; "
