@@ -401,7 +401,7 @@ def test_a_runs_driver_reads_the_references_recorded_profile_and_keeps_it_in_its
 
 
 def test_the_learned_surrogate_reads_the_references_counters_only_in_a_run_that_has_them(settings, workspace, members,
-                                                                                      tmp_path):
+                                                                                      tmp_path, monkeypatch):
     """Every recorded family the model learns from carries its reference's counters; a run whose reference was never
     profiled (an uploaded problem) would hand it values it never saw, so it gets the model trained without them."""
     import gzip
@@ -434,3 +434,8 @@ def test_the_learned_surrogate_reads_the_references_counters_only_in_a_run_that_
     paths = {surrogates.learned_cache_path(exclude_problem="saxpy", gpu="h200", reference_profile=flag)
              for flag in (True, False)}
     assert len(paths) == 2
+    # the four portable counters are another feature set, cached in another file
+    monkeypatch.setattr("search_engine.surrogates.learned.DEFAULT_REFERENCE_COUNTERS", "portable")
+    portable = surrogates.learned_cache_path(exclude_problem="saxpy", gpu="h200", reference_profile=True)
+    assert portable not in paths and "refprofile-portable" in portable.name
+    assert surrogates.learned_cache_path(exclude_problem="saxpy", gpu="h200", reference_profile=False) in paths

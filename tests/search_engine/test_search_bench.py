@@ -257,6 +257,23 @@ def test_a_stand_in_gpus_counters_are_named_as_such_in_the_dataset(bench, tmp_pa
     assert datasets["column_sum"].reference_profile_gpu == "NVIDIA H100 80GB HBM3"
 
 
+def test_the_reference_counters_setting_reaches_the_model_and_defaults_to_the_apps(bench, monkeypatch):
+    from search_engine.surrogates.learned import DEFAULT_REFERENCE_COUNTERS
+
+    parser = bench.build_parser()
+    assert parser.parse_args([]).reference_counters == DEFAULT_REFERENCE_COUNTERS
+    args = parser.parse_args(["--reference-counters", "portable"])
+    assert args.reference_counters == "portable"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--reference-counters", "some"])
+    rows = [{"problem_name": "a"}]
+    monkeypatch.setattr(bench.LearnedSurrogate, "fit", lambda model, rows, groups: model)
+    assert bench.lopo_model(rows, args).reference_counters == "portable"
+    # settings written before the option read all eight
+    del args.reference_counters
+    assert bench.lopo_model(rows, args).reference_counters == "all"
+
+
 def test_excluding_a_family_that_is_not_recorded_is_refused_with_its_name(bench):
     with pytest.raises(SystemExit, match="no recorded family: nosuch"):
         bench.main(["--exclude", "nosuch", "--seeds", "1", "--out", "/dev/null"])

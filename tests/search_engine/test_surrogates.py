@@ -1034,3 +1034,41 @@ def test_the_counters_a_run_keeps_give_the_same_features_as_the_whole_profile():
     assert np.array_equal(reference_profile_features(kept, problem), reference_profile_features(profile, problem))
     assert not np.isnan(reference_profile_features(kept, problem)).any()
     assert reference_profile_inputs(None) is None and reference_profile_inputs({}) is None
+
+
+def test_with_the_portable_counters_the_model_reads_the_access_pattern_and_not_the_memorys_speed():
+    from search_engine.surrogates.features import PORTABLE_REFERENCE_PROFILE_FEATURES, REFERENCE_PROFILE_FEATURES
+
+    assert set(PORTABLE_REFERENCE_PROFILE_FEATURES) < set(REFERENCE_PROFILE_FEATURES)
+    with pytest.raises(ValueError, match="reference's counters must be one of all, portable"):
+        LearnedSurrogate(reference_counters="some")
+    hits = {"a": 10.0, "b": 25.0, "c": 35.0, "d": 65.0, "e": 80.0, "f": 92.0}
+    train = [r for name, hit in hits.items() for r in profiled_family_rows(hit, name)]
+    # the same access pattern, read on a card whose memory is faster: the DRAM share of peak differs with the card
+    for i, row in enumerate(train):
+        row["reference_profile"] = {**row["reference_profile"],
+                                    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": 40.0 + 10 * (i % 4)}
+    groups = [r["problem_name"] for r in train]
+    portable = LearnedSurrogate(seed=0, reference_counters="portable").fit(train, groups=groups)
+    every = LearnedSurrogate(seed=0, reference_counters="all").fit(train, groups=groups)
+    assert portable._feature_names()[-4:] == PORTABLE_REFERENCE_PROFILE_FEATURES
+    assert every._base_X.shape[1] == portable._base_X.shape[1] + 4
+
+    def forecasts(model, hit, dram_pct):
+        rows = profiled_family_rows(hit, "new")
+        return np.array([f.expected_log_speedup() for f in model.forecast_many([
+            ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
+                            hardware=r["hardware"], reference_ms=0.5,
+                            reference_profile={**r["reference_profile"],
+                                               "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": dram_pct})
+            for r in rows])])
+
+    # the L1 hit rate still carries where the staged variants pay
+    staged = np.array([r["candidate"]["knobs"]["ALGO"] == "shared" for r in profiled_family_rows(15.0, "new")])
+    low, high = forecasts(portable, 15.0, 50.0), forecasts(portable, 85.0, 50.0)
+    assert low[staged].mean() - low[~staged].mean() > 0.2 and high[staged].mean() - high[~staged].mean() < -0.2
+    # and the DRAM share of peak, which follows the card's memory, moves nothing
+    assert forecasts(portable, 15.0, 20.0) == pytest.approx(forecasts(portable, 15.0, 90.0))
+    # a model saved before the option reads all eight
+    portable.__dict__.pop("reference_counters")
+    assert portable._feature_names()[-8:] == REFERENCE_PROFILE_FEATURES

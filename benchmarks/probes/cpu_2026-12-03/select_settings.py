@@ -138,7 +138,7 @@ for _table in (ORDER_PRIOR_ROWS, MIXTURE, LOCAL_REACH, COMMITTEE, VERIFY_SLOT, L
                WEIGH_CALIBRATED, SPREAD_PRIOR_ROWS, CALIBRATED_MOMENTS, POOLED_SPREAD, LOCAL_INCUMBENT,
                REFERENCE_PROFILE, FAMILY_WEIGHTS, CONFORMAL_WARMUP):
     _table["P28"] = _table["R26"]
-REFERENCE_COUNTERS = {"R26": "all", "P28": "portable"}
+REFERENCE_COUNTERS = {"R22": "all", "R26": "all", "P28": "portable"}
 # the GPU whose counters a configuration's runs must have read (search_bench's datasets' reference_profiled_on)
 PROFILED_ON = {"R22": "H200", "R26": "H100", "P28": "H100"}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
