@@ -89,11 +89,12 @@ DEFAULT_LOCAL_INCUMBENT = False
 # LearnedSurrogate(reference_profile=...) of the app and the benchmarks: the reference's Nsight Compute counters as
 # features (features.REFERENCE_PROFILE_FEATURES). Chosen by protocol 26 on eleven validation families with the
 # counters read on an H100 standing in for the H200 (docs/search.md, "The reference's profile, read on an H100");
-# protocol 22 waits to repeat it with the H200's own counters.
+# protocol 27 tried the H200's own counters and kept the H100's.
 DEFAULT_REFERENCE_PROFILE = True
 # LearnedSurrogate(reference_counters=...): "all" eight counters, or the four "portable" ones that read alike on
-# GPUs of one chip (features.PORTABLE_REFERENCE_PROFILE_FEATURES); "portable" tried by protocol 28.
-DEFAULT_REFERENCE_COUNTERS = "all"
+# GPUs of one chip (features.PORTABLE_REFERENCE_PROFILE_FEATURES); "portable" chosen by protocol 28 on the eleven
+# validation families (docs/search.md, "Counters that carry from one card to another").
+DEFAULT_REFERENCE_COUNTERS = "portable"
 # LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
 # "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of
 # its rows); "equal" tried by protocol 23 and "sqrt" by protocol 24 on eleven validation families, neither kept

@@ -962,7 +962,11 @@ def test_with_reference_profile_the_model_carries_where_a_kind_of_variant_pays_t
     groups = [r["problem_name"] for r in train]
     with_profile = LearnedSurrogate(seed=0, reference_profile=True).fit(train, groups=groups)
     without = LearnedSurrogate(seed=0, reference_profile=False).fit(train, groups=groups)
-    assert with_profile._base_X.shape[1] == without._base_X.shape[1] + 8
+    from search_engine.surrogates.features import REFERENCE_COUNTER_SETS
+    from search_engine.surrogates.learned import DEFAULT_REFERENCE_COUNTERS
+
+    assert with_profile._base_X.shape[1] == \
+        without._base_X.shape[1] + len(REFERENCE_COUNTER_SETS[DEFAULT_REFERENCE_COUNTERS])
 
     def shared_minus_naive(model, hit):
         rows = profiled_family_rows(hit, "new")
