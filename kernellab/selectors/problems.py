@@ -60,7 +60,9 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         return None
     from kernellab.datasets import problem_numbers
     from search_engine.experts.profile import COPY_EFFICIENCY
-    from search_engine.surrogates.features import REFERENCE_PROFILE_FEATURES, reference_profile_features
+    from search_engine.surrogates.features import (REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES,
+                                                   reference_profile_features)
+    from search_engine.surrogates.learned import DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE
 
     timing = record.get("reference") or {}
     numbers = problem_numbers(spec) if spec is not None else {}
@@ -71,8 +73,10 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         values = dict(zip(REFERENCE_PROFILE_FEATURES, reference_profile_features(profile, numbers)))
         values["ref_log_dram_over_roofline"] = math.exp(values["ref_log_dram_over_roofline"]) \
             if not math.isnan(values["ref_log_dram_over_roofline"]) else math.nan
-        counters = [(label, values[name]) for name, label in REFERENCE_COUNTER_LABELS.items()
-                    if not math.isnan(values[name])]
+        # which of them the learned surrogate's forecasts read (the four that read alike on GPUs of one chip)
+        read = set(REFERENCE_COUNTER_SETS[DEFAULT_REFERENCE_COUNTERS]) if DEFAULT_REFERENCE_PROFILE else set()
+        counters = [{"label": label, "value": values[name], "read": name in read}
+                    for name, label in REFERENCE_COUNTER_LABELS.items() if not math.isnan(values[name])]
     return {
         "gpu": hardware.get("name") or gpu.upper(),
         "median_ms": timing.get("median_ms"),
@@ -82,6 +86,7 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         # counters read on another GPU than the recording's, standing in for it (reference_profiles.py --stand-in)
         "profiled_on": (record.get("profiler_hardware") or {}).get("name") if profile else None,
         "counters": counters,
+        "counters_read": any(c["read"] for c in counters),
         "record": record,
         "copy_efficiency_pct": 100.0 * COPY_EFFICIENCY,
     }

@@ -165,6 +165,21 @@ def test_the_problem_page_shows_the_recorded_references_time_counters_and_expert
     assert "% of the roofline bound above, so no candidate can be more than" in body and "× faster at this size" in body
     assert "Its Nsight Compute counters" in body and "L1 hit rate, %" in body
     assert f"{profile['l1tex__t_sector_hit_rate.pct']:.2f}" in body
+    # the page says which counters the forecasts read: the default set's, and no other
+    import html
+
+    from search_engine.surrogates.features import REFERENCE_COUNTER_SETS
+    from search_engine.surrogates.learned import DEFAULT_REFERENCE_COUNTERS
+
+    from kernellab.selectors.problems import REFERENCE_COUNTER_LABELS
+
+    table = body[body.index('id="reference-counters"'):]
+    table = table[:table.index("</table>")]
+    rows = {html.unescape(row.split("</th>")[0]): "read by the forecasts" in row for row in table.split("<th>")[1:]}
+    assert rows == {REFERENCE_COUNTER_LABELS[name]: name in REFERENCE_COUNTER_SETS[DEFAULT_REFERENCE_COUNTERS]
+                    for name in REFERENCE_COUNTER_LABELS if REFERENCE_COUNTER_LABELS[name] in rows}
+    assert sum(rows.values()) == len(REFERENCE_COUNTER_SETS[DEFAULT_REFERENCE_COUNTERS])
+    assert "The learned surrogate's forecasts read the counters marked so" in body
     assert "Expert notes" in body and 'class="note sev-' in body and "a plain device-to-device copy reaches (86%" in body
 
 
