@@ -60,9 +60,9 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         return None
     from kernellab.datasets import problem_numbers
     from search_engine.experts.profile import COPY_EFFICIENCY
-    from search_engine.surrogates.features import (REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES,
+    from search_engine.surrogates.features import (DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE,
+                                                   REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES,
                                                    reference_profile_features)
-    from search_engine.surrogates.learned import DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE
 
     timing = record.get("reference") or {}
     numbers = problem_numbers(spec) if spec is not None else {}

@@ -124,6 +124,14 @@ PORTABLE_REFERENCE_PROFILE_FEATURES = ["ref_l1_hit_pct", "ref_occupancy_pct", "r
                                        "ref_log_dram_over_roofline"]
 # LearnedSurrogate(reference_counters=...): which of the reference's counters its model reads
 REFERENCE_COUNTER_SETS = {"all": REFERENCE_PROFILE_FEATURES, "portable": PORTABLE_REFERENCE_PROFILE_FEATURES}
+# LearnedSurrogate(reference_profile=...) of the app and the benchmarks (surrogates.learned reads these): the
+# reference's Nsight Compute counters as features, chosen by protocol 26 on eleven validation families with the
+# counters read on an H100 standing in for the H200 (docs/search.md, "The reference's profile, read on an H100");
+# protocol 27 tried the H200's own counters and kept the H100's.
+DEFAULT_REFERENCE_PROFILE = True
+# LearnedSurrogate(reference_counters=...): "all" eight counters, or the four "portable" ones; "portable" chosen by
+# protocol 28 on the eleven validation families (docs/search.md, "Counters that carry from one card to another").
+DEFAULT_REFERENCE_COUNTERS = "portable"
 # every counter reference_profile_features reads
 REFERENCE_PROFILE_INPUTS = tuple(REFERENCE_PROFILE_COUNTERS.values()) + (
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",

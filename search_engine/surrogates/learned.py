@@ -35,7 +35,8 @@ from threadpoolctl import ThreadpoolController
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.heldout import refuse_held_out
 from search_engine.surrogates.base import Forecast, ForecastRequest
-from search_engine.surrogates.features import (REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES, feature_names,
+from search_engine.surrogates.features import (DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE,  # noqa: F401
+                                               REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES, feature_names,
                                                features_matrix, reference_profile_features)
 
 _EPS = 1e-4
@@ -86,15 +87,9 @@ DEFAULT_POOLED_SPREAD = True
 # LearnedSurrogate(local_incumbent=...) of the app and the benchmarks: tried by protocol 19 on the nine validation
 # families and not kept (docs/search.md, "The distance to the run's best as a run-local feature").
 DEFAULT_LOCAL_INCUMBENT = False
-# LearnedSurrogate(reference_profile=...) of the app and the benchmarks: the reference's Nsight Compute counters as
-# features (features.REFERENCE_PROFILE_FEATURES). Chosen by protocol 26 on eleven validation families with the
-# counters read on an H100 standing in for the H200 (docs/search.md, "The reference's profile, read on an H100");
-# protocol 27 tried the H200's own counters and kept the H100's.
-DEFAULT_REFERENCE_PROFILE = True
-# LearnedSurrogate(reference_counters=...): "all" eight counters, or the four "portable" ones that read alike on
-# GPUs of one chip (features.PORTABLE_REFERENCE_PROFILE_FEATURES); "portable" chosen by protocol 28 on the eleven
-# validation families (docs/search.md, "Counters that carry from one card to another").
-DEFAULT_REFERENCE_COUNTERS = "portable"
+# LearnedSurrogate(reference_profile=..., reference_counters=...) of the app and the benchmarks: defined with the
+# features (features.DEFAULT_REFERENCE_PROFILE, DEFAULT_REFERENCE_COUNTERS), where the web tier reads them without
+# loading the model's libraries.
 # LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
 # "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of
 # its rows); "equal" tried by protocol 23 and "sqrt" by protocol 24 on eleven validation families, neither kept

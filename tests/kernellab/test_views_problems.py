@@ -168,8 +168,7 @@ def test_the_problem_page_shows_the_recorded_references_time_counters_and_expert
     # the page says which counters the forecasts read: the default set's, and no other
     import html
 
-    from search_engine.surrogates.features import REFERENCE_COUNTER_SETS
-    from search_engine.surrogates.learned import DEFAULT_REFERENCE_COUNTERS
+    from search_engine.surrogates.features import DEFAULT_REFERENCE_COUNTERS, REFERENCE_COUNTER_SETS
 
     from kernellab.selectors.problems import REFERENCE_COUNTER_LABELS
 
