@@ -15,8 +15,8 @@
 #    committed file; a difference stops here (the protocol then reruns the default on all eleven before the rule is
 #    read). The default is X18 under protocols 22 and 26, and R26 under 27, whose check runs before step 1 (R26
 #    reads the H100's counters, which step 1 replaces);
-# 3. runs the candidate's (R22's or R26's) twelve runs (10-15 minutes on two cores), logs beside each JSON;
-# 4. reads the rule: select_settings.py --protocol 22 (or 26, 27).
+# 3. runs the candidate's (R22's, R26's or P28's) twelve runs (10-20 minutes on two cores), logs beside each JSON;
+# 4. reads the rule: select_settings.py --protocol 22 (or 26, 27, 28).
 # It stops at the first step that fails, saying which; steps already done are skipped on a second call (a result
 # file that exists is not run again), so a cut-short call can be repeated.
 set -euo pipefail

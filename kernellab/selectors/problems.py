@@ -40,6 +40,14 @@ REFERENCE_COUNTER_LABELS = {
     "ref_log_dram_over_roofline": "DRAM bytes over the roofline's bytes",
 }
 
+# What the problem page says of the counters the learned surrogate's forecasts read, per counter set
+COUNTERS_READ_NOTES = {
+    "all": "The learned surrogate's forecasts read all of them, the same for every candidate of this problem.",
+    "portable": "The learned surrogate's forecasts read the counters marked so, the same for every candidate of this "
+                "problem: those that follow from the reference's access pattern and read alike on GPUs of one chip. "
+                "The others follow the memory's speed.",
+}
+
 
 def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
     """The reference's recorded measurement on `gpu` (None where the problem has no recording there): its time at
@@ -86,7 +94,8 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         # counters read on another GPU than the recording's, standing in for it (reference_profiles.py --stand-in)
         "profiled_on": (record.get("profiler_hardware") or {}).get("name") if profile else None,
         "counters": counters,
-        "counters_read": any(c["read"] for c in counters),
+        "counters_read_note": COUNTERS_READ_NOTES[DEFAULT_REFERENCE_COUNTERS]
+        if DEFAULT_REFERENCE_PROFILE and counters else None,
         "record": record,
         "copy_efficiency_pct": 100.0 * COPY_EFFICIENCY,
     }

@@ -35,7 +35,7 @@ from threadpoolctl import ThreadpoolController
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.heldout import refuse_held_out
 from search_engine.surrogates.base import Forecast, ForecastRequest
-from search_engine.surrogates.features import (DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE,  # noqa: F401
+from search_engine.surrogates.features import (DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE,
                                                REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES, feature_names,
                                                features_matrix, reference_profile_features)
 
@@ -556,7 +556,7 @@ class LearnedSurrogate:
         return feature_names() + (list(self._profile_features()) if self.reference_profile else [])
 
     def _profile_features(self) -> list[str]:
-        return REFERENCE_COUNTER_SETS[getattr(self, "reference_counters", "all")]
+        return REFERENCE_COUNTER_SETS[self.reference_counters]
 
     def _matrix(self, requests) -> np.ndarray:
         X = _matrix(requests)
@@ -736,7 +736,7 @@ class LearnedSurrogate:
         if not isinstance(model, cls):
             raise ValueError(f"{path} does not hold a learned surrogate.")
         model.__dict__.setdefault("reference_profile", False)  # saved before the option existed
-        model.__dict__.setdefault("reference_counters", "all")
+        model.__dict__.setdefault("reference_counters", "all")  # saved before it: all eight counters
         if model._base_X.shape[1] != len(model._feature_names()) or \
                 model.__dict__.get("feature_names", model._feature_names()) != model._feature_names():
             raise ValueError(f"{path} was trained on another set of features than this version computes; "

@@ -170,7 +170,7 @@ def test_the_problem_page_shows_the_recorded_references_time_counters_and_expert
 
     from search_engine.surrogates.features import DEFAULT_REFERENCE_COUNTERS, REFERENCE_COUNTER_SETS
 
-    from kernellab.selectors.problems import REFERENCE_COUNTER_LABELS
+    from kernellab.selectors.problems import COUNTERS_READ_NOTES, REFERENCE_COUNTER_LABELS
 
     table = body[body.index('id="reference-counters"'):]
     table = table[:table.index("</table>")]
@@ -178,7 +178,7 @@ def test_the_problem_page_shows_the_recorded_references_time_counters_and_expert
     assert rows == {REFERENCE_COUNTER_LABELS[name]: name in REFERENCE_COUNTER_SETS[DEFAULT_REFERENCE_COUNTERS]
                     for name in REFERENCE_COUNTER_LABELS if REFERENCE_COUNTER_LABELS[name] in rows}
     assert sum(rows.values()) == len(REFERENCE_COUNTER_SETS[DEFAULT_REFERENCE_COUNTERS])
-    assert "The learned surrogate's forecasts read the counters marked so" in body
+    assert html.escape(COUNTERS_READ_NOTES[DEFAULT_REFERENCE_COUNTERS]) in body
     assert "Expert notes" in body and 'class="note sev-' in body and "a plain device-to-device copy reaches (86%" in body
 
 

@@ -127,17 +127,21 @@ FAMILY_WEIGHTS = {"X18": "rows", "R22": "rows", "W23": "equal", "T24": "sqrt", "
 CONFORMAL_WARMUP = {"X18": None, "U25": 1.0}
 # the twenty-sixth's: X18, and R26, R22 with the references' counters read on an H100 standing in for the H200
 # (no H200 was lent from the twenty-fourth session to the twenty-ninth); every setting as R22's
-for _table in (ORDER_PRIOR_ROWS, MIXTURE, LOCAL_REACH, COMMITTEE, VERIFY_SLOT, LOCAL_PRIOR_ROWS, STEP_SPREAD,
-               WEIGH_CALIBRATED, SPREAD_PRIOR_ROWS, CALIBRATED_MOMENTS, POOLED_SPREAD, LOCAL_INCUMBENT,
-               REFERENCE_PROFILE, FAMILY_WEIGHTS):
-    _table["R26"] = _table["R22"]
-CONFORMAL_WARMUP["R26"] = CONFORMAL_WARMUP["R22"] = None
+CONFORMAL_WARMUP["R22"] = None
+
+
+def same_settings(config: str, as_config: str) -> None:
+    """Give `config` every setting of `as_config` (a configuration that differs in what its runs read, not in how)."""
+    for table in (ORDER_PRIOR_ROWS, MIXTURE, LOCAL_REACH, COMMITTEE, VERIFY_SLOT, LOCAL_PRIOR_ROWS, STEP_SPREAD,
+                  WEIGH_CALIBRATED, SPREAD_PRIOR_ROWS, CALIBRATED_MOMENTS, POOLED_SPREAD, LOCAL_INCUMBENT,
+                  REFERENCE_PROFILE, FAMILY_WEIGHTS, CONFORMAL_WARMUP):
+        table[config] = table[as_config]
+
+
+same_settings("R26", "R22")
 # the twenty-eighth's: R26, and P28, which reads only the four of the reference's counters that read alike on the
 # H100 and the H200 (features.PORTABLE_REFERENCE_PROFILE_FEATURES); every other setting as R26's
-for _table in (ORDER_PRIOR_ROWS, MIXTURE, LOCAL_REACH, COMMITTEE, VERIFY_SLOT, LOCAL_PRIOR_ROWS, STEP_SPREAD,
-               WEIGH_CALIBRATED, SPREAD_PRIOR_ROWS, CALIBRATED_MOMENTS, POOLED_SPREAD, LOCAL_INCUMBENT,
-               REFERENCE_PROFILE, FAMILY_WEIGHTS, CONFORMAL_WARMUP):
-    _table["P28"] = _table["R26"]
+same_settings("P28", "R26")
 REFERENCE_COUNTERS = {"R22": "all", "R26": "all", "P28": "portable"}
 # the GPU whose counters a configuration's runs must have read (search_bench's datasets' reference_profiled_on)
 PROFILED_ON = {"R22": "H200", "R26": "H100", "P28": "H100"}
