@@ -162,8 +162,6 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
                 "reason": "the reference already carries counters"}
     own_runner = runner is None
     runner = runner or Runner("auto", settings=RECORD_SETTINGS)
-    reference = reference_candidate(problem)
-    result = MeasurementResult(status="ok", reason="", source_hash=reference.source_hash)
     try:
         recorded_on = (found.get("hardware") or {}).get("name")
         here = runner.hardware(problem)
@@ -171,16 +169,15 @@ def profile_reference(problem: Problem, path: str | Path, *, runner: Runner | No
             return {"path": str(path), "profiled": False,
                     "reason": f"the recording was made on {recorded_on} and this machine's GPU is {here.name}: its "
                               "counters would describe another GPU"}
-        profile_batch(runner, problem, [(reference, result)], seed=seed)
+        counters, why_not = runner.profile_reference(problem, seed=seed)
     except WorkerUnavailable as exc:  # no GPU here (or its worker cannot start): say so, change nothing
         return {"path": str(path), "profiled": False, "reason": str(exc)}
     finally:
         if own_runner:
             runner.close()
-    if not result.profiler:
-        return {"path": str(path), "profiled": False,
-                "reason": result.observer_errors.get("ncu", "the backend has no device module to profile")}
-    summary = store_reference_profile(problem, path, result.profiler,
+    if not counters:
+        return {"path": str(path), "profiled": False, "reason": why_not}
+    summary = store_reference_profile(problem, path, counters,
                                       profiled_on=here.name if here is not None else None, stand_in=stand_in)
     return summary | {"profiled_on": here.name if here is not None else None}
 

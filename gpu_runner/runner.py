@@ -142,6 +142,27 @@ class Runner:
         with ThreadPoolExecutor(max_workers=min(len(candidates), workers or os.cpu_count() or 2)) as pool:
             return list(pool.map(lambda c: self.check(problem, c, sass=sass), candidates))
 
+    def profile_reference(self, problem: Problem, *, seed: int = 0) -> tuple[dict[str, float], str]:
+        """The reference's Nsight Compute counters on this runner's GPU (one ncu start) and "", or {} and why none
+        could be read: a PyTorch reference (many kernels, not one), a backend without a device module, ncu
+        missing, a GPU worker that cannot start. The recorder stores them in a recording's reference record; the
+        app keeps those of an uploaded problem's reference, which no recording holds."""
+        from . import recorder
+        from .backends.gpu import WorkerUnavailable
+        from .candidate import reference_candidate
+
+        if problem.reference.kind == "pytorch":
+            return {}, "a PyTorch reference launches many kernels of its own, so its counters are no one kernel's"
+        reference = reference_candidate(problem)
+        result = MeasurementResult(status="ok", reason="", source_hash=reference.source_hash)
+        try:
+            recorder.profile_batch(self, problem, [(reference, result)], seed=seed)
+        except WorkerUnavailable as exc:
+            return {}, str(exc)
+        if not result.profiler:
+            return {}, result.observer_errors.get("ncu", "the backend has no device module to profile")
+        return dict(result.profiler), ""
+
     def hardware(self, problem: Problem | None = None) -> Hardware | None:
         return self.backend_for(problem).hardware()
 

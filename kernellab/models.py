@@ -114,6 +114,10 @@ class Problem(models.Model):
     family_source = models.TextField(blank=True)
     reference = models.ForeignKey(Kernel, on_delete=models.PROTECT, related_name="reference_of")
     bundled = models.BooleanField(default=False)
+    # The reference as a run's GPU worker measured it, per target GPU, for a problem whose recording does not hold
+    # it (an uploaded one): {"h200": {"timing", "hardware", "profiler" or "profiler_error", "run_id", "measured_at"}}
+    # (services.reference_measurements); the learned surrogate reads its time and counters as features.
+    reference_measurements = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -53,8 +53,6 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
     """The reference's recorded measurement on `gpu` (None where the problem has no recording there): its time at
     the default size case and, where it was profiled, its main counters; "record" is the whole record (the view
     asks the micro-profiling experts about it)."""
-    import math
-
     from gpu_runner.backends.replay import read_records
 
     path = problem_records_file(problem, gpu)
@@ -66,6 +64,35 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
         return {"error": f"the recording {path.name} cannot be read: {exc}"}
     if record is None or record.get("status") != "ok":
         return None
+    return _reference_summary(record, spec, gpu)
+
+
+def reference_measured(problem, spec, gpu: str = "h200") -> dict | None:
+    """The reference as a run's GPU worker measured it on `gpu` (services.reference_measurements), for a problem
+    whose recording does not hold it: the same summary as reference_recording, with the run it came from."""
+    from kernellab.services.reference_measurements import reference_measurement
+
+    kept = reference_measurement(problem, gpu)
+    if not (kept.get("timing") or {}).get("median_ms"):
+        return None
+    record = {"status": "ok", "variant": "reference", "reference": kept["timing"],
+              "hardware": kept.get("hardware") or {}, "profiler": kept.get("profiler") or {}}
+    profiled_on = (kept.get("profiler_hardware") or {}).get("name")
+    if profiled_on and profiled_on != record["hardware"].get("name"):
+        record["profiler_hardware"] = {"name": profiled_on}
+    from kernellab.models import SearchRun
+
+    run_id = kept.get("run_id")
+    return _reference_summary(record, spec, gpu) | {
+        # the run is named while it exists (a deleted run leaves the measurement)
+        "measured_in_run": run_id if run_id and SearchRun.objects.filter(pk=run_id, problem=problem).exists() else None,
+        "measured_at": kept.get("measured_at"),
+        "profiler_error": None if kept.get("profiler") else kept.get("profiler_error")}
+
+
+def _reference_summary(record: dict, spec, gpu: str) -> dict:
+    import math
+
     from kernellab.datasets import problem_numbers
     from search_engine.experts.profile import COPY_EFFICIENCY
     from search_engine.surrogates.features import (DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE,

@@ -42,7 +42,28 @@ def measure_for_verification(verification: Verification) -> tuple[dict, list[dic
         energy=True,
         timeout_s=min(settings.KERNELLAB_VERIFY_TIME_LIMIT_S - 5, 300),
     ).to_dict()
+    _profile_reference_once(runner, run, spec, result, seed)
     return result, expert_notes_for(spec, result)
+
+
+def _profile_reference_once(runner, run, spec, result: dict, seed: int) -> None:
+    """After a measurement on a GPU, the reference's counters where no recording holds them (an uploaded problem):
+    added to `result` for verification_finish to keep on the problem (services.reference_measurements), with
+    why not where they cannot be read. Once per problem and GPU: an ncu start costs seconds."""
+    from kernellab.services.reference_measurements import (ERROR_KEY, GPU_BACKENDS, RESULT_KEY,
+                                                           reference_profile_wanted)
+    from kernellab.services.run_context import RunContext
+
+    if result.get("status") != "ok" or result.get("backend") not in GPU_BACKENDS:
+        return
+    recorded = RunContext(run).recorded_reference_profile is not None
+    if not reference_profile_wanted(run.problem, run.target_gpu, recorded_profile=recorded):
+        return
+    counters, why_not = runner.profile_reference(spec, seed=seed)
+    if counters:
+        result[RESULT_KEY] = counters
+    else:
+        result.setdefault("observer_errors", {})[ERROR_KEY] = why_not
 
 
 def expert_notes_for(spec, result: dict) -> list[dict]:

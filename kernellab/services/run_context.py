@@ -57,10 +57,18 @@ class RunContext:
     @cached_property
     def reference_ms(self) -> float | None:
         """The recording's reference time, the one the learned surrogate's rows of it carry
-        (kernellab.datasets.recording_reference_ms; the records in the file's order)."""
+        (kernellab.datasets.recording_reference_ms; the records in the file's order); without a recording (an
+        uploaded problem), the time a run's GPU worker first measured (services.reference_measurements)."""
         from kernellab.datasets import recording_reference_ms
 
-        return recording_reference_ms(self.replay_records.values())
+        recorded = recording_reference_ms(self.replay_records.values())
+        return recorded if recorded is not None else (self._measured_reference.get("timing") or {}).get("median_ms")
+
+    @cached_property
+    def _measured_reference(self) -> dict:
+        from kernellab.services.reference_measurements import reference_measurement
+
+        return reference_measurement(self.problem, self.run.target_gpu)
 
     @cached_property
     def _reference_record(self) -> dict:
@@ -78,13 +86,21 @@ class RunContext:
         return dict(recorded) if recorded else (self.problem.reference.compiler_facts or None)
 
     @cached_property
-    def reference_profile(self) -> dict | None:
-        """The reference's Nsight Compute counters from its recorded measurement, where it was profiled: those the
-        forecasts read (a run keeps them in its saved state, which is written at every step)."""
+    def recorded_reference_profile(self) -> dict | None:
+        """The counters of the recording's reference record, where it was profiled."""
         from search_engine.surrogates.features import reference_profile_inputs
 
-        profiler = self._reference_record.get("profiler")
-        return reference_profile_inputs(profiler) if profiler else None
+        return reference_profile_inputs(self._reference_record.get("profiler"))
+
+    @cached_property
+    def reference_profile(self) -> dict | None:
+        """The reference's Nsight Compute counters that the forecasts read: from its recorded measurement where it
+        was profiled, else those a run's GPU worker read (an uploaded problem). A run keeps them in its saved
+        state, which is written at every step; one that started without them takes them up when they come
+        (services.search._load_driver)."""
+        from search_engine.surrogates.features import reference_profile_inputs
+
+        return self.recorded_reference_profile or reference_profile_inputs(self._measured_reference.get("profiler"))
 
     def problem_dict(self) -> dict:
         """The same problem description the learned surrogate was trained with (sizes, roofline)."""

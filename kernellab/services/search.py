@@ -81,7 +81,8 @@ def _load_driver(run: SearchRun, port: DatabasePort):
 
     context = port.context
     if run.driver_state:
-        return SearchDriver.from_state(run.driver_state, port=port, generator=context.generator(), surrogate=context.surrogate())
+        return SearchDriver.from_state(_reference_taken_up(run.driver_state, context), port=port,
+                                       generator=context.generator(), surrogate=context.surrogate())
     reference = run.problem.reference.as_candidate()
     return SearchDriver(
         port=port,
@@ -95,6 +96,19 @@ def _load_driver(run: SearchRun, port: DatabasePort):
         reference_compiler_facts=context.reference_compiler_facts,
         reference_profile=context.reference_profile,
     )
+
+
+def _reference_taken_up(state: dict, context) -> dict:
+    """A run that started without its reference's time or counters (an uploaded problem, which no recording
+    holds) takes them up once its GPU worker has measured them (services.reference_measurements): before the
+    driver relearns from the run's rows, so that the rows it learns from and the candidates it forecasts read the
+    same features, and the surrogate built for it (RunContext.surrogate) reads the counters too."""
+    taken = dict(state)
+    if taken.get("reference_ms") is None and context.reference_ms is not None:
+        taken["reference_ms"] = context.reference_ms
+    if not taken.get("reference_profile") and context.reference_profile:
+        taken["reference_profile"] = context.reference_profile
+    return taken
 
 
 def measurement_as_result(measurement: Measurement) -> dict:

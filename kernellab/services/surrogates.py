@@ -58,8 +58,9 @@ def _learned_surrogate(run, llm_budget, reference_profiled: bool | None = None):
 
         reference_profiled = RunContext(run).reference_profile is not None
     # The model reads the reference's counters only where this run has them: every recorded family it learns from
-    # carries them, so a run without (an uploaded problem, whose reference was never profiled) would hand it values
-    # it never saw, and gets the model trained without those features instead.
+    # carries them, so a run without (an uploaded problem until its first GPU measurement has profiled the
+    # reference: services.reference_measurements) would hand it values it never saw, and gets the model trained
+    # without those features instead; from the step after, the run's driver is built with the one that reads them.
     return learned_surrogate(exclude_problem=run.problem.name, gpu=run.target_gpu,
                              reference_profile=DEFAULT_REFERENCE_PROFILE and reference_profiled)
 

@@ -25,6 +25,7 @@ from kernellab.models import (
 from kernellab.services.access import access_require
 from kernellab.services.changes import change_record, node_changed
 from kernellab.services.errors import IllegalTransition, ServiceError
+from kernellab.services.reference_measurements import reference_measurement_keep
 
 OPEN_STATES = {
     VerificationState.PENDING,
@@ -294,6 +295,8 @@ def verification_finish(*, verification: Verification, result: dict, expert_note
     verification.refresh_from_db()
     node = verification.node
     measurement = measurement_store(node=node, result=result, expert_notes=expert_notes)
+    reference_measurement_keep(problem_id=node.run.problem_id, gpu=node.run.target_gpu, run_id=node.run_id,
+                               result=result)
     Verification.objects.filter(pk=verification.pk).update(measurement=measurement)
     verification.measurement = measurement
     _node_measured(node, measurement)

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from kernellab.forms import ProblemUploadForm, PytorchProblemUploadForm
 from kernellab.selectors.explorer import problem_roofline, problem_runs
 from kernellab.selectors.kernelbench import kernelbench_h200_comparison
-from kernellab.selectors.problems import reference_recording
+from kernellab.selectors.problems import reference_measured, reference_recording
 from kernellab.services import ServiceError
 from kernellab.services.measurement import expert_notes_for
 from kernellab.selectors.access import membership_role, user_can
@@ -197,7 +197,8 @@ def problem_detail(request, problem_id: int):
     gpu = request.GET.get("gpu", "h200").lower()
     pytorch = spec is not None and spec.reference.kind == "pytorch"
     roofline = problem_roofline(problem=problem, spec=spec, gpu=gpu)
-    recorded = None if pytorch else reference_recording(problem, spec, "h200")
+    recorded = None if pytorch else (reference_recording(problem, spec, "h200") or
+                                     reference_measured(problem, spec, "h200"))
     if recorded and recorded.get("profiled") and spec is not None:
         recorded["notes"] = expert_notes_for(spec, recorded["record"])
     if recorded and recorded.get("median_ms") and spec is not None and gpu == "h200":

@@ -202,3 +202,29 @@ def test_a_recordings_reference_is_profiled_in_place_and_a_profiled_recording_pr
     with gzip.open(fresh, "rt") as handle:
         first = json.loads(handle.readline())
     assert first["variant"] == "reference" and first["profiler"].get("gpu__time_duration.sum", 0) > 0
+
+
+def test_an_uploaded_kernels_reference_is_profiled_with_the_counters_the_forecasts_read(runner):
+    """What a run's GPU worker does after an uploaded problem's first measurement (kernellab's
+    services.measurement): one ncu start on the reference, whose counters become the learned surrogate's features."""
+    import math
+
+    from search_engine.surrogates.features import (PORTABLE_REFERENCE_PROFILE_FEATURES, REFERENCE_PROFILE_FEATURES,
+                                                   REFERENCE_PROFILE_INPUTS, reference_profile_features,
+                                                   reference_profile_inputs)
+
+    problem = load_problem(Path(__file__).parent / "own_kernels" / "row_rmsnorm")
+    measured = runner.measure(problem, reference_candidate(problem), seed=1)
+    assert measured.status == "ok", measured.reason
+    counters, why_not = runner.profile_reference(problem, seed=1)
+    if not counters:
+        pytest.skip(f"Nsight Compute could not profile here: {why_not}")
+    assert why_not == "" and counters["gpu__time_duration.sum"] > 0
+    assert set(reference_profile_inputs(counters)) == set(REFERENCE_PROFILE_INPUTS)
+    case = dict(problem.default_case.sizes)
+    values = dict(zip(REFERENCE_PROFILE_FEATURES, reference_profile_features(
+        counters, {"sizes": case, "bytes": float(problem.roofline.bytes.evaluate(case))})))
+    assert all(math.isfinite(values[name]) for name in PORTABLE_REFERENCE_PROFILE_FEATURES), values
+    # a row's reference reads each input once: its DRAM bytes are near the roofline's, not a multiple of them
+    assert abs(values["ref_log_dram_over_roofline"]) < math.log(4.0), values
+

@@ -352,3 +352,26 @@ def test_counters_of_another_gpu_are_stored_only_as_a_stand_in(tmp_path, capsys,
     assert tool.main(["store", str(found), "--recordings", str(tmp_path)]) == 0
     reference = next(r for r in lines(tmp_path / "column_sum.jsonl.gz") if r["variant"] == "reference")
     assert reference["profiler"] == {"l1tex__t_sector_hit_rate.pct": 4.0} and "profiler_hardware" not in reference
+
+
+def test_a_runner_profiles_a_cuda_reference_once_and_says_why_it_cannot(monkeypatch):
+    """Runner.profile_reference, which the app's GPU worker calls for an uploaded problem's reference."""
+    from gpu_runner import recorder
+
+    problem = saxpy_problem()
+    asked = []
+
+    def ncu(runner, problem, pairs, *, seed):
+        asked.append([candidate.name for candidate, _ in pairs])
+        for _, result in pairs:
+            result.profiler = {"l1tex__t_sector_hit_rate.pct": 61.5}
+
+    # the static backend has no device module: nothing to profile on, said in words
+    counters, why_not = Runner(backend="static").profile_reference(problem)
+    assert counters == {} and why_not == "the backend has no device module to profile"
+    monkeypatch.setattr(recorder, "profile_batch", ncu)
+    assert Runner(CountingBackend()).profile_reference(problem, seed=3) == ({"l1tex__t_sector_hit_rate.pct": 61.5}, "")
+    assert asked == [["reference"]]
+    kernelbench = load_problem(ROOT / "kernellab" / "problems" / "kb_layernorm")
+    counters, why_not = Runner(CountingBackend()).profile_reference(kernelbench)
+    assert counters == {} and "PyTorch reference" in why_not and asked == [["reference"]]
