@@ -15,6 +15,17 @@ surrogate; this one measures it for the template families' learned surrogate, as
   level (its log estimate shifted by the mean gap over the same measured variants), the naive way to use a
   measurement.
 
+With --uploaded, each held-out family is also forecast as an uploaded problem's run sees it (no recording:
+neither the reference's time nor its counters are known when the run starts, so the app forecasts with the model
+trained without the counters, every reference feature unknown):
+- uploaded_before: as the app did before 2026-12-06, unknown for the run's whole life;
+- uploaded_now: as it does since, the time and the counters the run's first GPU measurement read
+  (kernellab/services/reference_measurements.py; here the recording's) taken up from the next step, with the model
+  that reads the counters;
+- uploaded_uniform: a uniform forecast.
+The three are scored on the same rows (the run measures the variants the cold, all-unknown forecast ranks first),
+which are not always the rows of the other four.
+
 Brier, CRPS, NLL and ECE per family and their mean over families (each family weighs the same), and the Brier and
 ECE over every family's rows pooled, as surrogate_heldout.py pools its tasks' rows. These are
 development figures: the template families, the eight test families among them, shaped the features long
@@ -48,6 +59,7 @@ from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 
 METRICS = ("brier", "crps", "nll", "ece")
 FORECASTERS = ("learned", "uniform", "roofline", "roofline_at_run_level")
+UPLOADED = ("uploaded_before", "uploaded_now", "uploaded_uniform")
 
 
 class RooflineAtRunLevel(RooflineSurrogate):
@@ -81,7 +93,7 @@ def scored(forecasts: list[Forecast], rows: list[dict]) -> dict:
     return block
 
 
-def evaluate_family(name: str, search_args, measured: tuple[int, ...]) -> dict:
+def evaluate_family(name: str, search_args, measured: tuple[int, ...], uploaded: bool = False) -> dict:
     """One held-out family's figures (the worker of --jobs: the datasets are the module's, forked)."""
     held = next(d for d in _DATASETS if d.name == name)
     train = [r for d in _DATASETS if d is not held for r in d.rows]
@@ -109,21 +121,53 @@ def evaluate_family(name: str, search_args, measured: tuple[int, ...]) -> dict:
                              "measured_speedups": sorted((r["speedup"] for r in rows if id(r) not in scored_rows),
                                                          reverse=True),
                              "rows": len(kept), **counts}
+    if uploaded:
+        as_uploaded(out, model, train, requests, rows, search_args, measured)
     return out
+
+
+def as_uploaded(out: dict, model, train: list[dict], requests: list, rows: list[dict], search_args,
+                measured: tuple[int, ...]) -> None:
+    """The UPLOADED forecasters' blocks of one held-out family, added to `out`'s stages (see the docstring)."""
+    import argparse
+    import dataclasses
+
+    bare = [dataclasses.replace(q, reference_ms=None, reference_profile=None) for q in requests]
+    bare_rows = [{**r, "request": q} for r, q in zip(rows, bare)]
+    without = lopo_model(train, argparse.Namespace(**{**vars(search_args), "reference_profile": False}))
+    cold = without.forecast_many(bare)
+    out["cold"].update(uploaded_before=scored(cold, bare_rows), uploaded_now=scored(cold, bare_rows),
+                       uploaded_uniform=scored(uniform_forecasts(len(rows)), bare_rows))
+    for n in measured:
+        before, kept, _ = after_measurements(copy.deepcopy(without), bare_rows, cold, measured=n)
+        # the same variants measured (the cold forecast's order), learned from with what the run now knows
+        now, kept_now, _ = after_measurements(copy.deepcopy(model), rows, cold, measured=n)
+        assert [r["request"].candidate for r in kept] == [r["request"].candidate for r in kept_now]
+        out[f"after_{n}"].update(uploaded_before=scored(before, kept), uploaded_now=scored(now, kept_now),
+                                 uploaded_uniform=scored(uniform_forecasts(len(kept)), kept))
+
+
+def forecasters(families: dict) -> tuple[str, ...]:
+    first = next(iter(families.values()))["cold"]
+    return FORECASTERS + tuple(f for f in UPLOADED if f in first)
 
 
 def summary(families: dict, stage: str) -> dict:
     """Each forecaster's mean of each metric over the families, and how many families the learned surrogate
     beats each other forecaster on (lower is better for every metric here)."""
     out = {}
-    for forecaster in FORECASTERS:
+    if "uploaded_now" in next(iter(families.values()))[stage]:
+        out["uploaded_now_beats"] = {
+            other: {m: sum(f[stage]["uploaded_now"][m] < f[stage][other][m] for f in families.values())
+                    for m in METRICS} for other in ("uploaded_before", "uploaded_uniform")}
+    for forecaster in forecasters(families):
         out[forecaster] = {m: statistics.fmean(f[stage][forecaster][m] for f in families.values()) for m in METRICS}
     out["learned_beats"] = {other: {m: sum(f[stage]["learned"][m] < f[stage][other][m] for f in families.values())
                                     for m in METRICS} for other in FORECASTERS[1:]}
     # Every family's rows together, as surrogate_heldout.py pools its tasks' rows: a family's own ECE also
     # counts how far its level is from the forecast's, which pooling partly averages out.
     out["pooled"] = {}
-    for forecaster in FORECASTERS:
+    for forecaster in forecasters(families):
         blocks = [f[stage][forecaster] for f in families.values()]
         rows = sum(b["rows"] for b in blocks)
         out["pooled"][forecaster] = {
@@ -141,6 +185,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--model-seed", type=int, default=0)
     parser.add_argument("--measured", default="1,2,4", help="the run's first measurements to learn from")
     parser.add_argument("--jobs", type=int, default=1, help="families evaluated at once (processes)")
+    parser.add_argument("--uploaded", action="store_true",
+                        help="also forecast each family as an uploaded problem's run sees it, before and since its "
+                             "reference is measured by the run (uploaded_before / uploaded_now)")
     parser.add_argument("--out", type=Path,
                         default=ROOT / "benchmarks" / "results" / f"surrogate_lopo_cpu_{dt.date.today():%Y-%m-%d}.json")
     args = parser.parse_args(argv)
@@ -157,9 +204,9 @@ def main(argv=None) -> dict:
     started = time.time()
     if args.jobs > 1:
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-            results = pool.starmap(evaluate_family, [(n, search_args, measured) for n in wanted])
+            results = pool.starmap(evaluate_family, [(n, search_args, measured, args.uploaded) for n in wanted])
     else:
-        results = [evaluate_family(n, search_args, measured) for n in wanted]
+        results = [evaluate_family(n, search_args, measured, args.uploaded) for n in wanted]
     families = dict(zip(wanted, results))
     stages = ["cold"] + [f"after_{n}" for n in measured]
     result = {
@@ -189,26 +236,31 @@ def main(argv=None) -> dict:
 
 def print_table(result: dict, stages: list[str]) -> None:
     families = result["families"]
-    print(f"{'family':<18}{'stage':<9}" + "".join(f"{f + ' Brier':>28}" for f in FORECASTERS))
+    shown = forecasters(families)
+    print(f"{'family':<18}{'stage':<9}" + "".join(f"{f + ' Brier':>28}" for f in shown))
     for name, fam in families.items():
         for stage in stages:
-            print(f"{name:<18}{stage:<9}" + "".join(f"{fam[stage][f]['brier']:>28.3f}" for f in FORECASTERS))
+            print(f"{name:<18}{stage:<9}" + "".join(f"{fam[stage][f]['brier']:>28.3f}" for f in shown))
     print()
     print(f"{'mean over ' + str(len(families)) + ' families':<32}" + "".join(f"{m:>9}" for m in METRICS)
           + "   learned beats (Brier): uniform / roofline / roofline at run level")
     for stage in stages:
         block = result["summary"][stage]
-        for forecaster in FORECASTERS:
+        for forecaster in shown:
             beats = ""
             if forecaster == "learned":
                 b = block["learned_beats"]
                 beats = (f"   {b['uniform']['brier']} / {b['roofline']['brier']} / "
                          f"{b['roofline_at_run_level']['brier']} of {block['families']}")
+            elif forecaster == "uploaded_now":
+                b = block["uploaded_now_beats"]
+                beats = (f"   beats uploaded_before on {b['uploaded_before']['brier']}, uniform on "
+                         f"{b['uploaded_uniform']['brier']} of {block['families']}")
             print(f"{stage + ' ' + forecaster:<32}" + "".join(f"{block[forecaster][m]:>9.3f}" for m in METRICS) + beats)
     print()
     print(f"{'every family' + chr(39) + 's rows pooled':<32}{'brier':>9}{'ece':>9}{'rows':>9}")
     for stage in stages:
-        for forecaster in FORECASTERS:
+        for forecaster in shown:
             pooled = result["summary"][stage]["pooled"][forecaster]
             print(f"{stage + ' ' + forecaster:<32}{pooled['brier']:>9.3f}{pooled['ece']:>9.3f}{pooled['rows']:>9}")
 

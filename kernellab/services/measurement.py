@@ -59,7 +59,12 @@ def _profile_reference_once(runner, run, spec, result: dict, seed: int) -> None:
     recorded = RunContext(run).recorded_reference_profile is not None
     if not reference_profile_wanted(run.problem, run.target_gpu, recorded_profile=recorded):
         return
-    counters, why_not = runner.profile_reference(spec, seed=seed)
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    try:
+        counters, why_not = runner.profile_reference(spec, seed=seed)
+    except SoftTimeLimitExceeded:  # the candidate's measurement is kept all the same (the hard limit is a minute on)
+        counters, why_not = {}, "the worker's time limit came before the reference's profile ended"
     if counters:
         result[RESULT_KEY] = counters
     else:

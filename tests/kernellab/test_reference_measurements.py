@@ -173,3 +173,21 @@ def test_a_bundled_problems_recording_comes_before_anything_a_run_measured(setti
     run.problem.refresh_from_db()
     again = RunContext(run)
     assert (again.reference_ms, again.reference_profile) == (recorded.reference_ms, recorded.reference_profile)
+
+
+def test_a_profile_cut_by_the_workers_time_limit_keeps_the_candidates_measurement(gpu_worker, workspace, members,
+                                                                                  monkeypatch):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from gpu_runner import recorder
+
+    def slow(runner, problem, pairs, *, seed):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(recorder, "profile_batch", slow)
+    problem = upload(workspace, members["engineer"])
+    run = start(problem, members["engineer"])
+    assert run.status == RunStatus.FINISHED, run.status_reason
+    assert Measurement.objects.filter(problem=problem, status="ok").count() >= 2
+    kept = reference_measurement(Problem.objects.get(pk=problem.pk), "h200")
+    assert kept["timing"]["median_ms"] == 1.5 and "time limit" in kept["profiler_error"]

@@ -65,3 +65,47 @@ def test_a_held_out_family_is_scored_cold_and_after_its_first_measurements_on_th
     for forecaster in lopo.FORECASTERS:
         assert summary["pooled"][forecaster]["brier"] == pytest.approx(out["after_1"][forecaster]["brier"])
         assert summary["pooled"][forecaster]["ece"] == pytest.approx(out["after_1"][forecaster]["ece"])
+
+
+
+def test_as_an_uploaded_problem_a_family_is_forecast_without_its_reference_until_the_run_has_measured_it(
+        lopo, monkeypatch):
+    """--uploaded: before and since the app keeps what a run's first GPU measurement reads of the reference."""
+    from benchmarks.search_bench import build_parser, synthetic_datasets
+
+    datasets = [d for d in synthetic_datasets() if d.name in ("syn_elementwise", "syn_transpose", "syn_softmax")]
+    for d in datasets:
+        for row in d.rows:
+            row["problem_name"] = d.name
+    seen = []  # per model built: whether it reads the counters, and the reference times of what it forecast
+
+    def model(train, args):
+        built = real(train, args)
+        forecast, log = built.forecast_many, {"reads_counters": built.reference_profile, "reference_ms": set()}
+        built.forecast_many = lambda requests: log["reference_ms"].update(q.reference_ms for q in requests) or \
+            forecast(requests)
+        seen.append(log)
+        return built
+
+    real = lopo.lopo_model
+    monkeypatch.setattr(lopo, "lopo_model", model)
+    lopo._DATASETS[:] = datasets
+    try:
+        out = lopo.evaluate_family("syn_transpose", build_parser().parse_args(["--model-seed", "0"]), (1, 2),
+                                   uploaded=True)
+    finally:
+        lopo._DATASETS.clear()
+    transpose = next(d for d in datasets if d.name == "syn_transpose")
+    known = {r["reference_ms"] for r in transpose.rows}
+    assert None not in known
+    # the recorded problem's model (with counters) forecast with the reference's time; the uploaded run's cold
+    # model (without counters) and its learning before today, never; since, the first model's copy learns with it
+    assert seen == [{"reads_counters": True, "reference_ms": known},
+                    {"reads_counters": False, "reference_ms": {None}}]
+    assert out["cold"]["uploaded_before"] == out["cold"]["uploaded_now"]
+    for stage, scored in (("after_1", len(transpose.rows) - 1), ("after_2", len(transpose.rows) - 2)):
+        assert {f: out[stage][f]["rows"] for f in lopo.UPLOADED} == dict.fromkeys(lopo.UPLOADED, scored)
+        assert out[stage]["uploaded_uniform"]["brier"] == pytest.approx(0.4375)
+    summary = lopo.summary({"syn_transpose": out}, "after_1")
+    assert set(summary["uploaded_now_beats"]) == {"uploaded_before", "uploaded_uniform"}
+    assert summary["pooled"]["uploaded_now"]["brier"] == pytest.approx(out["after_1"]["uploaded_now"]["brier"])
