@@ -2,9 +2,10 @@
 
 A bundled problem's recording holds its reference's measurement and counters, and the learned surrogate reads
 them as features: how far the reference runs from its roofline (which bounds any speedup), how its loads are
-served. An uploaded problem has no recording. Every GPU measurement times the reference beside the candidate, and
-the worker profiles the reference once with Nsight Compute (measurement.measure_for_verification); both are kept
-here, per target GPU, so that the run's next step forecasts with them and every later run starts with them.
+served (the program surrogate of PyTorch problems reads the reference's time too). An uploaded problem has no
+recording. Every GPU measurement times the reference beside the candidate, and the worker profiles a CUDA
+reference once with Nsight Compute (measurement.measure_for_verification); both are kept here, per target GPU, so
+that the run's next step forecasts with them and every later run starts with them.
 
 Problem.reference_measurements = {gpu: {"timing": {median_ms, iqr_ms, n, ...}, "hardware": {...}, "run_id": ...,
 "measured_at": ..., "profiler": {counter: value}, "profiler_hardware": {...}} | "profiler_error": why,
@@ -24,6 +25,9 @@ PROFILE_ATTEMPTS = 3
 RESULT_KEY = "reference_profiler"
 ERROR_KEY = "ncu (reference)"
 GPU_BACKENDS = ("cupy", "pycuda")
+# A PyTorch (KernelBench) reference is timed by the torch backend: its time is kept (the program surrogate reads
+# it, as it does the recorded tasks'); it launches many kernels, so it is not profiled.
+TIMING_BACKENDS = GPU_BACKENDS + ("torch",)
 
 
 def reference_measurement(problem: Problem, gpu: str) -> dict:
@@ -43,7 +47,7 @@ def reference_profile_wanted(problem: Problem, gpu: str, *, recorded_profile: bo
 def reference_measurement_keep(*, problem_id: int, gpu: str, run_id: int | None, result: dict) -> bool:
     """Keep what a successful measurement `result` says of the reference: its timing (the first one only) and the
     counters measure_for_verification added (or why they are missing). Returns whether anything was kept."""
-    if result.get("status") != "ok" or result.get("backend") not in GPU_BACKENDS:
+    if result.get("status") != "ok" or result.get("backend") not in TIMING_BACKENDS:
         return False  # a replayed or estimated result says nothing new of the reference
     timing = result.get("reference") or {}
     counters = result.get(RESULT_KEY) or {}
@@ -54,7 +58,7 @@ def reference_measurement_keep(*, problem_id: int, gpu: str, run_id: int | None,
     with transaction.atomic():
         problem = Problem.objects.select_for_update().get(pk=problem_id)
         if _pytorch(problem):
-            return False
+            counters, error = {}, None
         kept = dict((problem.reference_measurements or {}).get(gpu) or {})
         before = dict(kept)
         hardware = dict(result.get("hardware") or {})

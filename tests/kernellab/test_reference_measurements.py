@@ -191,3 +191,25 @@ def test_a_profile_cut_by_the_workers_time_limit_keeps_the_candidates_measuremen
     assert Measurement.objects.filter(problem=problem, status="ok").count() >= 2
     kept = reference_measurement(Problem.objects.get(pk=problem.pk), "h200")
     assert kept["timing"]["median_ms"] == 1.5 and "time limit" in kept["profiler_error"]
+
+
+def test_a_pytorch_references_time_is_kept_and_it_is_never_profiled(workspace, members):
+    from kernellab.services.problems import problem_create_pytorch
+    from kernellab.services.run_context import RunContext
+    from kernellab.services.reference_measurements import reference_profile_wanted
+
+    source = (Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "kb_layernorm" / "reference.py")
+    problem = problem_create_pytorch(workspace=workspace, user=members["engineer"], program_source=source.read_text(),
+                                     name="my_layernorm")
+    assert not reference_profile_wanted(problem, "h200", recorded_profile=False)
+    run = run_create(problem=problem, user=members["engineer"], generator="transform", surrogate="learned",
+                     backend="replay", start=False)
+    assert RunContext(run).reference_ms is None
+    # the torch backend times the reference beside each KernelBench candidate; a counter would be no one kernel's
+    assert reference_measurement_keep(problem_id=problem.pk, gpu="h200", run_id=run.pk, result={
+        "status": "ok", "backend": "torch", "reference": {"median_ms": 0.8}, "reference_profiler": PROFILE,
+        "observer_errors": {ERROR_KEY: "not asked"}})
+    kept = reference_measurement(Problem.objects.get(pk=problem.pk), "h200")
+    assert kept["timing"] == {"median_ms": 0.8} and set(kept) == {"timing", "hardware", "run_id", "measured_at"}
+    run.refresh_from_db()
+    assert RunContext(run).reference_ms == 0.8
