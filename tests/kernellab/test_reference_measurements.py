@@ -113,6 +113,8 @@ def test_an_uploaded_problems_run_takes_up_its_references_time_and_counters_from
     assert "The reference as a run measured it on the" in page
     assert f'href="/runs/{run.pk}/"' in page and "1.5000 ms" in page
     assert "L1 hit rate, %" in page and "33.00" in page
+    # the micro-profiling experts read the measured reference as they read a recorded one
+    assert "<h3>Expert notes</h3>" in page
 
 
 def test_a_reference_that_cannot_be_profiled_says_why_and_is_tried_a_few_times_only(gpu_worker, workspace, members,
