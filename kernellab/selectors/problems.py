@@ -67,11 +67,15 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
     return _reference_summary(record, spec, gpu)
 
 
+def reference_measurement(problem, gpu: str) -> dict:
+    """What a run's GPU worker measured of the problem's reference on `gpu` (services.reference_measurements keeps
+    it; {} for nothing)."""
+    return dict((problem.reference_measurements or {}).get(gpu.lower()) or {})
+
+
 def reference_measured(problem, spec, gpu: str = "h200") -> dict | None:
     """The reference as a run's GPU worker measured it on `gpu` (services.reference_measurements), for a problem
     whose recording does not hold it: the same summary as reference_recording, with the run it came from."""
-    from kernellab.services.reference_measurements import reference_measurement
-
     kept = reference_measurement(problem, gpu)
     if not (kept.get("timing") or {}).get("median_ms"):
         return None

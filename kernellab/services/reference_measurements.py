@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from kernellab.models import Problem
+from kernellab.selectors.problems import reference_measurement
 
 # A reference whose profile failed this many times is not profiled again (ncu missing, a kernel it cannot
 # replay): each try costs an ncu start of a few seconds on the GPU worker.
@@ -28,11 +29,6 @@ GPU_BACKENDS = ("cupy", "pycuda")
 # A PyTorch (KernelBench) reference is timed by the torch backend: its time is kept (the program surrogate reads
 # it, as it does the recorded tasks'); it launches many kernels, so it is not profiled.
 TIMING_BACKENDS = GPU_BACKENDS + ("torch",)
-
-
-def reference_measurement(problem: Problem, gpu: str) -> dict:
-    """What a run's worker measured of the problem's reference on `gpu` ({} for nothing)."""
-    return dict((problem.reference_measurements or {}).get(gpu.lower()) or {})
 
 
 def reference_profile_wanted(problem: Problem, gpu: str, *, recorded_profile: bool) -> bool:

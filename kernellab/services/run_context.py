@@ -66,7 +66,7 @@ class RunContext:
 
     @cached_property
     def _measured_reference(self) -> dict:
-        from kernellab.services.reference_measurements import reference_measurement
+        from kernellab.selectors.problems import reference_measurement
 
         return reference_measurement(self.problem, self.run.target_gpu)
 

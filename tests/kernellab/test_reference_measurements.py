@@ -11,8 +11,8 @@ import pytest
 
 from kernellab.models import Measurement, Problem, RunStatus
 from kernellab.services.problems import problem_create, problem_load_bundled
-from kernellab.services.reference_measurements import (ERROR_KEY, PROFILE_ATTEMPTS, reference_measurement,
-                                                       reference_measurement_keep)
+from kernellab.selectors.problems import reference_measurement
+from kernellab.services.reference_measurements import ERROR_KEY, PROFILE_ATTEMPTS, reference_measurement_keep
 from kernellab.services.runs import run_create
 from tests.gpu_runner.test_recorder import CountingBackend
 from tests.samples import problem_with_reference_profile
