@@ -7,10 +7,11 @@ recording. Every GPU measurement times the reference beside the candidate, and t
 reference once with Nsight Compute (measurement.measure_for_verification); both are kept here, per target GPU, so
 that the run's next step forecasts with them and every later run starts with them.
 
-Problem.reference_measurements = {gpu: {"timing": {median_ms, iqr_ms, n, ...}, "hardware": {...}, "run_id": ...,
-"measured_at": ..., "profiler": {counter: value}, "profiler_hardware": {...}} | "profiler_error": why,
-"profile_attempts": n}}. The first measurement's timing stays (a later one would move every feature of the run);
-a recording's reference, where there is one, comes first (RunContext)."""
+Problem.reference_measurements = {gpu: entry}, the entry holding "timing" ({median_ms, iqr_ms, n, ...}),
+"hardware", "run_id" and "measured_at" of the first measurement; then either "profiler" ({counter: value}),
+"profiler_hardware" and "profiled_in_run", or "profiler_error" (why not) and "profile_attempts". The first
+measurement's timing stays (a later one would move every feature of a run under way); a recording's reference,
+where there is one, comes first (RunContext)."""
 from __future__ import annotations
 
 from django.db import transaction
