@@ -115,8 +115,7 @@ class Problem(models.Model):
     reference = models.ForeignKey(Kernel, on_delete=models.PROTECT, related_name="reference_of")
     bundled = models.BooleanField(default=False)
     # The reference as a run's GPU worker measured it, per target GPU, for a problem whose recording does not hold
-    # it (an uploaded one): {"h200": {"timing", "hardware", "profiler" or "profiler_error", "run_id", "measured_at"}}
-    # (services.reference_measurements); the learned surrogate reads its time and counters as features.
+    # it (an uploaded one): its time and counters, read as features (services.reference_measurements says the keys).
     reference_measurements = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -53,18 +53,24 @@ def reference_recording(problem, spec, gpu: str = "h200") -> dict | None:
     """The reference's recorded measurement on `gpu` (None where the problem has no recording there): its time at
     the default size case and, where it was profiled, its main counters; "record" is the whole record (the view
     asks the micro-profiling experts about it)."""
+    try:
+        record = recorded_reference_record(problem, gpu)
+    except (OSError, EOFError, ValueError) as exc:  # a damaged recording: say so, keep the page
+        return {"error": f"the recording {problem_records_file(problem, gpu).name} cannot be read: {exc}"}
+    if record is None or record.get("status") != "ok":
+        return None
+    return _reference_summary(record, spec, gpu)
+
+
+def recorded_reference_record(problem, gpu: str) -> dict | None:
+    """The reference's record of the problem's recording on `gpu` (None without one), read up to that record only
+    (it comes first): what a GPU worker checks before each measurement, without loading the whole recording."""
     from gpu_runner.backends.replay import read_records
 
     path = problem_records_file(problem, gpu)
     if not path.is_file():
         return None
-    try:
-        record = next((r for r in read_records(path) if r.get("variant") == "reference"), None)
-    except (OSError, EOFError, ValueError) as exc:  # a damaged recording: say so, keep the page
-        return {"error": f"the recording {path.name} cannot be read: {exc}"}
-    if record is None or record.get("status") != "ok":
-        return None
-    return _reference_summary(record, spec, gpu)
+    return next((r for r in read_records(path) if r.get("variant") == "reference"), None)
 
 
 def reference_measurement(problem, gpu: str) -> dict:

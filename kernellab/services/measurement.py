@@ -50,13 +50,16 @@ def _profile_reference_once(runner, run, spec, result: dict, seed: int) -> None:
     """After a measurement on a GPU, the reference's counters where no recording holds them (an uploaded problem):
     added to `result` for verification_finish to keep on the problem (services.reference_measurements), with
     why not where they cannot be read. Once per problem and GPU: an ncu start costs seconds."""
+    from kernellab.selectors.problems import recorded_reference_record
     from kernellab.services.reference_measurements import (ERROR_KEY, GPU_BACKENDS, RESULT_KEY,
                                                            reference_profile_wanted)
-    from kernellab.services.run_context import RunContext
 
     if result.get("status") != "ok" or result.get("backend") not in GPU_BACKENDS:
         return
-    recorded = RunContext(run).recorded_reference_profile is not None
+    try:
+        recorded = bool((recorded_reference_record(run.problem, run.target_gpu) or {}).get("profiler"))
+    except (OSError, EOFError, ValueError):  # a damaged recording holds no counters a run could read
+        recorded = False
     if not reference_profile_wanted(run.problem, run.target_gpu, recorded_profile=recorded):
         return
     from celery.exceptions import SoftTimeLimitExceeded

@@ -86,13 +86,6 @@ class RunContext:
         return dict(recorded) if recorded else (self.problem.reference.compiler_facts or None)
 
     @cached_property
-    def recorded_reference_profile(self) -> dict | None:
-        """The counters of the recording's reference record, where it was profiled."""
-        from search_engine.surrogates.features import reference_profile_inputs
-
-        return reference_profile_inputs(self._reference_record.get("profiler"))
-
-    @cached_property
     def reference_profile(self) -> dict | None:
         """The reference's Nsight Compute counters that the forecasts read: from its recorded measurement where it
         was profiled, else those a run's GPU worker read (an uploaded problem). A run keeps them in its saved
@@ -100,7 +93,8 @@ class RunContext:
         (services.search._load_driver)."""
         from search_engine.surrogates.features import reference_profile_inputs
 
-        return self.recorded_reference_profile or reference_profile_inputs(self._measured_reference.get("profiler"))
+        return (reference_profile_inputs(self._reference_record.get("profiler"))
+                or reference_profile_inputs(self._measured_reference.get("profiler")))
 
     def problem_dict(self) -> dict:
         """The same problem description the learned surrogate was trained with (sizes, roofline)."""

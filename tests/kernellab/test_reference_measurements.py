@@ -111,7 +111,7 @@ def test_an_uploaded_problems_run_takes_up_its_references_time_and_counters_from
     client.force_login(members["viewer"])
     page = client.get(f"/problems/{problem.pk}/").content.decode()
     assert "The reference as a run measured it on the" in page
-    assert f'href="/runs/{run.pk}/"' in page and "1.5000 ms" in page
+    assert f'href="/runs/{run.pk}/"' in page and "1.5000 ms" in page and "profiled it once" in page
     assert "L1 hit rate, %" in page and "33.00" in page
     # the micro-profiling experts read the measured reference as they read a recorded one
     assert "<h3>Expert notes</h3>" in page
@@ -132,6 +132,7 @@ def test_a_reference_that_cannot_be_profiled_says_why_and_is_tried_a_few_times_o
     client.force_login(members["viewer"])
     page = client.get(f"/problems/{problem.pk}/").content.decode()
     assert "Its Nsight Compute counters could not be read: ncu not found" in page
+    assert "profiled it once" not in page
 
 
 def test_only_a_successful_gpu_measurement_says_anything_of_the_reference(workspace, members):
@@ -169,6 +170,16 @@ def test_a_bundled_problems_recording_comes_before_anything_a_run_measured(setti
                      backend="replay", start=False)
     recorded = RunContext(run)
     assert recorded.reference_ms and recorded.reference_profile
+    # a GPU worker measuring it does not profile a reference its recording has profiled
+    from kernellab.services.measurement import _profile_reference_once
+
+    class NoProfile:
+        def profile_reference(self, *args, **kwargs):
+            raise AssertionError("the recording's reference was profiled again")
+
+    result = {"status": "ok", "backend": "cupy", "reference": {"median_ms": 99.0}}
+    _profile_reference_once(NoProfile(), run, recorded.spec, result, 0)
+    assert "reference_profiler" not in result and not result.get("observer_errors")
     reference_measurement_keep(problem_id=saxpy.pk, gpu="h200", run_id=run.pk,
                                result={"status": "ok", "backend": "cupy", "reference": {"median_ms": 99.0},
                                        "reference_profiler": {"l1tex__t_sector_hit_rate.pct": 1.0}})
