@@ -98,7 +98,7 @@ class SearchDriver:
         self.surrogate = surrogate
         self.settings = settings or SearchSettings()
         self.bins = bins
-        self.policy = SelectivePolicy(self.settings.policy, bins)
+        self.policy = SelectivePolicy(self.settings.policy, bins, seed=self.settings.seed)
         self.reference = reference
         self.hardware = dict(hardware or {})
         self.problem = dict(problem or {})

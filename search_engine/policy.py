@@ -11,6 +11,7 @@ later step; what a run reports as its best is always measured.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import asdict, dataclass, fields
 
 from search_engine.bins import DEFAULT_BINS, BinTable
@@ -21,7 +22,7 @@ from search_engine.tree import Node, PUCTTree
 ABSTENTION_PRIORITY = 0.5  # an abstention is deferred to the GPU ahead of weakly promising forecasts
 MEASURE_FIRST_PRIORITY = 0.9  # a generator's measure-first child (a cure's start) goes ahead of most forecasts
 MEASURE_ORDERS = ("verify-first", "improvement")
-MEASURE_CHOICES = ("beat-probability", "improvement")
+MEASURE_CHOICES = ("beat-probability", "improvement", "thompson")
 VERIFY_SLOTS = ("extra", "shared")
 
 
@@ -49,7 +50,11 @@ class PolicySettings:
     # "improvement" the highest expected log improvement over the best measured speedup;
     # "beat-probability" (before the fifteenth session) the highest P(beats best), which saturates at a
     # run's start, when nearly every candidate beats the reference, so that the slots went by node id.
-    # Chosen on validation families only: docs/search.md, "The choice of a step's measurements".
+    # "thompson": as "improvement" until the run has measured a candidate; from then on each candidate claims a slot
+    # with one draw of its log speedup from its forecast, less the log of the best (Thompson sampling: a candidate is
+    # measured with the probability that it is the best under the forecasts, which after the run's first measurement
+    # are calibrated). A model that is confidently wrong about a kind of kernel is then not followed step after step.
+    # Chosen on validation families only: docs/search.md, "The choice of a step's measurements" and "Thompson sampling".
     measure_choice: str = "improvement"
     # The GPU slot of the verification of a forecast-only best: "shared", one of the step's slots, which it
     # takes only when its expected log improvement over the best measured speedup beats that of the step's
@@ -171,6 +176,29 @@ def expected_log_improvement(forecast: Forecast, speedup: float, bins: BinTable 
     return float(total)
 
 
+def sample_log_speedup(forecast: Forecast, rng: random.Random, bins: BinTable = DEFAULT_BINS) -> float:
+    """One draw of log S from the forecast, read as prob_above reads it: its mixture's components where it has
+    them, else its normal, else its bins, each bin's mass spread log-uniformly over the bin."""
+    if forecast.log_mixture:
+        u, total = rng.random() * sum(w for w, _, _ in forecast.log_mixture), 0.0
+        for w, mean, sd in forecast.log_mixture:
+            total += w
+            if u <= total:
+                return rng.gauss(mean, sd)
+        _, mean, sd = forecast.log_mixture[-1]
+        return rng.gauss(mean, sd)
+    if forecast.log_mean is not None and forecast.log_sd:
+        return rng.gauss(forecast.log_mean, forecast.log_sd)
+    probabilities = list(forecast.probabilities)
+    b = rng.choices(range(1, len(probabilities) + 1), weights=probabilities)[0] if sum(probabilities) > 0 else 1
+    lo, hi = bins.lower(b), bins.upper(b)
+    if b == 1:
+        lo = bins.representative(1) ** 2 / bins.upper(1)
+    if b == bins.n_bins:
+        hi = bins.representative(b) ** 2 / bins.lower(b)
+    return rng.uniform(math.log(lo), math.log(hi))
+
+
 def _normal_improvement(d: float, sd: float) -> float:
     """E[max(0, X)] for X normal with mean d and standard deviation sd."""
     z = d / sd
@@ -179,9 +207,10 @@ def _normal_improvement(d: float, sd: float) -> float:
 
 
 class SelectivePolicy:
-    def __init__(self, settings: PolicySettings | None = None, bins: BinTable = DEFAULT_BINS) -> None:
+    def __init__(self, settings: PolicySettings | None = None, bins: BinTable = DEFAULT_BINS, seed: int = 0) -> None:
         self.settings = settings or PolicySettings()
         self.bins = bins
+        self.seed = seed  # the run's: it seeds measure_choice "thompson"'s draws
 
     # ---- threshold --------------------------------------------------------------------------
     def threshold(self, tree: PUCTTree) -> float:
@@ -214,7 +243,8 @@ class SelectivePolicy:
         threshold = self.threshold(tree)
         # By expected improvement, priorities are log gains, on another scale than an abstention's or a
         # measure-first child's: those go first, as the step's order measures them first anyway.
-        by_gain = s.measure_choice == "improvement"
+        by_gain = s.measure_choice in ("improvement", "thompson")
+        drawing = self.drawing(tree)
 
         def slot_order(d: Decision) -> tuple:
             return (not d.ahead, -d.priority, d.node_id) if by_gain else (-d.priority, d.node_id)
@@ -256,8 +286,8 @@ class SelectivePolicy:
                 to_measure.append(Decision(
                     nid, "measure",
                     f"uncertain (confidence {forecast.confidence:.2f} < {threshold:.2f}) and "
-                    f"{self._claim_text(forecast, best_speedup, p_beat)}",
-                    priority=self._claim(forecast, best_speedup, p_beat)))
+                    f"{self._claim_text(forecast, best_speedup, p_beat, drawing, tree, nid)}",
+                    priority=self._claim(forecast, best_speedup, p_beat, drawing, tree, nid)))
             else:
                 decisions.append(Decision(
                     nid, "park", f"uncertain and unlikely to beat the best (P = {p_beat:.2f})", priority=p_beat))
@@ -274,8 +304,9 @@ class SelectivePolicy:
                     to_measure.append(Decision(
                         node.id, "measure", "parked earlier; " + (
                             "the surrogate abstained" if forecast.abstained
-                            else self._claim_text(forecast, best_speedup, p_beat)),
-                        priority=p_beat if forecast.abstained else self._claim(forecast, best_speedup, p_beat),
+                            else self._claim_text(forecast, best_speedup, p_beat, drawing, tree, node.id)),
+                        priority=p_beat if forecast.abstained
+                        else self._claim(forecast, best_speedup, p_beat, drawing, tree, node.id),
                         ahead=first))
         short = minimum - len(to_measure) if not s.measure_all else 0
         if (stalled and not to_measure) or short > 0:
@@ -295,7 +326,8 @@ class SelectivePolicy:
                 forecast = Forecast.from_dict(node.forecast)
                 p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
                 expected = 0.0 if forecast.abstained else forecast.expected_log_speedup(self.bins)
-                claim = math.inf if forecast.abstained else self._claim(forecast, best_speedup, p_beat)
+                claim = math.inf if forecast.abstained else self._claim(forecast, best_speedup, p_beat, drawing,
+                                                                        tree, node.id)
                 parked.append((p_beat, expected, node.id, claim))
             if by_gain:
                 parked.sort(key=lambda t: (-t[3], -t[1], t[2]))
@@ -313,7 +345,7 @@ class SelectivePolicy:
                 parked = parked[:short]
             topped = [Decision(nid, "measure", f"{why}; the most promising parked candidate "
                                f"(P(beats best) = {p:.2f}"
-                               f"{f', expected gain x{math.exp(claim):.3g}' if by_gain and math.isfinite(claim) else ''}"
+                               f"{self._gain_words(claim, drawing) if by_gain and math.isfinite(claim) else ''}"
                                f") is measured",
                                priority=p if not by_gain or math.isinf(claim) else claim,
                                ahead=by_gain and math.isinf(claim)) for p, _, nid, claim in parked]
@@ -356,18 +388,42 @@ class SelectivePolicy:
         picked = {id(d) for d in chosen}
         return chosen + [d for d in ordered if id(d) not in picked]
 
-    def _claim(self, forecast: Forecast, best_speedup: float, p_beat: float) -> float:
-        """A forecast's claim on a GPU slot under measure_choice."""
-        if self.settings.measure_choice == "improvement":
+    def drawing(self, tree: PUCTTree) -> bool:
+        """Whether a step's slots go by draws from the forecasts (measure_choice "thompson", once the run has measured
+        a candidate: before that, on a problem the surrogate has never seen, its spread is not calibrated)."""
+        if self.settings.measure_choice != "thompson":
+            return False
+        root = tree.nodes.get(0)
+        return any(n.state == NodeState.MEASURED and n is not root for n in tree.nodes.values())
+
+    def draw(self, tree: PUCTTree, node_id: int, forecast: Forecast) -> float:
+        """One draw of the node's log speedup from its forecast. Reproducible: seeded by the run's seed, the node and
+        the number of candidates measured so far, so that every reading within a step sees the same draw and each
+        measurement brings fresh ones."""
+        measured = sum(1 for n in tree.nodes.values() if n.state == NodeState.MEASURED)
+        return sample_log_speedup(forecast, random.Random(f"{self.seed}:{node_id}:{measured}"), self.bins)
+
+    def _claim(self, forecast: Forecast, best_speedup: float, p_beat: float, drawing: bool = False,
+               tree: PUCTTree | None = None, node_id: int | None = None) -> float:
+        """A forecast's claim on a GPU slot under measure_choice: a log gain over the best (expected, or drawn)."""
+        if drawing and tree is not None and node_id is not None:
+            return self.draw(tree, node_id, forecast) - math.log(max(best_speedup, 1e-12))
+        if self.settings.measure_choice in ("improvement", "thompson"):
             return expected_log_improvement(forecast, best_speedup, self.bins)
         return p_beat
 
-    def _claim_text(self, forecast: Forecast, best_speedup: float, p_beat: float) -> str:
+    def _claim_text(self, forecast: Forecast, best_speedup: float, p_beat: float, drawing: bool = False,
+                    tree: PUCTTree | None = None, node_id: int | None = None) -> str:
         text = f"P(beats best {best_speedup:.3g}x) = {p_beat:.2f}"
-        if self.settings.measure_choice == "improvement":
-            gain = expected_log_improvement(forecast, best_speedup, self.bins)
-            text += f", expected gain x{math.exp(gain):.3g}"
+        if self.settings.measure_choice in ("improvement", "thompson"):
+            text += self._gain_words(self._claim(forecast, best_speedup, p_beat, drawing, tree, node_id), drawing)
         return text
+
+    @staticmethod
+    def _gain_words(claim: float, drawing: bool) -> str:
+        if drawing:
+            return f", a draw from its forecast x{math.exp(claim):.3g} the best"
+        return f", expected gain x{math.exp(claim):.3g}"
 
     def verification_of_best(self, tree: PUCTTree) -> Decision | None:
         """A measure decision for the best-valued node when its value is forecast-only."""
@@ -394,8 +450,9 @@ class SelectivePolicy:
         return sorted(measures, key=lambda d: -self._gain(tree, d))
 
     def _gain(self, tree: PUCTTree, d: Decision) -> float:
-        """A measurement's expected log improvement over the best measured speedup (infinite for one
-        measured ahead whatever the order, or without a forecast to order it by)."""
+        """A measurement's expected log improvement over the best measured speedup, or its drawn one while
+        measure_choice "thompson" draws (infinite for one measured ahead whatever the order, or without a forecast
+        to order it by)."""
         node = tree.nodes[d.node_id]
         if d.ahead or not node.forecast:
             return math.inf
@@ -403,7 +460,10 @@ class SelectivePolicy:
         if forecast.abstained:
             return math.inf
         best = tree.best_measured()
-        return expected_log_improvement(forecast, best.speedup if best is not None else 1.0, self.bins)
+        best_speedup = best.speedup if best is not None else 1.0
+        if self.drawing(tree):
+            return self.draw(tree, d.node_id, forecast) - math.log(max(best_speedup, 1e-12))
+        return expected_log_improvement(forecast, best_speedup, self.bins)
 
     def displaced_by_verification(self, tree: PUCTTree, measures: list[Decision],
                                   verify: Decision | None) -> Decision | None:

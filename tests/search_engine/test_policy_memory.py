@@ -385,3 +385,86 @@ def test_a_spread_step_measures_kernels_that_differ_in_enough_knob_values():
     assert PolicySettings.from_dict({"step_spread": 2}).step_spread == 2
     with pytest.raises(ValueError, match="knob values"):
         PolicySettings(step_spread=-1)
+
+
+def _normal(mean, sd, confidence=0.3):
+    return dataclasses.replace(forecast_on(5, confidence), log_mean=mean, log_sd=sd)
+
+
+def _measured_once(forecasts, seed=0, **settings):
+    """A tree whose run has measured one candidate (at 1x) beside the reference, its other children forecast."""
+    tree, ids = tree_with_children([_normal(0.0, 0.1)] + forecasts)
+    tree.nodes[ids[0]].state = "measured"
+    tree.nodes[ids[0]].speedup = 1.0
+    settings = {"threshold": 0.7, "max_gpu_per_step": 1, "min_beat_prob": 0.0} | settings
+    policy = SelectivePolicy(PolicySettings(measure_choice="thompson", **settings), seed=seed)
+    return tree, ids[1:], policy
+
+
+def test_thompson_draws_measure_a_candidate_as_often_as_it_is_the_best_under_the_forecasts():
+    ahead, behind = _normal(0.2, 0.3), _normal(0.0, 0.3)
+    firsts = []
+    for seed in range(400):
+        tree, ids, policy = _measured_once([ahead, behind], seed=seed)
+        chosen = [d for d in policy.decide(tree, ids, 10) if d.action == "measure"]
+        assert len(chosen) == 1 and "a draw from its forecast" in chosen[0].reason
+        firsts.append(chosen[0].node_id == ids[0])
+    # P(ahead's log speedup > behind's) = Phi(0.2 / (0.3 sqrt 2)) = 0.68; 400 runs put the share within +-0.07
+    assert 0.61 <= sum(firsts) / len(firsts) <= 0.75
+    # by expected improvement the one ahead is always measured
+    tree, ids, _ = _measured_once([ahead, behind])
+    by_gain = SelectivePolicy(PolicySettings(threshold=0.7, max_gpu_per_step=1, min_beat_prob=0.0))
+    assert [d.node_id for d in by_gain.decide(tree, ids, 10) if d.action == "measure"] == [ids[0]]
+    with pytest.raises(ValueError, match="choice"):
+        PolicySettings(measure_choice="thomson")
+
+
+def test_thompson_draws_are_reproducible_within_a_step_and_fresh_after_a_measurement():
+    forecasts = [_normal(0.1 * i, 0.4) for i in range(6)]
+    tree, ids, policy = _measured_once(forecasts, seed=7, max_gpu_per_step=2)
+    first = [d.node_id for d in policy.decide(tree, ids, 10) if d.action == "measure"]
+    assert first == [d.node_id for d in policy.decide(tree, ids, 10) if d.action == "measure"]
+    # the step's measurements go to the GPU in the order of the same draws
+    steps = [Decision(nid, "measure", "") for nid in reversed(first)]
+    assert [d.node_id for d in policy.measurement_order(tree, steps)] == first
+    # another run's seed, or one more measurement, draws afresh
+    picks = set()
+    for seed in range(30):
+        tree, ids, policy = _measured_once(forecasts, seed=seed, max_gpu_per_step=2)
+        picks.add(tuple(d.node_id for d in policy.decide(tree, ids, 10) if d.action == "measure"))
+    assert len(picks) > 5
+
+
+def test_thompson_keeps_expected_improvement_until_the_run_has_measured_a_candidate():
+    forecasts = [_normal(0.1 * i, 0.4) for i in range(6)]
+    tree, ids = tree_with_children(forecasts)
+    settings = dict(threshold=0.7, max_gpu_per_step=2, min_beat_prob=0.0)
+    thompson = SelectivePolicy(PolicySettings(**settings, measure_choice="thompson"), seed=3)
+    by_gain = SelectivePolicy(PolicySettings(**settings, measure_choice="improvement"))
+    assert not thompson.drawing(tree)
+    picked = [(d.node_id, d.reason) for d in thompson.decide(tree, ids, 10) if d.action == "measure"]
+    assert picked == [(d.node_id, d.reason) for d in by_gain.decide(tree, ids, 10) if d.action == "measure"]
+    assert picked[0][0] == ids[-1] and "expected gain" in picked[0][1]
+    # a failed measurement calibrates nothing: still by expected improvement
+    tree.nodes[ids[0]].state = "failed"
+    assert not thompson.drawing(tree)
+
+
+def test_a_draw_reads_the_forecast_as_prob_above_does():
+    import random as _random
+
+    from search_engine.bins import DEFAULT_BINS
+    from search_engine.policy import sample_log_speedup
+    rng = _random.Random(0)
+    # bins only: each bin's mass spread over the bin, so every draw lies inside a bin with mass
+    only_bin_6 = Forecast.from_probabilities([0, 0, 0, 0, 0, 1.0, 0, 0])
+    draws = [sample_log_speedup(only_bin_6, rng) for _ in range(200)]
+    assert all(math.log(DEFAULT_BINS.lower(6)) <= x <= math.log(DEFAULT_BINS.upper(6)) for x in draws)
+    # a mixture: its components by their weights
+    mixture = dataclasses.replace(only_bin_6, log_mixture=((0.25, -3.0, 0.01), (0.75, 3.0, 0.01)))
+    draws = [sample_log_speedup(mixture, rng) for _ in range(2000)]
+    assert abs(sum(x > 0 for x in draws) / len(draws) - 0.75) < 0.04
+    # their share above a speedup is prob_above's
+    wide = _normal(0.3, 0.5)
+    draws = [sample_log_speedup(wide, rng) for _ in range(4000)]
+    assert abs(sum(x > math.log(1.5) for x in draws) / len(draws) - prob_above(wide, 1.5)) < 0.03
