@@ -22,15 +22,21 @@ def select_settings():
 
 @pytest.mark.parametrize("protocol, config, extra", [(22, "R22", []), (26, "R26", ["--protocol", "26"]),
                                                     (27, "R22", ["--protocol", "27"]),
-                                                    (28, "P28", ["--protocol", "28"])])
+                                                    (28, "P28", ["--protocol", "28"]),
+                                                    (29, "H29", ["--protocol", "29"])])
 def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select_settings, protocol, config, extra):
     listed = subprocess.run(["bash", str(SCRIPT), "--list", *extra], capture_output=True, text=True, check=True).stdout
     runs = [line.split() for line in listed.splitlines()]
     assert sorted(Path(run[0]).name for run in runs) == sorted(select_settings.run_files(config, protocol))
     assert all("--reference-profile" in run and "--skip-baselines" in run and "--lopo-searched-only" in run
                for run in runs)
-    # P28 reads the four portable counters; the others all eight
-    assert all((run[-2:] == ["--reference-counters", "portable"]) is (config == "P28") for run in runs)
+    # P28 and H29 read the four portable counters; the others all eight
+    portable = ["--reference-counters", "portable"]
+    assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is (config in ("P28", "H29"))
+               for run in runs)
+    # H29 alone draws its measurements from the forecasts
+    assert all(("--measure-choice" in run and run[run.index("--measure-choice") + 1] == "thompson")
+               is (config == "H29") for run in runs)
     # The nine are trained on the families X18's committed runs were; the two conv-kind families on every other one.
     for run in runs:
         heldout = "_heldout_" in run[0]
@@ -82,8 +88,23 @@ def test_protocol_28_stores_nothing_and_weighs_the_portable_counters_against_r26
     protocol, configs, keep, _ = select_settings.PROTOCOLS[28]
     assert configs == ("R26", "P28") and keep == "R26"
     assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
-    assert select_settings.REFERENCE_COUNTERS == {"R22": "all", "R26": "all", "P28": "portable"}
+    assert {c: select_settings.REFERENCE_COUNTERS[c] for c in ("R22", "R26", "P28")} == \
+        {"R22": "all", "R26": "all", "P28": "portable"}
     assert select_settings.PROFILED_ON["P28"] == "H100"
     for since, setting, values in select_settings.SETTINGS_SINCE:
         if setting != "reference_counters":
             assert values["P28"] == values["R26"], setting
+
+
+def test_protocol_29_draws_against_p28_which_a_tie_keeps_and_checks_p28_first(select_settings, tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "29"], capture_output=True, text=True)
+    assert done.returncode == 2 and "protocol 29 stores no counters: its FILES_AT is -" in done.stderr
+    protocol, configs, keep, written = select_settings.PROTOCOLS[29]
+    assert configs == ("P28", "H29") and keep == "P28" and written.endswith("-29.json")
+    assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
+    assert select_settings.MEASURE_CHOICE["H29"] == "thompson" and select_settings.MEASURE_CHOICE["P28"] == "improvement"
+    for since, setting, values in select_settings.SETTINGS_SINCE:
+        if setting != "measure_choice":
+            assert values["H29"] == values["P28"], setting
+    # P28's runs are its committed ones: the rule reads them where protocol 28 wrote them
+    assert select_settings.run_files("P28", 29) == select_settings.run_files("P28", 28)

@@ -149,7 +149,7 @@ REFERENCE_COUNTERS = {"R22": "all", "R26": "all", "P28": "portable"}
 # the run has measured a candidate (PolicySettings.measure_choice "thompson")
 same_settings("H29", "P28")
 REFERENCE_COUNTERS["H29"] = "portable"
-MEASURE_CHOICE = {"P28": "improvement", "H29": "thompson"}
+MEASURE_CHOICE = {"R22": "improvement", "R26": "improvement", "P28": "improvement", "H29": "thompson"}
 # the GPU whose counters a configuration's runs must have read (search_bench's datasets' reference_profiled_on)
 PROFILED_ON = {"R22": "H200", "R26": "H100", "P28": "H100", "H29": "H100"}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
