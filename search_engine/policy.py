@@ -53,8 +53,10 @@ class PolicySettings:
     # "thompson": as "improvement" until the run has measured a candidate; from then on each candidate claims a slot
     # with one draw of its log speedup from its forecast, less the log of the best (Thompson sampling: a candidate is
     # measured with the probability that it is the best under the forecasts, which after the run's first measurement
-    # are calibrated). A model that is confidently wrong about a kind of kernel is then not followed step after step.
-    # Chosen on validation families only: docs/search.md, "The choice of a step's measurements" and "Thompson sampling".
+    # are calibrated), so that a model confidently wrong about a kind of kernel is not followed step after step. Tried
+    # by protocol 29 and not kept: it made every validation family but spmv_ell worse (docs/search.md, "Thompson
+    # sampling from a run's second measurement"). "improvement" was chosen on validation families only: docs/search.md,
+    # "The choice of a step's measurements".
     measure_choice: str = "improvement"
     # The GPU slot of the verification of a forecast-only best: "shared", one of the step's slots, which it
     # takes only when its expected log improvement over the best measured speedup beats that of the step's
