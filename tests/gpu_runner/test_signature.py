@@ -174,3 +174,20 @@ def test_the_kernel_parser_finds_kernels_inside_extern_c_blocks_and_preprocessor
               '__global__ void k(float* a, int n, int m) {}\n#endif\n}\n')
     [first, second] = kernel_signatures(source)["k"]
     assert (first.line, len(first.parameters)) == (3, 2) and (second.line, len(second.parameters)) == (5, 3)
+
+
+def test_the_parser_reads_declarations_not_function_bodies():
+    # Kernels in a namespace and a template, and aliases at namespace or class scope, are found; an alias declared
+    # inside a function body is local to it and does not rename another function's parameter types.
+    source = ('namespace fast {\nusing real = float;\n'
+              'template <typename T> __global__ void k(const T* a, real* b, int n) {\n'
+              '  typedef double real2;\n  if (n) { using T2 = int; }\n}\n}\n'
+              'struct S { typedef float F; };\n'
+              '__global__ void m(S::F* c) {}\n'
+              'void host() { using U = float; }\n'
+              '__global__ void u(U* d) {}\n')
+    signatures = kernel_signatures(source)
+    [k] = signatures["k"]
+    assert [p.base_type for p in k.parameters] == ["T", "float", "int"] and k.line == 3
+    assert "m" in signatures and signatures["u"][0].parameters[0].base_type == "U"
+    assert set(signatures) == {"k", "m", "u"}
