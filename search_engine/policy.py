@@ -285,11 +285,12 @@ class SelectivePolicy:
                 continue
             p_beat = prob_above(forecast, best_speedup, self.bins)
             if p_beat >= s.min_beat_prob:
+                claim = self._claim(forecast, best_speedup, p_beat, drawing, tree, nid)
                 to_measure.append(Decision(
                     nid, "measure",
                     f"uncertain (confidence {forecast.confidence:.2f} < {threshold:.2f}) and "
-                    f"{self._claim_text(forecast, best_speedup, p_beat, drawing, tree, nid)}",
-                    priority=self._claim(forecast, best_speedup, p_beat, drawing, tree, nid)))
+                    f"{self._claim_text(best_speedup, p_beat, claim, drawing)}",
+                    priority=claim))
             else:
                 decisions.append(Decision(
                     nid, "park", f"uncertain and unlikely to beat the best (P = {p_beat:.2f})", priority=p_beat))
@@ -303,12 +304,13 @@ class SelectivePolicy:
                 p_beat = ABSTENTION_PRIORITY if forecast.abstained else prob_above(forecast, best_speedup, self.bins)
                 if p_beat >= s.min_beat_prob:
                     first = forecast.abstained and by_gain
+                    claim = None if forecast.abstained else self._claim(forecast, best_speedup, p_beat, drawing,
+                                                                        tree, node.id)
                     to_measure.append(Decision(
                         node.id, "measure", "parked earlier; " + (
-                            "the surrogate abstained" if forecast.abstained
-                            else self._claim_text(forecast, best_speedup, p_beat, drawing, tree, node.id)),
-                        priority=p_beat if forecast.abstained
-                        else self._claim(forecast, best_speedup, p_beat, drawing, tree, node.id),
+                            "the surrogate abstained" if claim is None
+                            else self._claim_text(best_speedup, p_beat, claim, drawing)),
+                        priority=p_beat if claim is None else claim,
                         ahead=first))
         short = minimum - len(to_measure) if not s.measure_all else 0
         if (stalled and not to_measure) or short > 0:
@@ -414,11 +416,11 @@ class SelectivePolicy:
             return expected_log_improvement(forecast, best_speedup, self.bins)
         return p_beat
 
-    def _claim_text(self, forecast: Forecast, best_speedup: float, p_beat: float, drawing: bool = False,
-                    tree: PUCTTree | None = None, node_id: int | None = None) -> str:
+    def _claim_text(self, best_speedup: float, p_beat: float, claim: float, drawing: bool) -> str:
+        """Why a forecast claims a slot, in words (`claim` is _claim's)."""
         text = f"P(beats best {best_speedup:.3g}x) = {p_beat:.2f}"
         if self.settings.measure_choice in ("improvement", "thompson"):
-            text += self._gain_words(self._claim(forecast, best_speedup, p_beat, drawing, tree, node_id), drawing)
+            text += self._gain_words(claim, drawing)
         return text
 
     @staticmethod
