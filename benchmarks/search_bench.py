@@ -52,7 +52,8 @@ from search_engine.surrogates.ranker import APP_WEIGHT as RANKER_APP_WEIGHT  # n
 from search_engine.generators.template import KnobSpace, TemplateGenerator  # noqa: E402
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
-from search_engine.surrogates.learned import DEFAULT_MOMENTS, FAMILY_WEIGHTS, MOMENTS, LearnedSurrogate  # noqa: E402
+from search_engine.surrogates.learned import (DEFAULT_MOMENTS, FAMILY_WEIGHTS, LOCAL_MODELS, MOMENTS,  # noqa: E402
+                                              LearnedSurrogate)
 from search_engine.surrogates.features import REFERENCE_COUNTER_SETS  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 from search_engine.tree import TreeOptions  # noqa: E402
@@ -370,6 +371,8 @@ def run_puct(dataset: Dataset, seed: int, surrogate, measure_all: bool, args, ro
         surrogate.pooled_spread = getattr(args, "pooled_spread", False)
         # and those made before --local-incumbent give the run-local forest no distance to the run's best
         surrogate.local_incumbent = getattr(args, "local_incumbent", False)
+        # and those made before --local-model learn from the run's rows with the forest
+        surrogate.local_model = getattr(args, "local_model", "forest")
         # (--reference-profile is a trained model's feature set: it is set where the model is built)
     driver = SearchDriver(port=port, generator=TemplateGenerator(knob_space(dataset), dataset.render),
                           surrogate=surrogate, reference=dataset.reference, hardware=dataset.hardware,
@@ -902,6 +905,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--local-incumbent", action=argparse.BooleanOptionalAction, default=app.local_incumbent,
                         help="the run-local forest also reads each variant's distance to the run's best measured "
                              "variant (surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--local-model", choices=LOCAL_MODELS, default=app.local_model,
+                        help="the run-local model: a random forest over the variants' features and knob values, or a "
+                             "Gaussian process over the knob values on the recalibrated recorded-data model's errors "
+                             "(surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--reference-profile", action=argparse.BooleanOptionalAction, default=app.reference_profile,
                         help="the recorded-data model also reads the reference's Nsight Compute counters (L1/L2 hit "
                              "rates, DRAM and SM throughput, occupancy; surrogates.learned; default: the app's, "

@@ -101,7 +101,8 @@ def learned_surrogate(*, exclude_problem: str, gpu: str, reference_profile: bool
     """The recorded-data model trained on every recorded problem but `exclude_problem`, cached on disk and in the
     process; `reference_profile` (default DEFAULT_REFERENCE_PROFILE) whether it reads the reference's counters."""
     from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_INCUMBENT,
-                                                  DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_LOCAL_REACH,
+                                                  DEFAULT_LOCAL_MODEL, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS,
+                                                  DEFAULT_LOCAL_REACH,
                                                   DEFAULT_MIXTURE, DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
                                                   DEFAULT_FAMILY_WEIGHTS, DEFAULT_REFERENCE_COUNTERS,
                                                   DEFAULT_REFERENCE_PROFILE, DEFAULT_SPREAD_PRIOR_ROWS,
@@ -130,6 +131,7 @@ def learned_surrogate(*, exclude_problem: str, gpu: str, reference_profile: bool
                 model.calibrated_moments = DEFAULT_CALIBRATED_MOMENTS
                 model.pooled_spread = DEFAULT_POOLED_SPREAD
                 model.local_incumbent = DEFAULT_LOCAL_INCUMBENT
+                model.local_model = DEFAULT_LOCAL_MODEL
             else:
                 from kernellab.datasets import all_recorded_rows
 

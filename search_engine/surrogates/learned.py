@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 
 import joblib
@@ -29,6 +30,9 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import ndtr
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestRegressor
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 from sklearn.model_selection import GroupKFold, KFold
 from threadpoolctl import ThreadpoolController
 
@@ -96,6 +100,12 @@ DEFAULT_LOCAL_INCUMBENT = False
 # (docs/search.md, "Every family weighing the same, and the square-root middle way").
 FAMILY_WEIGHTS = ("rows", "equal", "sqrt")
 DEFAULT_FAMILY_WEIGHTS = "rows"
+# LearnedSurrogate(local_model=...) of the app and the benchmarks: the run-local model, a random forest over the
+# variants' features, their #define values and the recorded-data model's mean ("forest"), or a Gaussian process over
+# the #define values on the recalibrated recorded-data model's errors ("gp"; a run whose variants have no #define
+# keeps the forest). "gp" is protocol 30's candidate (docs/search.md, "A Gaussian process as the run-local model").
+LOCAL_MODELS = ("forest", "gp")
+DEFAULT_LOCAL_MODEL = "forest"
 
 
 def _row_request(row: dict) -> ForecastRequest:
@@ -141,7 +151,8 @@ class LearnedSurrogate:
                  local_incumbent: bool = DEFAULT_LOCAL_INCUMBENT,
                  reference_profile: bool = DEFAULT_REFERENCE_PROFILE,
                  family_weights: str = DEFAULT_FAMILY_WEIGHTS,
-                 reference_counters: str = DEFAULT_REFERENCE_COUNTERS) -> None:
+                 reference_counters: str = DEFAULT_REFERENCE_COUNTERS,
+                 local_model: str = DEFAULT_LOCAL_MODEL) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -152,6 +163,8 @@ class LearnedSurrogate:
         if reference_counters not in REFERENCE_COUNTER_SETS:
             raise ValueError(f"The reference's counters must be one of {', '.join(REFERENCE_COUNTER_SETS)}, "
                              f"not {reference_counters!r}.")
+        if local_model not in LOCAL_MODELS:
+            raise ValueError(f"The run-local model must be one of {', '.join(LOCAL_MODELS)}, not {local_model!r}.")
         if moments not in MOMENTS or calibrated_moments not in MOMENTS:
             raise ValueError(f"The forecasts' mean and spread must come from one of {', '.join(MOMENTS)}.")
         self.bins = bins
@@ -276,6 +289,19 @@ class LearnedSurrogate:
         # recording's noise, or three more families, changed a held-out family's first pick); the
         # committee's average moves less, and its bins are wider where its members disagree.
         self.committee = committee
+        # local_model: "forest", the run-local model is a random forest (60 trees) over the variant's features, its
+        # #define values and the recorded-data model's mean. With a handful of rows its trees split on whichever of
+        # 120-odd features happens to separate them, and its forecast is constant between and beyond its rows: a
+        # variant two knob steps from the run's rows is forecast like the nearest of them. "gp": a Gaussian process
+        # over the variant's #define values (log2 of a number, 1 for a string knob's value) models the recorded-data
+        # model's error, as the run recalibrated it, on the run's rows; its forecast is that model's mean plus the
+        # process's. Near a measured variant it corrects the model by what that variant's error was; far from every
+        # measured variant (in the knob lengths the process fitted on the run's rows) it hands back to the model,
+        # with the model's spread. Its spread replaces the forest's and local_novelty's: it grows with the distance
+        # to what the run measured. Its weight against the recorded-data model is earned as the forest's is, from
+        # its leave-one-out forecasts of the run's rows (exact for a Gaussian process). A run whose variants have no
+        # #define (LLM-written kernels) keeps the forest.
+        self.local_model = local_model
         self._ranker = None
         self._prior_level = 0.0  # the recorded problems' mean log geometric-mean speedup (centred target)
         self._level = 0.0  # log speedup added to the recorded-data model's forecasts (centred target)
@@ -405,38 +431,49 @@ class LearnedSurrogate:
         incumbent = None
         if self.local_incumbent:
             incumbent = _defines(requests[int(np.argmax(y))].candidate.get("source", "")) or None
-        X = self._local_matrix(requests, X0, vocabulary, base_mean, incumbent)
-        # Every feature is a candidate at every split: with a handful of rows, a random half of
-        # them too often leaves out the one knob that matters.
-        forest = RandomForestRegressor(n_estimators=60, min_samples_leaf=1, max_features=1.0,
-                                       random_state=self.seed, n_jobs=1)
-        forest.fit(X, y)
-        # Out-of-bag predictions: each row forecast by the trees that did not see it. Their error
-        # is the model's honest error on variants it has not measured; it widens every forecast.
-        per_tree = np.stack([tree.predict(X) for tree in forest.estimators_])
-        out_of_bag = np.ones_like(per_tree, dtype=bool)
-        for t, samples in enumerate(forest.estimators_samples_):
-            out_of_bag[t, samples] = False
-        counts = out_of_bag.sum(axis=0)
-        seen = counts > 0
-        oob_mu = np.where(seen, (per_tree * out_of_bag).sum(axis=0) / np.maximum(counts, 1), np.nan)
-        if seen.sum() >= 2:
-            oob_mse = float(np.mean((oob_mu[seen] - y[seen]) ** 2))
-        else:
-            oob_mse = float(np.var(y))
-        # With few rows the out-of-bag error itself is a noisy estimate: shrink it towards the
-        # spread of the run's speedups (what knowing nothing costs) with local_prior_rows pseudo rows.
-        k = self.local_prior_rows
-        error_var = (seen.sum() * oob_mse + k * max(float(np.var(y)), self.local_min_sigma ** 2)) / (seen.sum() + k)
-        error_var = max(error_var, self.local_min_sigma ** 2)
         run_var = max(float(np.var(y)), self.local_min_sigma ** 2)
         calibration = self._order_calibration(base_mean, y, run_var) if base_mean is not None else None
+        forest = gp = None
+        oob_sd = None  # the run-local model's leave-one-out sd per row (the Gaussian process's); None: sqrt(error_var)
+        if self.local_model == "gp" and vocabulary:
+            gp = _LocalProcess.fit(_knob_matrix(requests, vocabulary),
+                                   y - _prior_means(base_mean, calibration, y), self.seed)
+            loo_residual, loo_var = gp.left_out()
+            oob_mu = _prior_means(base_mean, calibration, y) + loo_residual
+            oob_sd = np.sqrt(np.maximum(loo_var, self.local_min_sigma ** 2))
+            error_var = max(float(np.mean((oob_mu - y) ** 2)), self.local_min_sigma ** 2)
+        else:
+            X = self._local_matrix(requests, X0, vocabulary, base_mean, incumbent)
+            # Every feature is a candidate at every split: with a handful of rows, a random half of
+            # them too often leaves out the one knob that matters.
+            forest = RandomForestRegressor(n_estimators=60, min_samples_leaf=1, max_features=1.0,
+                                           random_state=self.seed, n_jobs=1)
+            forest.fit(X, y)
+            # Out-of-bag predictions: each row forecast by the trees that did not see it. Their error
+            # is the model's honest error on variants it has not measured; it widens every forecast.
+            per_tree = np.stack([tree.predict(X) for tree in forest.estimators_])
+            out_of_bag = np.ones_like(per_tree, dtype=bool)
+            for t, samples in enumerate(forest.estimators_samples_):
+                out_of_bag[t, samples] = False
+            counts = out_of_bag.sum(axis=0)
+            seen = counts > 0
+            oob_mu = np.where(seen, (per_tree * out_of_bag).sum(axis=0) / np.maximum(counts, 1), np.nan)
+            if seen.sum() >= 2:
+                oob_mse = float(np.mean((oob_mu[seen] - y[seen]) ** 2))
+            else:
+                oob_mse = float(np.var(y))
+            # With few rows the out-of-bag error itself is a noisy estimate: shrink it towards the
+            # spread of the run's speedups (what knowing nothing costs) with local_prior_rows pseudo rows.
+            k = self.local_prior_rows
+            error_var = (seen.sum() * oob_mse + k * max(float(np.var(y)), self.local_min_sigma ** 2)) / (seen.sum() + k)
+            error_var = max(error_var, self.local_min_sigma ** 2)
         # each row's recalibrated forecast from the other rows, for the weight and the spread
         left_out = None
         if calibration is not None and (self.weigh_calibrated or self.spread_prior_rows is not None
                                         or self.pooled_spread):
             left_out = self._left_out_calibrated(base_mean, base_var, y)
-        weight = self._local_weight(requests, y, oob_mu, error_var, left_out if self.weigh_calibrated else None)
+        weight = self._local_weight(requests, y, oob_mu, error_var, left_out if self.weigh_calibrated else None,
+                                    oob_sd)
         seen_values = frozenset(pair for q in requests for pair in _defines(q.candidate.get("source", "")).items())
         spread = 1.0
         if left_out is not None and self.spread_prior_rows is not None:
@@ -456,7 +493,7 @@ class LearnedSurrogate:
             reach = (float(np.min(base_mean)), float(np.max(base_mean)),
                      max(float(np.std(base_mean)), self.local_min_sigma))
         self._local = _Local(forest, vocabulary, len(kept), weight, error_var, seen_values, run_var, calibration,
-                             reach, spread, moments, pooled_var, incumbent)
+                             reach, spread, moments, pooled_var, incumbent, gp, float(np.mean(y)))
 
     def _order_calibration(self, base_mean: np.ndarray, y: np.ndarray, run_var: float):
         """(beta, the model's mean over the run's rows, the run's mean, the run's variance), or None (off, or
@@ -467,7 +504,7 @@ class LearnedSurrogate:
         return _calibration(base_mean, y, self.order_prior_rows, run_var)
 
     def _local_weight(self, requests, y: np.ndarray, oob_mu: np.ndarray, error_var: float,
-                      left_out: tuple | None = None) -> float:
+                      left_out: tuple | None = None, oob_sd: np.ndarray | None = None) -> float:
         """How much the run-local model counts against the recorded-data model.
 
         A Bayesian model average over the run's measured rows: the probability the recorded-data
@@ -478,7 +515,8 @@ class LearnedSurrogate:
 
         With left_out (weigh_calibrated, once the run has 3 rows and its order is recalibrated: the mean and sd
         of each row under the recalibration fitted on the run's other rows), the recorded-data model's
-        probability of each row is that normal's, out of sample as the run-local model's is."""
+        probability of each row is that normal's, out of sample as the run-local model's is. oob_sd: the run-local
+        model's own sd of each row's out-of-sample forecast (the Gaussian process's); None: sqrt(error_var) for all."""
         n = len(y)
         if self._fitted is None:
             return 1.0
@@ -494,7 +532,8 @@ class LearnedSurrogate:
             with _openmp_threads(self.threads):
                 base = self._base_probs(X)
         rows = np.arange(len(bins))
-        local = _normal_bins(oob_mu[seen], np.full(len(bins), math.sqrt(error_var)), self.bins)
+        local_sd = oob_sd[seen] if oob_sd is not None else np.full(len(bins), math.sqrt(error_var))
+        local = _normal_bins(oob_mu[seen], local_sd, self.bins)
         ll_base = float(np.sum(np.log(np.clip(base[rows, bins - 1], 1e-6, 1.0))))
         ll_local = float(np.sum(np.log(np.clip(local[rows, bins - 1], 1e-6, 1.0))))
         log_odds = max(-8.0, min(8.0, prior + ll_local - ll_base))
@@ -532,6 +571,11 @@ class LearnedSurrogate:
 
     def _local_forecast(self, requests, X: np.ndarray, base_mean: np.ndarray | None = None):
         local = self._local
+        if getattr(local, "gp", None) is not None:
+            residual, residual_var = local.gp.predict(_knob_matrix(requests, local.vocabulary))
+            mu = _prior_means(base_mean, local.calibration, np.full(len(requests), local.mean_y)) + residual
+            sigma = np.sqrt(np.maximum(residual_var, self.local_min_sigma ** 2))
+            return _normal_bins(mu, sigma, self.bins), mu, sigma
         Xl = self._local_matrix(requests, X, local.vocabulary, base_mean, local.incumbent)
         per_tree = np.stack([tree.predict(Xl) for tree in local.forest.estimators_])
         mu = per_tree.mean(axis=0)
@@ -748,7 +792,7 @@ class LearnedSurrogate:
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
                             ("local_reach", None), ("committee", False), ("weigh_calibrated", False),
                             ("spread_prior_rows", None), ("calibrated_moments", "bins"), ("pooled_spread", False),
-                            ("local_incumbent", False), ("family_weights", "rows")):
+                            ("local_incumbent", False), ("family_weights", "rows"), ("local_model", "forest")):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -778,6 +822,11 @@ class _Local:
     # the #define values of the run's best measured variant, whose distance the forest reads
     # (LearnedSurrogate(local_incumbent=True)); None: no such feature
     incumbent: dict | None = None
+    # the Gaussian process on the recalibrated recorded-data model's errors (LearnedSurrogate(local_model="gp")), in
+    # place of the forest; None: the forest
+    gp: "_LocalProcess | None" = None
+    # the run's mean log speedup: the process's prior mean where there is no recorded-data model
+    mean_y: float = 0.0
 
 
 # Up to this many rows, the classifiers' trees are walked all at once (_StackedTrees); above it,
@@ -985,6 +1034,63 @@ def _incumbent_distance(requests, incumbent: dict) -> np.ndarray:
         values = _defines(request.candidate.get("source", ""))
         out[row] = sum(values.get(name) != value for name, value in incumbent.items()) / len(incumbent)
     return out
+
+
+def _knob_matrix(requests, vocabulary: list[str]) -> np.ndarray:
+    """The Gaussian process's inputs: per request and #define name of the vocabulary, log2(1 + |value|) with the
+    value's sign (a string knob's NAME=value 1 where set), 0 where the variant does not define it."""
+    out = np.zeros((len(requests), len(vocabulary)))
+    index = {name: i for i, name in enumerate(vocabulary)}
+    for row, request in enumerate(requests):
+        for name, value in _defines(request.candidate.get("source", "")).items():
+            if name in index:
+                out[row, index[name]] = math.copysign(math.log2(1.0 + abs(value)), value)
+    return out
+
+
+def _prior_means(base_mean: np.ndarray | None, calibration: tuple | None, fallback: np.ndarray) -> np.ndarray:
+    """The Gaussian process's prior mean of each row's log speedup: the recorded-data model's mean as the run
+    recalibrated it (as it was without calibration; fallback, the run's mean, without a recorded-data model)."""
+    if base_mean is None:
+        return np.broadcast_to(np.mean(fallback), fallback.shape).astype(float)
+    if calibration is None:
+        return base_mean
+    beta, m_bar, y_bar, _ = calibration
+    return y_bar + beta * (base_mean - m_bar)
+
+
+class _LocalProcess:
+    """A Gaussian process over knob values (ARD squared-exponential plus noise, fitted by its marginal likelihood from
+    one start, so that it is reproducible) on the recorded-data model's errors; zero prior mean, so that far from the
+    run's rows the error it forecasts is none and its spread the errors' (the signal variance)."""
+
+    def __init__(self, process, Z: np.ndarray, r: np.ndarray) -> None:
+        self.process, self.Z, self.r = process, Z, r
+
+    @classmethod
+    def fit(cls, Z: np.ndarray, r: np.ndarray, seed: int) -> "_LocalProcess":
+        signal = max(float(np.mean(r ** 2)), 0.15 ** 2)
+        kernel = (ConstantKernel(signal, (1e-3, 4.0)) * RBF(np.full(Z.shape[1], 2.0), (0.3, 30.0))
+                  + WhiteKernel(1e-3, (1e-5, 0.1)))
+        process = GaussianProcessRegressor(kernel=kernel, normalize_y=False, n_restarts_optimizer=0,
+                                           random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # a length at its bound, with a handful of rows
+            process.fit(Z, r)
+        return cls(process, Z, r)
+
+    def predict(self, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The forecast error's mean and variance (the noise included) at each row of Z."""
+        mean, sd = self.process.predict(Z, return_std=True)
+        return mean, sd ** 2
+
+    def left_out(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each of the fitted rows' error forecast from the others (mean, variance), with the fitted kernel: the
+        closed form r_i - [K^-1 r]_i / [K^-1]_ii and 1 / [K^-1]_ii."""
+        K = self.process.kernel_(self.Z)
+        inverse = np.linalg.pinv(K, hermitian=True)
+        diagonal = np.maximum(np.diag(inverse), 1e-12)
+        return self.r - (inverse @ self.r) / diagonal, 1.0 / diagonal
 
 
 def _define_matrix(requests, vocabulary: list[str]) -> np.ndarray:

@@ -303,7 +303,7 @@ def test_a_run_compiles_its_next_step_while_its_measurements_wait_for_the_gpu_wo
 def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_run_local_settings(settings, tmp_path):
     from kernellab.services import surrogates
     from search_engine.surrogates.learned import (DEFAULT_CALIBRATED_MOMENTS, DEFAULT_LOCAL_INCUMBENT,
-                                                  DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS,
+                                                  DEFAULT_LOCAL_MODEL, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS,
                                                   DEFAULT_LOCAL_REACH, DEFAULT_MIXTURE,
                                                   DEFAULT_ORDER_PRIOR_ROWS, DEFAULT_POOLED_SPREAD,
                                                   DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED,
@@ -319,6 +319,7 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
     old.spread_prior_rows = None  # saved before protocol 17 chose the rescaled spread
     del old.__dict__["calibrated_moments"], old.__dict__["pooled_spread"]  # saved before protocol 18 chose them
     old.local_incumbent = not DEFAULT_LOCAL_INCUMBENT  # saved with the other value of protocol 19's setting
+    old.local_model = "gp" if DEFAULT_LOCAL_MODEL == "forest" else "forest"  # and of protocol 30's
     path = surrogates.learned_cache_path(exclude_problem="nothing", gpu="H200")
     old.save(path)
     loaded = LearnedSurrogate.load(path)
@@ -340,6 +341,7 @@ def test_a_learned_surrogate_cached_by_an_earlier_version_forecasts_with_todays_
         assert model.calibrated_moments == DEFAULT_CALIBRATED_MOMENTS == "level"
         assert model.pooled_spread is DEFAULT_POOLED_SPREAD is True
         assert model.local_incumbent is DEFAULT_LOCAL_INCUMBENT
+        assert model.local_model == DEFAULT_LOCAL_MODEL
     finally:
         surrogates.forget_learned(exclude_problem="nothing", gpu="H200")
 

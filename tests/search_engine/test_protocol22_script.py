@@ -23,16 +23,20 @@ def select_settings():
 @pytest.mark.parametrize("protocol, config, extra", [(22, "R22", []), (26, "R26", ["--protocol", "26"]),
                                                     (27, "R22", ["--protocol", "27"]),
                                                     (28, "P28", ["--protocol", "28"]),
-                                                    (29, "H29", ["--protocol", "29"])])
+                                                    (29, "H29", ["--protocol", "29"]),
+                                                    (30, "G30", ["--protocol", "30"])])
 def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select_settings, protocol, config, extra):
     listed = subprocess.run(["bash", str(SCRIPT), "--list", *extra], capture_output=True, text=True, check=True).stdout
     runs = [line.split() for line in listed.splitlines()]
     assert sorted(Path(run[0]).name for run in runs) == sorted(select_settings.run_files(config, protocol))
     assert all("--reference-profile" in run and "--skip-baselines" in run and "--lopo-searched-only" in run
                for run in runs)
-    # P28 and H29 read the four portable counters; the others all eight
+    # P28, H29 and G30 read the four portable counters; the others all eight
     portable = ["--reference-counters", "portable"]
-    assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is (config in ("P28", "H29"))
+    assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is (config in ("P28", "H29", "G30"))
+               for run in runs)
+    # G30 alone has a Gaussian process as its run-local model
+    assert all(("--local-model" in run and run[run.index("--local-model") + 1] == "gp") is (config == "G30")
                for run in runs)
     # H29 alone draws its measurements from the forecasts
     assert all(("--measure-choice" in run and run[run.index("--measure-choice") + 1] == "thompson")
@@ -108,3 +112,17 @@ def test_protocol_29_draws_against_p28_which_a_tie_keeps_and_checks_p28_first(se
             assert values["H29"] == values["P28"], setting
     # P28's runs are its committed ones: the rule reads them where protocol 28 wrote them
     assert select_settings.run_files("P28", 29) == select_settings.run_files("P28", 28)
+
+
+def test_protocol_30_tries_a_gaussian_process_against_p28_which_a_tie_keeps_and_checks_p28_first(select_settings,
+                                                                                                 tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "30"], capture_output=True, text=True)
+    assert done.returncode == 2 and "protocol 30 stores no counters: its FILES_AT is -" in done.stderr
+    protocol, configs, keep, written = select_settings.PROTOCOLS[30]
+    assert configs == ("P28", "G30") and keep == "P28" and written.endswith("-30.json")
+    assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
+    assert select_settings.LOCAL_MODEL["P28"] == "forest" and select_settings.LOCAL_MODEL["G30"] == "gp"
+    for since, setting, values in select_settings.SETTINGS_SINCE:
+        if setting != "local_model":
+            assert values["G30"] == values["P28"], setting
+    assert select_settings.run_files("P28", 30) == select_settings.run_files("P28", 28)

@@ -345,7 +345,9 @@ def test_the_order_recalibration_defaults_to_the_apps_and_can_be_switched_off(be
     ("pooled_spread", ["--no-pooled-spread"], False, False),
     ("pooled_spread", ["--pooled-spread"], True, False),
     ("local_incumbent", ["--no-local-incumbent"], False, False),  # protocol 19
-    ("local_incumbent", ["--local-incumbent"], True, False)])
+    ("local_incumbent", ["--local-incumbent"], True, False),
+    ("local_model", ["--local-model", "forest"], "forest", "forest"),  # protocol 30
+    ("local_model", ["--local-model", "gp"], "gp", "forest")])
 def test_a_run_local_setting_defaults_to_the_apps_and_reaches_the_surrogate(bench, setting, given, value, old):
     from search_engine.surrogates.learned import LearnedSurrogate
 
