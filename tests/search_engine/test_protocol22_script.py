@@ -24,19 +24,21 @@ def select_settings():
                                                     (27, "R22", ["--protocol", "27"]),
                                                     (28, "P28", ["--protocol", "28"]),
                                                     (29, "H29", ["--protocol", "29"]),
-                                                    (30, "G30", ["--protocol", "30"])])
+                                                    (30, "G30", ["--protocol", "30"]),
+                                                    (31, "G31", ["--protocol", "31"])])
 def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select_settings, protocol, config, extra):
     listed = subprocess.run(["bash", str(SCRIPT), "--list", *extra], capture_output=True, text=True, check=True).stdout
     runs = [line.split() for line in listed.splitlines()]
     assert sorted(Path(run[0]).name for run in runs) == sorted(select_settings.run_files(config, protocol))
     assert all("--reference-profile" in run and "--skip-baselines" in run and "--lopo-searched-only" in run
                for run in runs)
-    # P28, H29 and G30 read the four portable counters; the others all eight
+    # P28, H29, G30 and G31 read the four portable counters; the others all eight
     portable = ["--reference-counters", "portable"]
-    assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is (config in ("P28", "H29", "G30"))
+    assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is (config in ("P28", "H29", "G30", "G31"))
                for run in runs)
-    # G30 alone has a Gaussian process as its run-local model
-    assert all(("--local-model" in run and run[run.index("--local-model") + 1] == "gp") is (config == "G30")
+    # G30 and G31 have a Gaussian process as their run-local model, G31's widened for unseen knob values
+    local_model = {"G30": "gp", "G31": "gp-novelty"}.get(config)
+    assert all(("--local-model" in run and run[run.index("--local-model") + 1]) == (local_model or False)
                for run in runs)
     # H29 alone draws its measurements from the forecasts
     assert all(("--measure-choice" in run and run[run.index("--measure-choice") + 1] == "thompson")
@@ -126,3 +128,16 @@ def test_protocol_30_tries_a_gaussian_process_against_p28_which_a_tie_keeps_and_
         if setting != "local_model":
             assert values["G30"] == values["P28"], setting
     assert select_settings.run_files("P28", 30) == select_settings.run_files("P28", 28)
+
+
+def test_protocol_31_widens_g30_for_unseen_knob_values_against_p28_which_a_tie_keeps(select_settings, tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "31"], capture_output=True, text=True)
+    assert done.returncode == 2 and "protocol 31 stores no counters: its FILES_AT is -" in done.stderr
+    protocol, configs, keep, written = select_settings.PROTOCOLS[31]
+    assert configs == ("P28", "G31") and keep == "P28" and written.endswith("-31.json")
+    assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
+    assert select_settings.LOCAL_MODEL["G31"] == "gp-novelty"
+    for since, setting, values in select_settings.SETTINGS_SINCE:
+        if setting != "local_model":
+            assert values["G31"] == values["P28"] == values["G30"], setting
+    assert select_settings.run_files("P28", 31) == select_settings.run_files("P28", 28)

@@ -1164,3 +1164,21 @@ def test_a_run_whose_variants_have_no_define_keeps_the_forest_under_the_gaussian
     model = LearnedSurrogate(local_model="gp")
     model.learn(bare)
     assert model._local.gp is None and model._local.forest is not None
+
+
+def test_the_gaussian_process_with_novelty_widens_for_knob_values_the_run_has_not_measured():
+    rows = family_rows()
+    measured = [r for r in rows if r["candidate"]["knobs"]["VEC"] != 4][::3]
+    seen = next(r for r in rows if r["candidate"]["knobs"]["VEC"] == 2 and r not in measured)
+    new = next(r for r in rows if r["candidate"]["knobs"]["VEC"] == 4 and all(
+        r["candidate"]["knobs"][k] == seen["candidate"]["knobs"][k] for k in ("BLOCK", "ITEMS", "ALGO")))
+    requests = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"])
+                for r in (seen, new)]
+    plain, novel = LearnedSurrogate(local_model="gp"), LearnedSurrogate(local_model="gp-novelty", local_novelty=1.0)
+    for model in (plain, novel):
+        model.learn(measured)
+    (p_seen, p_new), (n_seen, n_new) = plain.forecast_many(requests), novel.forecast_many(requests)
+    # the same process (its means agree); one of the four knob values unseen adds a quarter of the run's variance
+    assert n_new.log_mean == pytest.approx(p_new.log_mean) and n_seen.log_mean == pytest.approx(p_seen.log_mean)
+    assert n_seen.log_sd == pytest.approx(p_seen.log_sd)
+    assert n_new.log_sd ** 2 == pytest.approx(p_new.log_sd ** 2 + 0.25 * novel._local.run_var)

@@ -42,7 +42,7 @@ from search_engine.surrogates.base import Forecast  # noqa: E402
 from search_engine.surrogates.learned import (  # noqa: E402
     DEFAULT_COMMITTEE, DEFAULT_LOCAL_NOVELTY, DEFAULT_LOCAL_PRIOR_ROWS, DEFAULT_MIXTURE, DEFAULT_MOMENTS, DEFAULT_ORDER_PRIOR_ROWS,
     DEFAULT_SPREAD_PRIOR_ROWS, DEFAULT_WEIGH_CALIBRATED, DEFAULT_CALIBRATED_MOMENTS, DEFAULT_POOLED_SPREAD, DEFAULT_LOCAL_INCUMBENT, MOMENTS,
-    LearnedSurrogate)
+    DEFAULT_LOCAL_MODEL, LOCAL_MODELS, LearnedSurrogate)
 
 
 def zero_shot_ranks(model, dataset) -> dict[tuple, int]:
@@ -176,6 +176,8 @@ def main(argv=None) -> dict:
                         help="one spread for every candidate of the recalibrated model (surrogates.learned)")
     parser.add_argument("--local-incumbent", action=argparse.BooleanOptionalAction, default=DEFAULT_LOCAL_INCUMBENT,
                         help="the run-local forest reads each variant's distance to the run's best (surrogates.learned)")
+    parser.add_argument("--local-model", choices=LOCAL_MODELS, default=DEFAULT_LOCAL_MODEL,
+                        help="the run-local model: the forest or the Gaussian process (protocol 30)")
     parser.add_argument("--ignore-vendor", action="store_true",
                         help="the family's target from its variants alone, as search_bench --ignore-vendor (validation)")
     parser.add_argument("--steps", type=int, default=12, help="steps of each run printed")
@@ -201,7 +203,8 @@ def main(argv=None) -> dict:
                                          + ["--spread-prior-rows", str(args.spread_prior_rows)]
                                          + ["--calibrated-moments", args.calibrated_moments]
                                          + (["--pooled-spread"] if args.pooled_spread else ["--no-pooled-spread"])
-                                         + (["--local-incumbent"] if args.local_incumbent else ["--no-local-incumbent"]))
+                                         + (["--local-incumbent"] if args.local_incumbent else ["--no-local-incumbent"])
+                                         + ["--local-model", args.local_model])
     sb._TARGET["fraction"] = bench.target
     datasets = sb.recorded_datasets()
     excluded = sb.named_families(args.exclude, datasets, "--exclude")
