@@ -377,6 +377,9 @@ def test_the_runs_own_rows_take_over_only_where_the_recorded_data_misjudges_the_
     def learnt(speedup_of, weigh_calibrated):
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
         m.weigh_calibrated = weigh_calibrated
+        # the forest's weight: a Gaussian process on the recorded-data model's errors nests that model, and where
+        # it forecasts well the process adds little and earns its weight anyway (0.97 here)
+        m.local_model = "forest"
         m.learn([{"request": q, "speedup": speedup_of(r["speedup"])} for q, r in zip(_requests_of(rows), rows)])
         return m
 
@@ -543,6 +546,9 @@ def test_with_moments_from_the_level_a_run_above_the_top_bin_is_forecast_at_its_
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
         m.moments = moments
         m.order_prior_rows = None  # the moments alone: the order's recalibration also carries the run's level
+        # the forest, constant at the run's rows: the Gaussian process learns the level from its errors whatever
+        # the moments
+        m.local_model = "forest"
         if factor:
             m.learn([{"request": q, "speedup": factor * r["speedup"]} for q, r in zip(reqs, rows)])
         return m
@@ -603,7 +609,8 @@ def test_local_incumbent_gives_the_run_local_forest_each_variants_distance_to_th
     rows = family_rows()
     measured = rows[::7]
     best = max(measured, key=lambda r: r["speedup"])
-    plain, near = LearnedSurrogate(local_incumbent=False), LearnedSurrogate(local_incumbent=True)
+    plain, near = (LearnedSurrogate(local_incumbent=False, local_model="forest"),
+                   LearnedSurrogate(local_incumbent=True, local_model="forest"))
     for model in (plain, near):
         model.learn(measured)
     assert plain._local.incumbent is None
@@ -642,6 +649,8 @@ def test_order_prior_rows_recalibrates_the_recorded_data_models_order_on_the_run
         # (and, as before protocol 18, on the published bins' moments with the model's own spread)
         m.order_prior_rows, m.weigh_calibrated = k, False
         m.calibrated_moments, m.pooled_spread = "bins", False
+        # the forest, whose bins the recalibration leaves alone (a Gaussian process models the recalibrated errors)
+        m.local_model = "forest"
         m.learn([{"request": q, "speedup": s} for q, s in zip(reqs, speedups)])
         return m
 
@@ -685,6 +694,7 @@ def test_weigh_calibrated_earns_the_run_local_weight_against_the_recalibrated_mo
         m = LearnedSurrogate.load(tmp_path / "m.joblib")
         m.order_prior_rows, m.weigh_calibrated = k, weigh
         m.calibrated_moments = "bins"  # (the published bins' moments, as before protocol 18)
+        m.local_model = "forest"  # (its out-of-bag forecasts are read by hand below)
         m.learn(run[:n])
         return m
 
@@ -921,7 +931,7 @@ def test_local_reach_lowers_the_run_local_weight_only_outside_the_range_of_the_r
     assert far.log_mean == pytest.approx(w0 * a + w1 * b)
     # the bins blend with the same weight
     X = m._matrix([reqs[outside]])
-    base, base_mean, _ = m._base(X)
+    base, base_mean, _ = m._base(X, m._local.moments)  # (the moments the run-local model was fitted against)
     local = m._local_forecast([reqs[outside]], X, base_mean)[0]
     assert list(far.probabilities) == pytest.approx(list((1 - w1) * base[0] + w1 * local[0]))
 
