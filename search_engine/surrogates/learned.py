@@ -759,8 +759,11 @@ class LearnedSurrogate:
                     for _ in requests]
         probabilities, mean, sd, components = self._predict(requests)
         latency = (time.perf_counter() - started) / len(requests)
-        local = (f" and {self._local.n} of this run's (weighted {self._local.weight:.0%})"
-                 if self._local is not None else "")
+        local = ""
+        if self._local is not None:
+            kind = ("a Gaussian process over its knob values" if getattr(self._local, "gp", None) is not None
+                    else "a forest")
+            local = f" and {self._local.n} of this run's ({kind}, weighted {self._local.weight:.0%})"
         reasoning = f"learned surrogate trained on {self.trained_rows} recorded measurements{local}"
         out = []
         for i, p in enumerate(probabilities):

@@ -335,7 +335,7 @@ def test_the_run_local_model_alone_ranks_by_the_runs_knobs():
     scores = [f.expected_log_speedup() for f in forecasts]
     truth = [r["speedup"] for r in unseen]
     assert np.corrcoef(scores, np.log(truth))[0, 1] > 0.7
-    assert "and 40 of this run's" in forecasts[0].reasoning
+    assert "and 40 of this run's (a Gaussian process over its knob values, weighted 100%)" in forecasts[0].reasoning
 
 
 def test_an_untrained_learned_surrogate_abstains():
@@ -1174,6 +1174,9 @@ def test_a_run_whose_variants_have_no_define_keeps_the_forest_under_the_gaussian
     model = LearnedSurrogate(local_model="gp")
     model.learn(bare)
     assert model._local.gp is None and model._local.forest is not None
+    # and its forecasts say which run-local model spoke
+    forecast = model.forecast(ForecastRequest(reference=bare[0]["reference"], candidate=bare[0]["candidate"]))
+    assert f"and {len(bare)} of this run's (a forest, weighted" in forecast.reasoning
 
 
 def test_the_gaussian_process_with_novelty_widens_for_knob_values_the_run_has_not_measured():
