@@ -444,7 +444,7 @@ class LearnedSurrogate:
         oob_sd = None  # the run-local model's leave-one-out sd per row (the Gaussian process's); None: sqrt(error_var)
         if self.local_model in ("gp", "gp-novelty") and vocabulary:
             gp = _LocalProcess.fit(_knob_matrix(requests, vocabulary),
-                                   y - _prior_means(base_mean, calibration, y), self.seed)
+                                   y - _prior_means(base_mean, calibration, y), self.local_min_sigma)
             loo_residual, loo_var = gp.left_out()
             oob_mu = _prior_means(base_mean, calibration, y) + loo_residual
             oob_sd = np.sqrt(np.maximum(loo_var, self.local_min_sigma ** 2))
@@ -1081,12 +1081,12 @@ class _LocalProcess:
         self.process, self.Z, self.r = process, Z, r
 
     @classmethod
-    def fit(cls, Z: np.ndarray, r: np.ndarray, seed: int) -> "_LocalProcess":
-        signal = max(float(np.mean(r ** 2)), 0.15 ** 2)
+    def fit(cls, Z: np.ndarray, r: np.ndarray, min_sigma: float) -> "_LocalProcess":
+        """Fitted to errors r at knob rows Z; the signal variance starts at their mean square, at least min_sigma^2."""
+        signal = max(float(np.mean(r ** 2)), min_sigma ** 2)
         kernel = (ConstantKernel(signal, (1e-3, 4.0)) * RBF(np.full(Z.shape[1], 2.0), (0.3, 30.0))
                   + WhiteKernel(1e-3, (1e-5, 0.1)))
-        process = GaussianProcessRegressor(kernel=kernel, normalize_y=False, n_restarts_optimizer=0,
-                                           random_state=seed)
+        process = GaussianProcessRegressor(kernel=kernel, normalize_y=False, n_restarts_optimizer=0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # a length at its bound, with a handful of rows
             process.fit(Z, r)

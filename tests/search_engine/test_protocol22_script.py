@@ -102,42 +102,23 @@ def test_protocol_28_stores_nothing_and_weighs_the_portable_counters_against_r26
             assert values["P28"] == values["R26"], setting
 
 
-def test_protocol_29_draws_against_p28_which_a_tie_keeps_and_checks_p28_first(select_settings, tmp_path):
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "29"], capture_output=True, text=True)
-    assert done.returncode == 2 and "protocol 29 stores no counters: its FILES_AT is -" in done.stderr
-    protocol, configs, keep, written = select_settings.PROTOCOLS[29]
-    assert configs == ("P28", "H29") and keep == "P28" and written.endswith("-29.json")
+@pytest.mark.parametrize("number, candidate, setting, value", [
+    (29, "H29", "measure_choice", "thompson"),  # Thompson sampling from a run's second measurement
+    (30, "G30", "local_model", "gp"),  # a Gaussian process as the run-local model
+    (31, "G31", "local_model", "gp-novelty")])  # the same, widened for unseen knob values
+def test_protocols_29_to_31_change_one_setting_of_p28_which_a_tie_keeps_and_checks_first(select_settings, tmp_path,
+                                                                                        number, candidate, setting,
+                                                                                        value):
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", str(number)], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and f"protocol {number} stores no counters: its FILES_AT is -" in done.stderr
+    protocol, configs, keep, written = select_settings.PROTOCOLS[number]
+    assert configs == ("P28", candidate) and keep == "P28" and written.endswith(f"-{number}.json")
     assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
-    assert select_settings.MEASURE_CHOICE["H29"] == "thompson" and select_settings.MEASURE_CHOICE["P28"] == "improvement"
-    for since, setting, values in select_settings.SETTINGS_SINCE:
-        if setting != "measure_choice":
-            assert values["H29"] == values["P28"], setting
+    for since, name, values in select_settings.SETTINGS_SINCE:
+        if name == setting:
+            assert values[candidate] == value and values["P28"] != value
+        else:
+            assert values[candidate] == values["P28"], name
     # P28's runs are its committed ones: the rule reads them where protocol 28 wrote them
-    assert select_settings.run_files("P28", 29) == select_settings.run_files("P28", 28)
-
-
-def test_protocol_30_tries_a_gaussian_process_against_p28_which_a_tie_keeps_and_checks_p28_first(select_settings,
-                                                                                                 tmp_path):
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "30"], capture_output=True, text=True)
-    assert done.returncode == 2 and "protocol 30 stores no counters: its FILES_AT is -" in done.stderr
-    protocol, configs, keep, written = select_settings.PROTOCOLS[30]
-    assert configs == ("P28", "G30") and keep == "P28" and written.endswith("-30.json")
-    assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
-    assert select_settings.LOCAL_MODEL["P28"] == "forest" and select_settings.LOCAL_MODEL["G30"] == "gp"
-    for since, setting, values in select_settings.SETTINGS_SINCE:
-        if setting != "local_model":
-            assert values["G30"] == values["P28"], setting
-    assert select_settings.run_files("P28", 30) == select_settings.run_files("P28", 28)
-
-
-def test_protocol_31_widens_g30_for_unseen_knob_values_against_p28_which_a_tie_keeps(select_settings, tmp_path):
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "31"], capture_output=True, text=True)
-    assert done.returncode == 2 and "protocol 31 stores no counters: its FILES_AT is -" in done.stderr
-    protocol, configs, keep, written = select_settings.PROTOCOLS[31]
-    assert configs == ("P28", "G31") and keep == "P28" and written.endswith("-31.json")
-    assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
-    assert select_settings.LOCAL_MODEL["G31"] == "gp-novelty"
-    for since, setting, values in select_settings.SETTINGS_SINCE:
-        if setting != "local_model":
-            assert values["G31"] == values["P28"] == values["G30"], setting
-    assert select_settings.run_files("P28", 31) == select_settings.run_files("P28", 28)
+    assert select_settings.run_files("P28", number) == select_settings.run_files("P28", 28)
