@@ -588,8 +588,10 @@ def random_ranking(rows, draws: int = 200) -> dict:
     return out
 
 
-def lopo_model(train: list[dict], args) -> LearnedSurrogate:
-    """The learned surrogate of a search's settings (`args`), trained on rows of the other families."""
+def lopo_model(train: list[dict], args, like: list | None = None) -> LearnedSurrogate:
+    """The learned surrogate of a search's settings (`args`), trained on rows of the other families; `like`, the
+    searched family's requests, of which --family-weights similar reads what every variant shares (its sizes, its
+    reference's time and counters), never a variant's speedup."""
     # (settings made before --committee train the single model their committed figures came from)
     return LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight,
                             moments=getattr(args, "moments", "bins"),
@@ -599,8 +601,9 @@ def lopo_model(train: list[dict], args) -> LearnedSurrogate:
                             # and those made before --reference-counters read all eight counters
                             reference_counters=getattr(args, "reference_counters", "all"),
                             # and those made before --family-weights weigh every training row alike
-                            family_weights=getattr(args, "family_weights", "rows")).fit(
-        train, groups=[r["problem_name"] for r in train])
+                            family_weights=getattr(args, "family_weights", "rows"),
+                            similar_strength=getattr(args, "similar_strength", 1.0)).fit(
+        train, groups=[r["problem_name"] for r in train], like=like)
 
 
 def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None) -> tuple[dict, dict]:
@@ -612,10 +615,10 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
             continue
         train = [r for d in datasets if d is not held for r in d.rows]
         started = time.perf_counter()
-        model = lopo_model(train, args)
+        requests = _requests(held.rows)
+        model = lopo_model(train, args, like=requests)
         fit_s = time.perf_counter() - started
         models[held.name] = model
-        requests = _requests(held.rows)
         started = time.perf_counter()
         forecasts = model.forecast_many(requests)
         rate = len(requests) / (time.perf_counter() - started)
@@ -918,7 +921,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "ones that read alike on an H100 and an H200 (L1 hit rate, occupancy, sectors per load, "
                              "DRAM bytes over the roofline's; surrogates.features; default: the app's, %(default)s)")
     parser.add_argument("--family-weights", choices=FAMILY_WEIGHTS, default=app.family_weights,
-                        help="rows: every training row weighs the same; equal: every recorded family weighs the same "
+                        help="rows: every training row weighs the same; equal: every recorded family weighs the same; "
+                             "sqrt: a family's total grows with the square root of its rows; similar: the families "
+                             "whose reference is like the searched one's weigh more (surrogates.learned; default: the "
+                             "app's, %(default)s)")
+    parser.add_argument("--similar-strength", type=float, default=app.similar_strength,
+                        help="with --family-weights similar: how much more the families like the searched one weigh "
                              "(surrogates.learned; default: the app's, %(default)s)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "

@@ -98,9 +98,9 @@ def evaluate_family(name: str, search_args, measured: tuple[int, ...], uploaded:
     held = next(d for d in _DATASETS if d.name == name)
     train = [r for d in _DATASETS if d is not held for r in d.rows]
     started = time.perf_counter()
-    model = lopo_model(train, search_args)
-    fit_s = time.perf_counter() - started
     requests = _requests(held.rows)
+    model = lopo_model(train, search_args, like=requests)
+    fit_s = time.perf_counter() - started
     rows = [{"request": q, "speedup": r["speedup"], "task": held.name, "gpu": "recorded"}
             for q, r in zip(requests, held.rows)]
     cold = model.forecast_many(requests)
@@ -134,7 +134,7 @@ def as_uploaded(out: dict, model, train: list[dict], requests: list, rows: list[
 
     bare = [dataclasses.replace(q, reference_ms=None, reference_profile=None) for q in requests]
     bare_rows = [{**r, "request": q} for r, q in zip(rows, bare)]
-    without = lopo_model(train, argparse.Namespace(**{**vars(search_args), "reference_profile": False}))
+    without = lopo_model(train, argparse.Namespace(**{**vars(search_args), "reference_profile": False}), like=bare)
     cold = without.forecast_many(bare)
     out["cold"].update(uploaded_before=scored(cold, bare_rows), uploaded_now=scored(cold, bare_rows),
                        uploaded_uniform=scored(uniform_forecasts(len(rows)), bare_rows))

@@ -7,31 +7,33 @@
 # against P28, which reads four of the counters already stored (steps 1 and 2 skipped), or protocol 29's (--protocol 29,
 # FILES_AT -): P28 against H29, P28 with Thompson sampling from a run's second measurement (step 1 skipped), or protocol 30's
 # (--protocol 30, FILES_AT -): P28 against G30, P28 with a Gaussian process as the run-local model, or protocol 31's (--protocol
-# 31, FILES_AT -): P28 against G31, G30 widened for unseen knob values as the forest is. Usage, from the repository
-# root, with the folder the device call's files came back to:
-#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26|27|28|29|30|31] [--jobs 2]
-#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26|27|28|29|30|31]   (prints the candidate's
+# 31, FILES_AT -): P28 against G31, G30 widened for unseen knob values as the forest is, or protocol 32's (--protocol
+# 32, FILES_AT -): G31 against S32, G31 whose recorded-data model weighs the trained families by their likeness to the
+# searched problem's reference. Usage, from the repository root, with the folder the device call's files came back to:
+#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26|27|28|29|30|31|32] [--jobs 2]
+#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26|27|28|29|30|31|32]   (prints the candidate's
 #                                                                                     twelve runs and stops)
 # 1. stores the counters in the bundled records and the second recording (reference_profiles.py store, with
 #    --stand-in under protocol 26, which marks each reference record with the GPU the counters were read on);
 # 2. repeats the default's 3validation-families run with model seed 0 and compares it, seed for seed, with the
 #    committed file; a difference stops here (the protocol then reruns the default on all eleven before the rule is
 #    read). The default is X18 under protocols 22 and 26, R26 under 27, whose check runs before step 1 (R26
-#    reads the H100's counters, which step 1 replaces), and P28 under 29-31;
-# 3. runs the candidate's (R22's, R26's, P28's, H29's, G30's or G31's) twelve runs (10-20 minutes on two cores), logs beside each JSON;
-# 4. reads the rule: select_settings.py --protocol 22 (or 26, 27, 28, 29, 30, 31).
+#    reads the H100's counters, which step 1 replaces), P28 under 29-31 and G31 under 32;
+# 3. runs the candidate's (R22's, R26's, P28's, H29's, G30's, G31's or S32's) twelve runs (10-20 minutes on two cores),
+#    logs beside each JSON;
+# 4. reads the rule: select_settings.py --protocol 22 (or 26, 27, 28, 29, 30, 31, 32).
 # It stops at the first step that fails, saying which; steps already done are skipped on a second call (a result
 # file that exists is not run again), so a cut-short call can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: $0 FILES_AT [--protocol 22|26|27|28|29|30|31] [--jobs N] | --list [--protocol 22|26|27|28|29|30|31]"
+usage="usage: $0 FILES_AT [--protocol 22|26|27|28|29|30|31|32] [--jobs N] | --list [--protocol 22|26|27|28|29|30|31|32]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 files=$1; shift
 protocol=22
 jobs=2
 while [ $# -gt 0 ]; do
   case $1 in
-    --protocol) protocol=${2:?--protocol needs 22, 26, 27, 28, 29, 30 or 31}; shift 2 ;;
+    --protocol) protocol=${2:?--protocol needs 22, 26, 27, 28, 29, 30, 31 or 32}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
@@ -44,6 +46,7 @@ case $protocol in
   29) config=H29; stand_in=(); default=P28; default_flags=(--reference-profile --reference-counters portable) ;;
   30) config=G30; stand_in=(); default=P28; default_flags=(--reference-profile --reference-counters portable) ;;
   31) config=G31; stand_in=(); default=P28; default_flags=(--reference-profile --reference-counters portable) ;;
+  32) config=S32; stand_in=(); default=G31; default_flags=(--reference-profile --reference-counters portable --local-model gp-novelty) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 results=benchmarks/results
@@ -53,6 +56,7 @@ candidate=(--reference-profile)
 [ "$protocol" != 29 ] || candidate+=(--measure-choice thompson)
 [ "$protocol" != 30 ] || candidate+=(--local-model gp)
 [ "$protocol" != 31 ] || candidate+=(--local-model gp-novelty)
+[ "$protocol" != 32 ] || candidate+=(--local-model gp-novelty --family-weights similar --similar-strength 1)
 nine=(--exclude depthwise_conv2d,maxpool2d)
 r22_runs() {  # the candidate's twelve runs: the result file, then search_bench's arguments
   local m spec f
@@ -115,7 +119,7 @@ $py kernellab/problems/tools/reference_profiles.py store "$files/reference_profi
 case $protocol in
   27) check_default; store_counters ;;
   28) ;;  # the records R26's check run reproduced at protocol 27's start; nothing to store
-  29|30|31) check_default ;;  # nothing to store; P28's runs must reproduce under the code that adds H29 (G30, G31)
+  29|30|31|32) check_default ;;  # nothing to store; P28's (G31's) runs must reproduce under the code that adds H29 (G30, G31, S32)
   *) store_counters; check_default ;;
 esac
 

@@ -40,8 +40,8 @@ from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.heldout import refuse_held_out
 from search_engine.surrogates.base import Forecast, ForecastRequest
 from search_engine.surrogates.features import (DEFAULT_REFERENCE_COUNTERS, DEFAULT_REFERENCE_PROFILE,
-                                               REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES, feature_names,
-                                               features_matrix, reference_profile_features)
+                                               PROBLEM_FEATURES, REFERENCE_COUNTER_SETS, REFERENCE_PROFILE_FEATURES,
+                                               feature_names, features_matrix, reference_profile_features)
 
 _EPS = 1e-4
 _MISSING = -1e6  # stands for an unknown feature (the trees split it off like any other value)
@@ -97,8 +97,10 @@ DEFAULT_LOCAL_INCUMBENT = False
 # LearnedSurrogate(family_weights=...) of the app and the benchmarks: "rows" (every training row weighs the same),
 # "equal" (every recorded family weighs the same in all) or "sqrt" (a family's total grows with the square root of
 # its rows); "equal" tried by protocol 23 and "sqrt" by protocol 24 on eleven validation families, neither kept
-# (docs/search.md, "Every family weighing the same, and the square-root middle way").
-FAMILY_WEIGHTS = ("rows", "equal", "sqrt")
+# (docs/search.md, "Every family weighing the same, and the square-root middle way"). "similar": each row weighs 1
+# plus its family's share of a kernel over the distance from the searched problem's reference to that family's
+# (fit(..., like=...); docs/search.md, "The families like the searched one weighing more").
+FAMILY_WEIGHTS = ("rows", "equal", "sqrt", "similar")
 DEFAULT_FAMILY_WEIGHTS = "rows"
 # LearnedSurrogate(local_model=...) of the app and the benchmarks: the run-local model, a random forest over the
 # variants' features, their #define values and the recorded-data model's mean ("forest"), or a Gaussian process over
@@ -153,7 +155,7 @@ class LearnedSurrogate:
                  pooled_spread: bool = DEFAULT_POOLED_SPREAD,
                  local_incumbent: bool = DEFAULT_LOCAL_INCUMBENT,
                  reference_profile: bool = DEFAULT_REFERENCE_PROFILE,
-                 family_weights: str = DEFAULT_FAMILY_WEIGHTS,
+                 family_weights: str = DEFAULT_FAMILY_WEIGHTS, similar_strength: float = 1.0,
                  reference_counters: str = DEFAULT_REFERENCE_COUNTERS,
                  local_model: str = DEFAULT_LOCAL_MODEL) -> None:
         if online not in ("local", "refit"):
@@ -270,8 +272,16 @@ class LearnedSurrogate:
         # total weight (a row weighs N / (families x its family's rows)). The classifiers' fit reads the weights; the
         # ranking prior's queries are the families already. "sqrt" lies between: a family's total grows with the square
         # root of its rows (a row weighs in proportion to 1 / sqrt(its family's rows), mean 1), as multi-task training
-        # samples tasks of very different sizes.
+        # samples tasks of very different sizes. "similar": the problem to be searched (fit's `like`) decides; a row
+        # weighs 1 + similar_strength x (families) x its family's share of exp(-d^2 / 2h^2), where d is the distance
+        # between that family's and the searched problem's reference, over the features that every variant of a
+        # problem shares (its sizes, its reference's time, compiler facts and counters), each standardised over the
+        # trained families, and h the median distance. Without `like` every row weighs 1. The ranking prior's
+        # queries weigh the same.
         self.family_weights = family_weights
+        self.similar_strength = similar_strength
+        self.family_similarity: dict[str, float] = {}
+        self.similarity_features: list[str] = []
         # mixture: where the run-local model takes part, a forecast also carries the two models' normals
         # with their weights (Forecast.log_mixture), from which the policy reads P(beats best) and the
         # expected improvement. Without it they come from one normal of the blend's mean and spread, which
@@ -320,10 +330,12 @@ class LearnedSurrogate:
         self.trained_rows = 0
 
     # ---- training -----------------------------------------------------------------------------
-    def fit(self, rows: list[dict], groups: list | None = None) -> "LearnedSurrogate":
+    def fit(self, rows: list[dict], groups: list | None = None, like: list | None = None) -> "LearnedSurrogate":
         """Train from recorded measurements: rows with a positive speedup (failures are skipped).
         groups names each row's problem; the centred target centres each group on its own. A row of
-        a task in the held-out test set (search_engine/heldout.py) is refused."""
+        a task in the held-out test set (search_engine/heldout.py) is refused. like: rows or ForecastRequests of
+        the problem to be searched, of which only what every variant of a problem shares is read (with
+        family_weights="similar")."""
         refuse_held_out(_problem_names(rows, groups))
         g_all = list(groups) if groups is not None else [0] * len(rows)
         self._prior_level = 0.0
@@ -335,14 +347,23 @@ class LearnedSurrogate:
         self._level = self._prior_level
         self._base_X, self._base_y, self._base_groups = X, y, g
         self.feature_names = self._feature_names()
+        self.family_similarity, self.similarity_features = {}, []
+        weights = _family_weights(g, self.family_weights)
+        if self.family_weights == "similar" and like:
+            like_X = self._matrix([_row_request(r) if isinstance(r, dict) else r for r in like])
+            weights, self.family_similarity, columns = _similar_weights(
+                X, g, like_X, self.similar_strength, self._problem_columns())
+            self.similarity_features = [name for name, on in zip(self.feature_names, columns) if on]
+        self._base_weights = weights
         with _openmp_threads(self.threads):
-            self._fitted = self._train(X, y, g, _family_weights(g, self.family_weights))
+            self._fitted = self._train(X, y, g, weights)
         self._ranker = None
         if self.ranker_weight > 0 and self.target == "centred" and len(set(map(str, g))) >= 2:
             from search_engine.surrogates.ranker import RankPrior
 
             logs = np.log([rows[i]["speedup"] for i in kept])
-            self._ranker = RankPrior(seed=self.seed, committee=self.committee).fit(X, logs, g)
+            self._ranker = RankPrior(seed=self.seed, committee=self.committee).fit(
+                X, logs, g, weights=weights if self.family_similarity else None)
         self.trained_rows = len(y)
         return self
 
@@ -363,8 +384,10 @@ class LearnedSurrogate:
         all_X = np.vstack([self._base_X, X])
         all_y = np.concatenate([self._base_y, y])
         groups = list(self._base_groups) + ["__run__"] * len(y)
-        weights = np.concatenate([_family_weights(self._base_groups, self.family_weights),
-                                  np.full(len(y), self.online_weight)])
+        base_weights = getattr(self, "_base_weights", None)  # (a model saved before "similar" has none)
+        if base_weights is None or len(base_weights) != len(self._base_groups):
+            base_weights = _family_weights(self._base_groups, self.family_weights)
+        weights = np.concatenate([base_weights, np.full(len(y), self.online_weight)])
         with _openmp_threads(self.threads):
             self._learn(all_X, all_y, groups, weights)
         self.trained_rows = len(all_y)
@@ -609,6 +632,11 @@ class LearnedSurrogate:
     def _feature_names(self) -> list[str]:
         return feature_names() + (list(self._profile_features()) if self.reference_profile else [])
 
+    def _problem_columns(self) -> np.ndarray:
+        """The columns that describe the problem and its reference rather than a candidate: its sizes, the roofline,
+        the reference's time and headroom, and the reference's counters (family_weights="similar" reads these)."""
+        return np.array([name in PROBLEM_FEATURES or name.startswith("ref_") for name in self._feature_names()])
+
     def _profile_features(self) -> list[str]:
         return REFERENCE_COUNTER_SETS[self.reference_counters]
 
@@ -805,7 +833,8 @@ class LearnedSurrogate:
                             ("local_novelty", 0.0), ("order_prior_rows", None), ("mixture", False),
                             ("local_reach", None), ("committee", False), ("weigh_calibrated", False),
                             ("spread_prior_rows", None), ("calibrated_moments", "bins"), ("pooled_spread", False),
-                            ("local_incumbent", False), ("family_weights", "rows"), ("local_model", "forest")):
+                            ("local_incumbent", False), ("family_weights", "rows"), ("local_model", "forest"),
+                            ("similar_strength", 1.0), ("family_similarity", {}), ("similarity_features", [])):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 
@@ -955,8 +984,9 @@ def _normal_bins(mu: np.ndarray, sigma: np.ndarray, bins: BinTable) -> np.ndarra
 
 def _family_weights(groups: list, how: str) -> np.ndarray:
     """Training weights per row: 1 each ("rows"), each group's rows sharing an equal total ("equal"), or a group's
-    total growing with the square root of its rows ("sqrt"); the mean weight is 1 in every case."""
-    if how == "rows" or not groups:
+    total growing with the square root of its rows ("sqrt"); the mean weight is 1 in every case. ("similar" without
+    the searched problem weighs every row 1; with it, _similar_weights.)"""
+    if how in ("rows", "similar") or not groups:
         return np.ones(len(groups))
     keys = [str(g) for g in groups]
     counts = {k: keys.count(k) for k in set(keys)}
@@ -964,6 +994,36 @@ def _family_weights(groups: list, how: str) -> np.ndarray:
         return np.array([len(keys) / (len(counts) * counts[k]) for k in keys])
     weights = np.array([counts[k] ** -0.5 for k in keys])
     return weights * len(keys) / weights.sum()
+
+
+def _similar_weights(X: np.ndarray, groups: list, like_X: np.ndarray, strength: float, eligible: np.ndarray):
+    """Training weights per row for family_weights="similar", each family's kernel value (1 for a family like the
+    searched problem, towards 0 for one far from it; see LearnedSurrogate.family_similarity) and the mask of the
+    columns the distance read (of those `eligible`)."""
+    keys = np.array([str(k) for k in groups])
+    names = sorted(set(keys))
+    ones = np.ones(len(keys))
+    none = np.zeros(X.shape[1], dtype=bool)
+    if len(names) < 2 or not len(like_X):
+        return ones, {}, none
+    # the features every variant of a problem shares, known for every family and for the searched problem
+    shared = eligible & (np.ptp(like_X, axis=0) <= 1e-9)
+    for name in names:
+        shared &= np.ptp(X[keys == name], axis=0) <= 1e-9
+    signatures = np.array([X[keys == name][0] for name in names])
+    known = (signatures > _MISSING / 2).all(axis=0) & (like_X[0] > _MISSING / 2)
+    columns = shared & known & (signatures.std(axis=0) > 1e-12)
+    if not columns.any():
+        return ones, {}, none
+    centre, scale = signatures[:, columns].mean(axis=0), signatures[:, columns].std(axis=0)
+    z = (signatures[:, columns] - centre) / scale
+    distance = np.sqrt(np.mean((z - (like_X[0, columns] - centre) / scale) ** 2, axis=1))
+    width = float(np.median(distance)) or 1.0
+    kernel = np.exp(-0.5 * (distance / width) ** 2)
+    factor = 1.0 + strength * len(names) * kernel / kernel.sum()
+    by_name = dict(zip(names, factor))
+    weights = np.array([by_name[k] for k in keys])
+    return weights * len(weights) / weights.sum(), {name: float(k) for name, k in zip(names, kernel)}, columns
 
 
 def _measured(rows: list[dict]) -> list[dict]:

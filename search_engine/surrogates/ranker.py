@@ -44,16 +44,19 @@ def relevance(log_speedups: np.ndarray, levels: int = LEVELS) -> np.ndarray:
 class _Scored:
     """One fitted ranker with the mean and sd of its scores over its own training rows."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int, truncation: int) -> None:
+    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int, truncation: int,
+                 weights: np.ndarray | None = None) -> None:
         import lightgbm as lgb
 
         order = np.argsort(groups, kind="stable")  # lambdarank wants each query's rows together
         X, y, groups = X[order], y[order], groups[order]
+        weights = None if weights is None else np.asarray(weights)[order]
         labels = np.concatenate([relevance(y[groups == g]) for g in np.unique(groups)])
         sizes = [int(np.sum(groups == g)) for g in np.unique(groups)]
         self.model = lgb.LGBMRanker(objective="lambdarank", label_gain=list(range(LEVELS + 1)),
                                     lambdarank_truncation_level=truncation, random_state=seed, **PARAMS)
-        self.model.fit(X, labels, group=sizes)
+        # (a query's rows share one weight: lambdarank scales each row's gradient by its weight)
+        self.model.fit(X, labels, group=sizes, sample_weight=weights)
         own = self.model.predict(X)
         self.mean, self.sd = float(own.mean()), float(own.std()) or 1.0
 
@@ -77,8 +80,10 @@ class RankPrior:
         self.ranker: _Scored | None = None
         self.intercept, self.slope, self.sigma = 0.0, 0.0, 1.0
 
-    def fit(self, X: np.ndarray, y: np.ndarray, groups) -> "RankPrior":
+    def fit(self, X: np.ndarray, y: np.ndarray, groups, weights: np.ndarray | None = None) -> "RankPrior":
+        """weights: per row, the same within a problem (LearnedSurrogate's family weights), or None."""
         groups = np.asarray([str(g) for g in groups])
+        w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
         problems = np.unique(groups)
         if len(problems) < 2:
             raise ValueError("The ranking prior needs measurements of at least two problems (it calibrates "
@@ -86,13 +91,14 @@ class RankPrior:
         z_oof = np.zeros(len(y))
         members = []
         for train, test in GroupKFold(n_splits=min(self.folds, len(problems))).split(X, y, groups):
-            members.append(_Scored(X[train], y[train], groups[train], self.seed, self.truncation))
+            members.append(_Scored(X[train], y[train], groups[train], self.seed, self.truncation,
+                                   None if weights is None else w[train]))
             z_oof[test] = members[-1].z(X[test])
         slope, intercept = np.polyfit(z_oof, y, 1) if np.ptp(z_oof) > 1e-12 else (0.0, float(y.mean()))
         self.slope, self.intercept = max(float(slope), 0.0), float(intercept if slope > 0 else y.mean())
         residual = y - (self.intercept + self.slope * z_oof)
         self.sigma = max(float(np.sqrt(np.mean(residual ** 2))), self.min_sigma)
-        self.ranker = _Scored(X, y, groups, self.seed, self.truncation)
+        self.ranker = _Scored(X, y, groups, self.seed, self.truncation, weights)
         self.members = members if self.committee else []
         if self.members:
             self.committee_sd = float(np.std(self._committee_z(X))) or 1.0

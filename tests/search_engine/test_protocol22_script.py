@@ -25,21 +25,26 @@ def select_settings():
                                                     (28, "P28", ["--protocol", "28"]),
                                                     (29, "H29", ["--protocol", "29"]),
                                                     (30, "G30", ["--protocol", "30"]),
-                                                    (31, "G31", ["--protocol", "31"])])
+                                                    (31, "G31", ["--protocol", "31"]),
+                                                    (32, "S32", ["--protocol", "32"])])
 def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select_settings, protocol, config, extra):
     listed = subprocess.run(["bash", str(SCRIPT), "--list", *extra], capture_output=True, text=True, check=True).stdout
     runs = [line.split() for line in listed.splitlines()]
     assert sorted(Path(run[0]).name for run in runs) == sorted(select_settings.run_files(config, protocol))
     assert all("--reference-profile" in run and "--skip-baselines" in run and "--lopo-searched-only" in run
                for run in runs)
-    # P28, H29, G30 and G31 read the four portable counters; the others all eight
+    # P28, H29, G30, G31 and S32 read the four portable counters; the others all eight
     portable = ["--reference-counters", "portable"]
-    assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is (config in ("P28", "H29", "G30", "G31"))
-               for run in runs)
-    # G30 and G31 have a Gaussian process as their run-local model, G31's widened for unseen knob values
-    local_model = {"G30": "gp", "G31": "gp-novelty"}.get(config)
+    assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is
+               (config in ("P28", "H29", "G30", "G31", "S32")) for run in runs)
+    # G30, G31 and S32 have a Gaussian process as their run-local model, G31's and S32's widened for unseen knob values
+    local_model = {"G30": "gp", "G31": "gp-novelty", "S32": "gp-novelty"}.get(config)
     assert all(("--local-model" in run and run[run.index("--local-model") + 1]) == (local_model or False)
                for run in runs)
+    # S32 alone weighs the trained families by their likeness to the searched one
+    assert all((run[run.index("--family-weights") + 1:][:3] == ["similar", "--similar-strength", "1"]
+                if "--family-weights" in run else config != "S32") for run in runs)
+    assert all(("--family-weights" in run) is (config == "S32") for run in runs)
     # H29 alone draws its measurements from the forecasts
     assert all(("--measure-choice" in run and run[run.index("--measure-choice") + 1] == "thompson")
                is (config == "H29") for run in runs)
@@ -122,3 +127,18 @@ def test_protocols_29_to_31_change_one_setting_of_p28_which_a_tie_keeps_and_chec
             assert values[candidate] == values["P28"], name
     # P28's runs are its committed ones: the rule reads them where protocol 28 wrote them
     assert select_settings.run_files("P28", number) == select_settings.run_files("P28", 28)
+
+
+def test_protocol_32_changes_one_setting_of_g31_which_a_tie_keeps_and_checks_first(select_settings, tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "32"], capture_output=True, text=True)
+    assert done.returncode == 2 and "protocol 32 stores no counters: its FILES_AT is -" in done.stderr
+    protocol, configs, keep, written = select_settings.PROTOCOLS[32]
+    assert configs == ("G31", "S32") and keep == "G31" and written.endswith("-32.json")
+    assert (ROOT / "benchmarks" / "results" / f"search_cpu_2026-12-05_{protocol}").is_file()
+    for since, name, values in select_settings.SETTINGS_SINCE:
+        if name == "family_weights":
+            assert values["S32"] == "similar" and values["G31"] == "rows"
+        else:
+            assert values["S32"] == values["G31"], name
+    # G31's runs are its committed ones: the rule reads them where protocol 31 wrote them
+    assert select_settings.run_files("G31", 32) == select_settings.run_files("G31", 31)

@@ -267,11 +267,31 @@ def test_the_reference_counters_setting_reaches_the_model_and_defaults_to_the_ap
     with pytest.raises(SystemExit):
         parser.parse_args(["--reference-counters", "some"])
     rows = [{"problem_name": "a"}]
-    monkeypatch.setattr(bench.LearnedSurrogate, "fit", lambda model, rows, groups: model)
+    monkeypatch.setattr(bench.LearnedSurrogate, "fit", lambda model, rows, groups, like=None: model)
     assert bench.lopo_model(rows, args).reference_counters == "portable"
     # settings written before the option read all eight
     del args.reference_counters
     assert bench.lopo_model(rows, args).reference_counters == "all"
+
+
+def test_similar_family_weights_reach_the_model_with_the_searched_familys_requests(bench, monkeypatch):
+    from search_engine.surrogates.learned import DEFAULT_FAMILY_WEIGHTS
+
+    parser = bench.build_parser()
+    assert parser.parse_args([]).family_weights == DEFAULT_FAMILY_WEIGHTS
+    args = parser.parse_args(["--family-weights", "similar", "--similar-strength", "2"])
+    seen = {}
+
+    def fit(model, rows, groups, like=None):
+        seen["like"] = like
+        return model
+
+    monkeypatch.setattr(bench.LearnedSurrogate, "fit", fit)
+    model = bench.lopo_model([{"problem_name": "a"}], args, like=["request"])
+    assert (model.family_weights, model.similar_strength, seen["like"]) == ("similar", 2.0, ["request"])
+    # settings written before the option weigh every row alike
+    del args.family_weights, args.similar_strength
+    assert bench.lopo_model([{"problem_name": "a"}], args).family_weights == "rows"
 
 
 def test_excluding_a_family_that_is_not_recorded_is_refused_with_its_name(bench):

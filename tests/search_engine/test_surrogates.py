@@ -1037,6 +1037,73 @@ def test_equal_family_weights_give_every_family_the_same_total_and_move_the_fit(
     assert by_rows > 0.1 and by_family < by_rows - 0.05  # (0.18 and 0.09 when written)
 
 
+def test_similar_family_weights_weigh_the_families_like_the_searched_problem_more():
+    from search_engine.surrogates.learned import _MISSING, _similar_weights
+
+    # columns: a problem feature, a candidate feature (constant in every family too), a problem feature unknown
+    # for one family; families a and b sit near the searched problem on the first, c far from it
+    X = np.array([[0.0, 1.0, 2.0]] * 4 + [[0.2, 1.0, 2.0]] * 2 + [[5.0, 3.0, _MISSING]] * 2)
+    groups = ["a"] * 4 + ["b"] * 2 + ["c"] * 2
+    like = np.array([[0.1, 3.0, 2.0]] * 3)
+    eligible = np.array([True, False, True])
+    weights, kernel, columns = _similar_weights(X, groups, like, 1.0, eligible)
+    assert list(columns) == [True, False, False]  # the candidate's column is not read, nor one a family lacks
+    assert kernel["a"] == pytest.approx(kernel["b"]) and kernel["c"] < 0.5 * kernel["a"]
+    assert weights.mean() == pytest.approx(1.0)
+    assert len(set(weights[:4])) == 1 and weights[0] == pytest.approx(weights[4]) and weights[0] > weights[6]
+    # the strength scales the likeness's say: at 0 every row weighs 1
+    assert list(_similar_weights(X, groups, like, 0.0, eligible)[0]) == pytest.approx([1.0] * 8)
+    # nothing to compare: every row weighs 1
+    assert list(_similar_weights(X, groups, like, 1.0, np.zeros(3, dtype=bool))[0]) == [1.0] * 8
+
+
+def test_a_model_with_similar_family_weights_learns_most_from_the_families_like_the_searched_one(tmp_path):
+    # three families whose reference loads miss L1 (staged tiles win), two where they hit (they lose)
+    hits = {"a": 10.0, "b": 15.0, "c": 20.0, "d": 88.0, "e": 92.0}
+    train = [r for name, hit in hits.items() for r in profiled_family_rows(hit, name)]
+    groups = [r["problem_name"] for r in train]
+    new = profiled_family_rows(90.0, "new")
+    requests = [ForecastRequest(reference=r["reference"], candidate=r["candidate"], problem=r["problem"],
+                                hardware=r["hardware"], reference_ms=0.5, reference_profile=r["reference_profile"])
+                for r in new]
+    alike = LearnedSurrogate(seed=0, family_weights="similar", similar_strength=3.0).fit(
+        train, groups=groups, like=requests)
+    assert max(alike.family_similarity, key=alike.family_similarity.get) in {"d", "e"}
+    assert "ref_l1_hit_pct" in alike.similarity_features
+    assert all(not name.startswith(("cand_", "delta_")) for name in alike.similarity_features)
+    by_family = {g: w for g, w in zip(alike._base_groups, alike._base_weights)}
+    assert min(by_family["d"], by_family["e"]) > 1.3 * max(by_family[k] for k in "abc")  # (1.6 times when written)
+    # without the searched problem's requests, every row weighs the same, as with "rows"
+    blind = LearnedSurrogate(seed=0, family_weights="similar").fit(train, groups=groups)
+    assert blind.family_similarity == {} and set(blind._base_weights) == {1.0}
+    # the weights reach the ranking prior: its scores move
+    ranked = LearnedSurrogate(seed=0, family_weights="similar", similar_strength=3.0, ranker_weight=0.5).fit(
+        train, groups=groups, like=requests)
+    plain = LearnedSurrogate(seed=0, ranker_weight=0.5).fit(train, groups=groups)
+    X = ranked._matrix(requests)
+    assert not np.allclose(ranked._ranker.z(X), plain._ranker.z(X))
+    # saved and loaded it forecasts the same, and a run's refit reads the same weights
+    ranked.save(tmp_path / "s.joblib")
+    again = LearnedSurrogate.load(tmp_path / "s.joblib")
+    assert [f.expected_log_speedup() for f in again.forecast_many(requests[:5])] == pytest.approx(
+        [f.expected_log_speedup() for f in ranked.forecast_many(requests[:5])])
+    assert list(again._base_weights) == pytest.approx(list(ranked._base_weights))
+
+
+def test_the_ranking_prior_with_equal_weights_ranks_as_without():
+    from search_engine.surrogates.ranker import RankPrior
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y = X[:, 0] + 0.1 * rng.normal(size=120)
+    groups = np.repeat(["p", "q", "r"], 40)
+    plain = RankPrior(seed=0).fit(X, y, groups)
+    weighed = RankPrior(seed=0).fit(X, y, groups, weights=np.ones(120))
+    assert weighed.z(X) == pytest.approx(plain.z(X))
+    heavier = RankPrior(seed=0).fit(X, y, groups, weights=np.repeat([1.0, 1.0, 5.0], 40))
+    assert not np.allclose(heavier.z(X), plain.z(X))
+
+
 def test_the_counters_a_run_keeps_give_the_same_features_as_the_whole_profile():
     import gzip
     from pathlib import Path
