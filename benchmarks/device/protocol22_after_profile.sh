@@ -130,7 +130,9 @@ case $protocol in
   *) store_counters; check_default ;;
 esac
 
-echo "== 3. $config's twelve runs${rerun:+ and $default's, rerun as $rerun,} ($jobs at a time)"
+also=""
+[ -z "$rerun" ] || also=" and $default's, rerun as $rerun,"
+echo "== 3. $config's twelve runs$also ($jobs at a time)"
 jobsfile=$(mktemp)
 r22_runs > "$jobsfile"
 xargs -P "$jobs" -L 1 bash -c 'run "$@"' _ < "$jobsfile" || true  # a failed run is named below
