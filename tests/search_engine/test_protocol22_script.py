@@ -154,3 +154,10 @@ def test_protocol_32_changes_one_setting_of_g31_and_reruns_g31_which_a_tie_keeps
         ["bash", str(SCRIPT), "--list", "--protocol", "31"], capture_output=True, text=True, check=True
     ).stdout.splitlines()}
     assert rerun == g31
+
+
+def test_the_whole_script_parses():
+    # (--list and the argument checks stop before the later steps are read: a quoting slip there passed every other
+    # test of this file)
+    done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
