@@ -67,3 +67,12 @@ def test_an_app_run_of_a_bundled_family_measures_what_the_benchmark_measures_in_
         app.conf.task_always_eager = False
         surrogates.forget_learned(exclude_problem=SEARCHED, gpu="h200")
     assert measured == order
+
+
+def test_the_apps_family_weights_need_nothing_of_the_searched_problem():
+    # The benchmark trains with the searched family's requests as `like`; the app's learned_surrogate passes none, so
+    # under "similar" it would weigh every row alike while the benchmark weighed by likeness. Protocol 32 did not
+    # choose "similar"; one that does must give the app the run's reference first (services.surrogates).
+    from search_engine.surrogates.learned import DEFAULT_FAMILY_WEIGHTS
+
+    assert DEFAULT_FAMILY_WEIGHTS in ("rows", "equal", "sqrt")
