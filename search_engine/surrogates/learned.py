@@ -275,9 +275,10 @@ class LearnedSurrogate:
         # samples tasks of very different sizes. "similar": the problem to be searched (fit's `like`) decides; a row
         # weighs 1 + similar_strength x (families) x its family's share of exp(-d^2 / 2h^2), where d is the distance
         # between that family's and the searched problem's reference, over the features that every variant of a
-        # problem shares (its sizes, its reference's time, compiler facts and counters), each standardised over the
-        # trained families, and h the median distance. Without `like` every row weighs 1. The ranking prior's
-        # queries weigh the same.
+        # problem shares and that describe the problem, not a candidate (its sizes, the roofline, its reference's time
+        # and headroom, and its counters), each standardised over the trained families, and h the median distance.
+        # Without `like` every row weighs 1. The ranking prior's queries weigh the same. Protocol 32 tried it at
+        # strength 1 and kept "rows" (docs/search.md, "The families like the searched one weighing more").
         self.family_weights = family_weights
         self.similar_strength = similar_strength
         self.family_similarity: dict[str, float] = {}
