@@ -79,8 +79,8 @@ def test_as_an_uploaded_problem_a_family_is_forecast_without_its_reference_until
             row["problem_name"] = d.name
     seen = []  # per model built: whether it reads the counters, and the reference times of what it forecast
 
-    def model(train, args):
-        built = real(train, args)
+    def model(train, args, like=None):
+        built = real(train, args, like=like)
         forecast, log = built.forecast_many, {"reads_counters": built.reference_profile, "reference_ms": set()}
         built.forecast_many = lambda requests: log["reference_ms"].update(q.reference_ms for q in requests) or \
             forecast(requests)
