@@ -590,8 +590,8 @@ def random_ranking(rows, draws: int = 200) -> dict:
 
 def lopo_model(train: list[dict], args, like: list | None = None) -> LearnedSurrogate:
     """The learned surrogate of a search's settings (`args`), trained on rows of the other families; `like`, the
-    searched family's requests, of which --family-weights similar reads what every variant shares (its sizes, its
-    reference's time and counters), never a variant's speedup."""
+    searched family's requests, of which --family-weights similar reads what every variant shares (its sizes, the
+    roofline, its reference's time and counters), never a variant's speedup."""
     # (settings made before --committee train the single model their committed figures came from)
     return LearnedSurrogate(seed=args.model_seed, ranker_weight=args.ranker_weight,
                             moments=getattr(args, "moments", "bins"),
@@ -614,8 +614,8 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
         if only is not None and held.name not in only:
             continue
         train = [r for d in datasets if d is not held for r in d.rows]
-        started = time.perf_counter()
         requests = _requests(held.rows)
+        started = time.perf_counter()
         model = lopo_model(train, args, like=requests)
         fit_s = time.perf_counter() - started
         models[held.name] = model

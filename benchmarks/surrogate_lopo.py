@@ -97,8 +97,8 @@ def evaluate_family(name: str, search_args, measured: tuple[int, ...], uploaded:
     """One held-out family's figures (the worker of --jobs: the datasets are the module's, forked)."""
     held = next(d for d in _DATASETS if d.name == name)
     train = [r for d in _DATASETS if d is not held for r in d.rows]
-    started = time.perf_counter()
     requests = _requests(held.rows)
+    started = time.perf_counter()
     model = lopo_model(train, search_args, like=requests)
     fit_s = time.perf_counter() - started
     rows = [{"request": q, "speedup": r["speedup"], "task": held.name, "gpu": "recorded"}

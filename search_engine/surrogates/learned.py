@@ -386,7 +386,7 @@ class LearnedSurrogate:
         all_y = np.concatenate([self._base_y, y])
         groups = list(self._base_groups) + ["__run__"] * len(y)
         base_weights = getattr(self, "_base_weights", None)  # (a model saved before "similar" has none)
-        if base_weights is None or len(base_weights) != len(self._base_groups):
+        if base_weights is None:
             base_weights = _family_weights(self._base_groups, self.family_weights)
         weights = np.concatenate([base_weights, np.full(len(y), self.online_weight)])
         with _openmp_threads(self.threads):

@@ -83,7 +83,7 @@ class RankPrior:
     def fit(self, X: np.ndarray, y: np.ndarray, groups, weights: np.ndarray | None = None) -> "RankPrior":
         """weights: per row, the same within a problem (LearnedSurrogate's family weights), or None."""
         groups = np.asarray([str(g) for g in groups])
-        w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
+        weights = None if weights is None else np.asarray(weights, dtype=float)
         problems = np.unique(groups)
         if len(problems) < 2:
             raise ValueError("The ranking prior needs measurements of at least two problems (it calibrates "
@@ -92,7 +92,7 @@ class RankPrior:
         members = []
         for train, test in GroupKFold(n_splits=min(self.folds, len(problems))).split(X, y, groups):
             members.append(_Scored(X[train], y[train], groups[train], self.seed, self.truncation,
-                                   None if weights is None else w[train]))
+                                   None if weights is None else weights[train]))
             z_oof[test] = members[-1].z(X[test])
         slope, intercept = np.polyfit(z_oof, y, 1) if np.ptp(z_oof) > 1e-12 else (0.0, float(y.mean()))
         self.slope, self.intercept = max(float(slope), 0.0), float(intercept if slope > 0 else y.mean())
