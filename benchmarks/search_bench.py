@@ -53,7 +53,7 @@ from search_engine.generators.template import KnobSpace, TemplateGenerator  # no
 from search_engine.policy import MEASURE_CHOICES, MEASURE_ORDERS, VERIFY_SLOTS, PolicySettings  # noqa: E402
 from search_engine.surrogates.base import ForecastRequest  # noqa: E402
 from search_engine.surrogates.learned import (DEFAULT_MOMENTS, FAMILY_WEIGHTS, LOCAL_MODELS, MOMENTS,  # noqa: E402
-                                              LearnedSurrogate)
+                                              RANKER_RELEVANCES, LearnedSurrogate)
 from search_engine.surrogates.features import REFERENCE_COUNTER_SETS  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
 from search_engine.tree import TreeOptions  # noqa: E402
@@ -602,7 +602,9 @@ def lopo_model(train: list[dict], args, like: list | None = None) -> LearnedSurr
                             reference_counters=getattr(args, "reference_counters", "all"),
                             # and those made before --family-weights weigh every training row alike
                             family_weights=getattr(args, "family_weights", "rows"),
-                            similar_strength=getattr(args, "similar_strength", 1.0)).fit(
+                            similar_strength=getattr(args, "similar_strength", 1.0),
+                            # and those made before --ranker-relevance label the ranker's rows by quantile
+                            ranker_relevance=getattr(args, "ranker_relevance", "quantile")).fit(
         train, groups=[r["problem_name"] for r in train], like=like)
 
 
@@ -928,6 +930,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--similar-strength", type=float, default=app.similar_strength,
                         help="with --family-weights similar: how much more the families like the searched one weigh "
                              "(surrogates.learned; default: the app's, %(default)s)")
+    parser.add_argument("--ranker-relevance", choices=RANKER_RELEVANCES, default=app.ranker_relevance,
+                        help="how the ranking prior labels a recorded variant: its speedup's quantile in its family, "
+                             "or how far it runs from the family's fastest in steps of 5%% (surrogates.ranker; "
+                             "default: the app's, %(default)s)")
     parser.add_argument("--committee", action=argparse.BooleanOptionalAction, default=app.committee,
                         help="the recorded-data model averages its calibration folds' models with the full one "
                              "(surrogates.learned; default: the app's, %(default)s)")

@@ -109,6 +109,11 @@ DEFAULT_FAMILY_WEIGHTS = "rows"
 # (local_novelty; "gp-novelty"). "gp" was protocol 30's candidate, "gp-novelty" protocol 31's (docs/search.md, "A
 # Gaussian process as the run-local model"). Protocol 31 chose "gp-novelty" on the eleven validation families (6 passes
 # against P28's forest's 5, sum of medians 62 against 67); protocol 30 had not kept "gp" (4 passes, 103).
+# LearnedSurrogate(ranker_relevance=...) of the app and the benchmarks: how the ranking prior labels a variant,
+# by its speedup's quantile in its problem ("quantile") or by how far it runs from its problem's fastest variant
+# ("near-best"; surrogates.ranker.relevance).
+RANKER_RELEVANCES = ("quantile", "near-best")
+DEFAULT_RANKER_RELEVANCE = "quantile"
 LOCAL_MODELS = ("forest", "gp", "gp-novelty")
 DEFAULT_LOCAL_MODEL = "gp-novelty"
 
@@ -157,7 +162,8 @@ class LearnedSurrogate:
                  reference_profile: bool = DEFAULT_REFERENCE_PROFILE,
                  family_weights: str = DEFAULT_FAMILY_WEIGHTS, similar_strength: float = 1.0,
                  reference_counters: str = DEFAULT_REFERENCE_COUNTERS,
-                 local_model: str = DEFAULT_LOCAL_MODEL) -> None:
+                 local_model: str = DEFAULT_LOCAL_MODEL,
+                 ranker_relevance: str = DEFAULT_RANKER_RELEVANCE) -> None:
         if online not in ("local", "refit"):
             raise ValueError("Online learning must be 'local' (a run-local model blended in) or 'refit'.")
         if target not in ("centred", "absolute"):
@@ -168,6 +174,9 @@ class LearnedSurrogate:
         if reference_counters not in REFERENCE_COUNTER_SETS:
             raise ValueError(f"The reference's counters must be one of {', '.join(REFERENCE_COUNTER_SETS)}, "
                              f"not {reference_counters!r}.")
+        if ranker_relevance not in RANKER_RELEVANCES:
+            raise ValueError(f"The ranker's relevance must be one of {', '.join(RANKER_RELEVANCES)}, "
+                             f"not {ranker_relevance!r}.")
         if local_model not in LOCAL_MODELS:
             raise ValueError(f"The run-local model must be one of {', '.join(LOCAL_MODELS)}, not {local_model!r}.")
         if moments not in MOMENTS or calibrated_moments not in MOMENTS:
@@ -191,6 +200,7 @@ class LearnedSurrogate:
         # ranker_weight > 0 (centred target only): the recorded-data model's bins are a mixture of the
         # classifier's and a lambdarank prior's (surrogates.ranker), which orders a problem's fastest variants.
         self.ranker_weight = ranker_weight
+        self.ranker_relevance = ranker_relevance
         # moments: where a forecast's continuous part (log_mean, log_sd, which P(beats best) and the
         # expected improvement read) comes from. "bins": the published bins' moments, computed only where
         # the run-local model takes part; they stop at the top bin (>= 4x, representative 5.7x), so a
@@ -363,7 +373,8 @@ class LearnedSurrogate:
             from search_engine.surrogates.ranker import RankPrior
 
             logs = np.log([rows[i]["speedup"] for i in kept])
-            self._ranker = RankPrior(seed=self.seed, committee=self.committee).fit(
+            self._ranker = RankPrior(seed=self.seed, committee=self.committee,
+                                     relevance=self.ranker_relevance).fit(
                 X, logs, g, weights=weights if self.family_similarity else None)
         self.trained_rows = len(y)
         return self
@@ -835,7 +846,8 @@ class LearnedSurrogate:
                             ("local_reach", None), ("committee", False), ("weigh_calibrated", False),
                             ("spread_prior_rows", None), ("calibrated_moments", "bins"), ("pooled_spread", False),
                             ("local_incumbent", False), ("family_weights", "rows"), ("local_model", "forest"),
-                            ("similar_strength", 1.0), ("family_similarity", {}), ("similarity_features", [])):
+                            ("similar_strength", 1.0), ("family_similarity", {}), ("similarity_features", []),
+                            ("ranker_relevance", "quantile")):
             model.__dict__.setdefault(name, value)  # saved by an earlier version
         return model
 

@@ -34,9 +34,27 @@ APP_WEIGHT = 0.5
 PARAMS = dict(n_estimators=200, learning_rate=0.05, num_leaves=15, min_child_samples=20, verbose=-1, n_jobs=1)
 
 
-def relevance(log_speedups: np.ndarray, levels: int = LEVELS) -> np.ndarray:
-    """The speedup's quantile within its problem as an integer 0 .. levels-1; equal speedups get the
-    same label whatever their order (breaking such ties arbitrarily moves a ranker a great deal)."""
+# How a variant's relevance label is made from its problem's speedups (RankPrior(relevance=...)):
+# "quantile", its speedup's quantile in its problem; "near-best", how far it runs from its problem's fastest
+# variant, in steps of NEAR_BEST_STEP. The quantile labels a problem's fastest variants 29, 28, 27 ... however close
+# they run, so the ranker spends its top places on orders that a second recording reverses (reduce_sum's top
+# variants lie within 0.6% of each other); the near-best labels give every variant within one step of the best the
+# top label, which is the question a search's first measurements ask (is it within 5% of the best?).
+RELEVANCES = ("quantile", "near-best")
+NEAR_BEST_STEP = float(np.log(1 / 0.95))  # the search benchmark's target: 95% of the best
+
+
+def relevance(log_speedups: np.ndarray, levels: int = LEVELS, how: str = "quantile") -> np.ndarray:
+    """An integer label 0 .. levels-1 per variant of one problem. "quantile": the speedup's quantile; equal
+    speedups get the same label whatever their order (breaking such ties arbitrarily moves a ranker a great
+    deal). "near-best": levels-1 for a variant within NEAR_BEST_STEP (in log speedup) of the problem's fastest,
+    one less per step further, 0 from levels-1 steps on."""
+    log_speedups = np.asarray(log_speedups, dtype=float)
+    if how == "near-best":
+        steps = np.floor((log_speedups.max() - log_speedups) / NEAR_BEST_STEP)
+        return np.clip(levels - 1 - steps, 0, levels - 1).astype(int)
+    if how != "quantile":
+        raise ValueError(f"The ranker's relevance must be one of {', '.join(RELEVANCES)}, not {how!r}.")
     order = rankdata(log_speedups, method="average") - 1
     return np.floor(order / max(len(log_speedups) - 1, 1) * (levels - 1)).astype(int)
 
@@ -45,13 +63,13 @@ class _Scored:
     """One fitted ranker with the mean and sd of its scores over its own training rows."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray, seed: int, truncation: int,
-                 weights: np.ndarray | None = None) -> None:
+                 weights: np.ndarray | None = None, how: str = "quantile") -> None:
         import lightgbm as lgb
 
         order = np.argsort(groups, kind="stable")  # lambdarank wants each query's rows together
         X, y, groups = X[order], y[order], groups[order]
         weights = None if weights is None else np.asarray(weights)[order]
-        labels = np.concatenate([relevance(y[groups == g]) for g in np.unique(groups)])
+        labels = np.concatenate([relevance(y[groups == g], how=how) for g in np.unique(groups)])
         sizes = [int(np.sum(groups == g)) for g in np.unique(groups)]
         self.model = lgb.LGBMRanker(objective="lambdarank", label_gain=list(range(LEVELS + 1)),
                                     lambdarank_truncation_level=truncation, random_state=seed, **PARAMS)
@@ -69,8 +87,11 @@ class RankPrior:
     the centred speedup (normals around the calibrated score)."""
 
     def __init__(self, seed: int = 0, folds: int = 3, truncation: int = 50, min_sigma: float = 0.1,
-                 committee: bool = False) -> None:
+                 committee: bool = False, relevance: str = "quantile") -> None:
+        if relevance not in RELEVANCES:
+            raise ValueError(f"The ranker's relevance must be one of {', '.join(RELEVANCES)}, not {relevance!r}.")
         self.seed, self.folds, self.truncation, self.min_sigma = seed, folds, truncation, min_sigma
+        self.relevance = relevance
         # committee: the score is the average of the standardised scores of the ranker trained on every
         # problem and of the folds' rankers (fitted anyway for the line), rescaled to the spread of one
         # ranker's over the training rows, so that the line fitted on one ranker's out-of-fold scores holds.
@@ -92,17 +113,21 @@ class RankPrior:
         members = []
         for train, test in GroupKFold(n_splits=min(self.folds, len(problems))).split(X, y, groups):
             members.append(_Scored(X[train], y[train], groups[train], self.seed, self.truncation,
-                                   None if weights is None else weights[train]))
+                                   None if weights is None else weights[train], self._relevance))
             z_oof[test] = members[-1].z(X[test])
         slope, intercept = np.polyfit(z_oof, y, 1) if np.ptp(z_oof) > 1e-12 else (0.0, float(y.mean()))
         self.slope, self.intercept = max(float(slope), 0.0), float(intercept if slope > 0 else y.mean())
         residual = y - (self.intercept + self.slope * z_oof)
         self.sigma = max(float(np.sqrt(np.mean(residual ** 2))), self.min_sigma)
-        self.ranker = _Scored(X, y, groups, self.seed, self.truncation, weights)
+        self.ranker = _Scored(X, y, groups, self.seed, self.truncation, weights, self._relevance)
         self.members = members if self.committee else []
         if self.members:
             self.committee_sd = float(np.std(self._committee_z(X))) or 1.0
         return self
+
+    @property
+    def _relevance(self) -> str:
+        return getattr(self, "relevance", "quantile")  # (a prior saved before the option made quantile labels)
 
     def _committee_z(self, X: np.ndarray) -> np.ndarray:
         return np.mean([scored.z(X) for scored in [self.ranker, *self.members]], axis=0)

@@ -165,3 +165,52 @@ def test_the_committee_averages_the_calibration_folds_models_and_survives_save_a
     older.save(tmp_path / "old.joblib")
     loaded = LearnedSurrogate.load(tmp_path / "old.joblib")
     assert loaded.committee is False and np.allclose(loaded.predict_proba(requests), p_single)
+
+
+def test_near_best_relevance_counts_steps_of_five_percent_down_from_the_problems_fastest():
+    from search_engine.surrogates.ranker import NEAR_BEST_STEP
+
+    best = 2.0
+    logs = np.log([best, best * 0.994, best * 0.951, best * 0.94, best * 0.89, best * 0.5, best * 0.01])
+    labels = relevance(logs, levels=30, how="near-best")
+    # within one step (95% of the best) every variant shares the top label, however they are ordered there
+    assert list(labels[:3]) == [29, 29, 29]
+    assert labels[3] == 28 and labels[4] == 27  # 94% is one step down, 89% two
+    assert labels[5] == 29 - int(np.log(2) // NEAR_BEST_STEP) and labels[6] == 0
+    # the quantile labels part the first two, which a second recording can swap
+    assert relevance(logs, levels=30)[0] != relevance(logs, levels=30)[1]
+    with pytest.raises(ValueError, match="relevance"):
+        relevance(logs, how="rank")
+    with pytest.raises(ValueError, match="relevance"):
+        RankPrior(relevance="rank")
+
+
+def test_a_near_best_prior_orders_a_problem_it_never_saw_and_the_surrogate_keeps_it_through_save_and_load(tmp_path):
+    X, y, g = problems(informative=True)
+    held = g == "p4"
+    quantile = RankPrior(seed=0).fit(X[~held], y[~held], g[~held])
+    near = RankPrior(seed=0, relevance="near-best").fit(X[~held], y[~held], g[~held])
+    mean = near.mean(X[held])
+    rank = (np.argsort(np.argsort(y[held])) + 0.5) / held.sum()
+    assert rank[np.argsort(-mean)[:10]].min() > 0.8 and near.slope > 0
+    assert not np.allclose(mean, quantile.mean(X[held]))
+    # through the learned surrogate, and through save and load
+    rows = _rows()
+    idx = np.random.default_rng(0).permutation(len(rows))
+    a, b, test = ([rows[i] for i in part] for part in np.array_split(idx, 3))
+    train = a + [dict(r, speedup=3 * r["speedup"]) for r in b]
+    groups = ["a"] * len(a) + ["b"] * len(b)
+    model = LearnedSurrogate(seed=0, ranker_weight=0.5, ranker_relevance="near-best").fit(train, groups=groups)
+    assert model._ranker.relevance == "near-best"
+    requests = _requests(test)
+    probabilities = model.predict_proba(requests)
+    model.save(tmp_path / "m.joblib")
+    loaded = LearnedSurrogate.load(tmp_path / "m.joblib")
+    assert loaded.ranker_relevance == "near-best" and np.allclose(loaded.predict_proba(requests), probabilities)
+    # a model saved before the option existed labelled its ranker's rows by quantile
+    del model.__dict__["ranker_relevance"], model._ranker.__dict__["relevance"]
+    model.save(tmp_path / "old.joblib")
+    older = LearnedSurrogate.load(tmp_path / "old.joblib")
+    assert older.ranker_relevance == "quantile" and older._ranker._relevance == "quantile"
+    with pytest.raises(ValueError, match="relevance"):
+        LearnedSurrogate(ranker_relevance="rank")
