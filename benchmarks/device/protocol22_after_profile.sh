@@ -9,32 +9,31 @@
 # (--protocol 30, FILES_AT -): P28 against G30, P28 with a Gaussian process as the run-local model, or protocol 31's (--protocol
 # 31, FILES_AT -): P28 against G31, G30 widened for unseen knob values as the forest is, or protocol 32's (--protocol
 # 32, FILES_AT -): G31 against S32, G31 whose recorded-data model weighs the trained families by their likeness to the
-# searched problem's reference, or protocol 33's (--protocol 33, FILES_AT -): G31 against N33, G31 whose ranking prior
-# labels a recorded variant by how far it runs from its family's fastest. Usage, from the repository root, with the folder the device call's files came back to:
-#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26|27|28|29|30|31|32|33] [--jobs 2]
-#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26|27|28|29|30|31|32|33]   (prints the candidate's
+# searched problem's reference. Usage, from the repository root, with the folder the device call's files came back to:
+#   bash benchmarks/device/protocol22_after_profile.sh FILES_AT [--protocol 22|26|27|28|29|30|31|32] [--jobs 2]
+#   bash benchmarks/device/protocol22_after_profile.sh --list [--protocol 22|26|27|28|29|30|31|32]   (prints the candidate's
 #                                                                                     twelve runs and stops)
 # 1. stores the counters in the bundled records and the second recording (reference_profiles.py store, with
 #    --stand-in under protocol 26, which marks each reference record with the GPU the counters were read on);
 # 2. repeats the default's 3validation-families run with model seed 0 and compares it, seed for seed, with the
 #    committed file; a difference stops here (the protocol then reruns the default on all eleven before the rule is
 #    read). The default is X18 under protocols 22 and 26, R26 under 27, whose check runs before step 1 (R26
-#    reads the H100's counters, which step 1 replaces), P28 under 29-31 and G31 under 32 and 33;
-# 3. runs the candidate's (R22's, R26's, P28's, H29's, G30's, G31's, S32's or N33's) twelve runs (10-20 minutes on two cores),
+#    reads the H100's counters, which step 1 replaces), P28 under 29-31 and G31 under 32;
+# 3. runs the candidate's (R22's, R26's, P28's, H29's, G30's, G31's or S32's) twelve runs (10-20 minutes on two cores),
 #    logs beside each JSON;
-# 4. reads the rule: select_settings.py --protocol 22 (or 26, 27, 28, 29, 30, 31, 32, 33).
+# 4. reads the rule: select_settings.py --protocol 22 (or 26, 27, 28, 29, 30, 31, 32).
 # It stops at the first step that fails, saying which; steps already done are skipped on a second call (a result
 # file that exists is not run again), so a cut-short call can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: $0 FILES_AT [--protocol 22|26|27|28|29|30|31|32|33] [--jobs N] | --list [--protocol 22|26|27|28|29|30|31|32|33]"
+usage="usage: $0 FILES_AT [--protocol 22|26|27|28|29|30|31|32] [--jobs N] | --list [--protocol 22|26|27|28|29|30|31|32]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 files=$1; shift
 protocol=22
 jobs=2
 while [ $# -gt 0 ]; do
   case $1 in
-    --protocol) protocol=${2:?--protocol needs 22, 26, 27, 28, 29, 30, 31, 32 or 33}; shift 2 ;;
+    --protocol) protocol=${2:?--protocol needs 22, 26, 27, 28, 29, 30, 31 or 32}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
@@ -49,7 +48,6 @@ case $protocol in
   31) config=G31; stand_in=(); default=P28; default_flags=(--reference-profile --reference-counters portable) ;;
   32) config=S32; stand_in=(); default=G31; default_flags=(--reference-profile --reference-counters portable --local-model gp-novelty)
       rerun=G31-rerun ;;  # G31's runs did not reproduce on this machine's CPU: the protocol reruns them all
-  33) config=N33; stand_in=(); default=G31; default_flags=(--reference-profile --reference-counters portable --local-model gp-novelty) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 results=benchmarks/results
@@ -60,7 +58,6 @@ candidate=(--reference-profile)
 [ "$protocol" != 30 ] || candidate+=(--local-model gp)
 [ "$protocol" != 31 ] || candidate+=(--local-model gp-novelty)
 [ "$protocol" != 32 ] || candidate+=(--local-model gp-novelty --family-weights similar --similar-strength 1)
-[ "$protocol" != 33 ] || candidate+=(--local-model gp-novelty --ranker-relevance near-best)
 nine=(--exclude depthwise_conv2d,maxpool2d)
 rerun=${rerun:-}
 r22_runs() {  # the candidate's twelve runs (and the default's rerun, where the protocol has one)
@@ -128,7 +125,7 @@ $py kernellab/problems/tools/reference_profiles.py store "$files/reference_profi
 case $protocol in
   27) check_default; store_counters ;;
   28) ;;  # the records R26's check run reproduced at protocol 27's start; nothing to store
-  29|30|31|33) check_default ;;  # nothing to store; the default's runs must reproduce under the code that adds the candidate
+  29|30|31) check_default ;;  # nothing to store; P28's runs must reproduce under the code that adds H29 (G30, G31)
   32) ;;  # G31's check failed on this machine (an AMD EPYC; its runs were made on an Intel Xeon): it is rerun whole
   *) store_counters; check_default ;;
 esac

@@ -111,7 +111,9 @@ DEFAULT_FAMILY_WEIGHTS = "rows"
 # against P28's forest's 5, sum of medians 62 against 67); protocol 30 had not kept "gp" (4 passes, 103).
 # LearnedSurrogate(ranker_relevance=...) of the app and the benchmarks: how the ranking prior labels a variant,
 # by its speedup's quantile in its problem ("quantile") or by how far it runs from its problem's fastest variant
-# ("near-best"; surrogates.ranker.relevance).
+# ("near-best"; surrogates.ranker.relevance). "near-best" did worse than "quantile" at every weight in a first-pick
+# probe on the eleven validation families (docs/search.md, "The ranking prior's labels and weight"), so no protocol
+# searched with it.
 RANKER_RELEVANCES = ("quantile", "near-best")
 DEFAULT_RANKER_RELEVANCE = "quantile"
 LOCAL_MODELS = ("forest", "gp", "gp-novelty")

@@ -26,8 +26,7 @@ def select_settings():
                                                     (29, "H29", ["--protocol", "29"]),
                                                     (30, "G30", ["--protocol", "30"]),
                                                     (31, "G31", ["--protocol", "31"]),
-                                                    (32, "S32", ["--protocol", "32"]),
-                                                    (33, "N33", ["--protocol", "33"])])
+                                                    (32, "S32", ["--protocol", "32"])])
 def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select_settings, protocol, config, extra):
     listed = subprocess.run(["bash", str(SCRIPT), "--list", *extra], capture_output=True, text=True, check=True).stdout
     runs = [line.split() for line in listed.splitlines()]
@@ -36,23 +35,18 @@ def test_its_twelve_runs_write_exactly_the_files_the_protocols_rule_reads(select
     assert sorted(Path(run[0]).name for run in runs) == sorted(select_settings.run_files(config, protocol))
     assert all("--reference-profile" in run and "--skip-baselines" in run and "--lopo-searched-only" in run
                for run in runs)
-    # P28, H29, G30, G31, S32 and N33 read the four portable counters; the others all eight
+    # P28, H29, G30, G31 and S32 read the four portable counters; the others all eight
     portable = ["--reference-counters", "portable"]
     assert all((run[run.index("--reference-profile") + 1:][:2] == portable) is
-               (config in ("P28", "H29", "G30", "G31", "S32", "N33")) for run in runs)
-    # G30, G31, S32 and N33 have a Gaussian process as their run-local model, all but G30's widened for unseen knob
-    # values
-    local_model = {"G30": "gp", "G31": "gp-novelty", "S32": "gp-novelty", "N33": "gp-novelty"}.get(config)
+               (config in ("P28", "H29", "G30", "G31", "S32")) for run in runs)
+    # G30, G31 and S32 have a Gaussian process as their run-local model, G31's and S32's widened for unseen knob values
+    local_model = {"G30": "gp", "G31": "gp-novelty", "S32": "gp-novelty"}.get(config)
     assert all(("--local-model" in run and run[run.index("--local-model") + 1]) == (local_model or False)
                for run in runs)
     # S32 alone weighs the trained families by their likeness to the searched one
     assert all((run[run.index("--family-weights") + 1:][:3] == ["similar", "--similar-strength", "1"]
                 if "--family-weights" in run else config != "S32") for run in runs)
     assert all(("--family-weights" in run) is (config == "S32") for run in runs)
-    # N33 alone labels its ranking prior's rows by their distance from their family's fastest
-    assert all(("--ranker-relevance" in run and run[run.index("--ranker-relevance") + 1] == "near-best")
-               is (config == "N33") for run in runs)
-    assert all(("--ranker-relevance" in run) is (config == "N33") for run in runs)
     # H29 alone draws its measurements from the forecasts
     assert all(("--measure-choice" in run and run[run.index("--measure-choice") + 1] == "thompson")
                is (config == "H29") for run in runs)
@@ -160,25 +154,6 @@ def test_protocol_32_changes_one_setting_of_g31_and_reruns_g31_which_a_tie_keeps
         ["bash", str(SCRIPT), "--list", "--protocol", "31"], capture_output=True, text=True, check=True
     ).stdout.splitlines()}
     assert rerun == g31
-
-
-def test_protocol_33_changes_one_setting_of_g31_whose_committed_runs_it_checks_first_and_a_tie_keeps(select_settings,
-                                                                                                    tmp_path):
-    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--protocol", "33"], capture_output=True, text=True)
-    assert done.returncode == 2 and "protocol 33 stores no counters: its FILES_AT is -" in done.stderr
-    protocol, configs, keep, written = select_settings.PROTOCOLS[33]
-    assert configs == ("G31", "N33") and keep == "G31" and written.endswith("-33.json")
-    for since, name, values in select_settings.SETTINGS_SINCE:
-        if name == "ranker_relevance":
-            assert values["N33"] == "near-best" and values["G31"] == "quantile" and since == 33
-        else:
-            assert values["N33"] == values["G31"], name
-    # G31's runs are its committed ones (made on an Intel Xeon, as protocol 33's machine is): the rule reads them where
-    # protocol 31 wrote them, and the script reruns none of them
-    assert select_settings.run_files("G31", 33) == select_settings.run_files("G31", 31)
-    listed = subprocess.run(["bash", str(SCRIPT), "--list", "--protocol", "33"], capture_output=True, text=True,
-                            check=True).stdout
-    assert all("_N33_" in line.split()[0] for line in listed.splitlines())
 
 
 def test_the_whole_script_parses():

@@ -26,8 +26,7 @@ between G and K, which reads P(beats best) and the expected gain from the two mo
     # twenty-ninth: P28 against Thompson sampling from a run's second measurement (H29); the thirtieth: P28 against a
     # Gaussian process as the run-local model (G30); the thirty-first: P28 against G30 widened for knob values the
     # run has not measured (G31); the thirty-second: G31 against G31 whose recorded-data model weighs the trained
-    # families by their likeness to the searched problem's reference (S32); the thirty-third: G31 against G31 whose
-    # ranking prior labels a recorded variant by how far it runs from its family's fastest (N33)
+    # families by their likeness to the searched problem's reference (S32)
 
 Reads the validation runs (search_bench.py JSON, or for the runs made with --skip-baselines, which wrote
 no JSON then, the per-seed values in their logs), takes each family's measure-all and Kernel Tuner
@@ -38,7 +37,6 @@ benchmarks/results/search_cpu_2026-12-03_validation-selection.json (-selection-2
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import re
 import statistics
@@ -91,7 +89,6 @@ PROTOCOLS = {
     30: ("validation-protocol-30.txt", ("P28", "G30"), "P28", "validation-selection-30.json"),
     31: ("validation-protocol-31.txt", ("P28", "G31"), "P28", "validation-selection-31.json"),
     32: ("validation-protocol-32.txt", ("G31r", "S32"), "G31r", "validation-selection-32.json"),
-    33: ("validation-protocol-33.txt", ("G31", "N33"), "G31", "validation-selection-33.json"),
 }
 # from the twelfth protocol on, an equal sum of medians is decided by the lower sum of the runs' means
 MEANS_SINCE = 12
@@ -183,16 +180,9 @@ LOCAL_MODEL["S32"] = "gp-novelty"
 same_settings("G31r", "G31")
 for table in (REFERENCE_COUNTERS, MEASURE_CHOICE, LOCAL_MODEL):
     table["G31r"] = table["G31"]
-# the thirty-third's: G31, and N33, G31 whose ranking prior labels a recorded variant by how far it runs from its
-# family's fastest (LearnedSurrogate(ranker_relevance="near-best"))
-same_settings("N33", "G31")
-for table in (REFERENCE_COUNTERS, MEASURE_CHOICE, LOCAL_MODEL):
-    table["N33"] = table["G31"]
-# (every configuration before N33 labelled them by quantile)
-RANKER_RELEVANCE = collections.defaultdict(lambda: "quantile", N33="near-best")
 # the GPU whose counters a configuration's runs must have read (search_bench's datasets' reference_profiled_on)
 PROFILED_ON = {"R22": "H200", "R26": "H100", "P28": "H100", "H29": "H100", "G30": "H100", "G31": "H100", "S32": "H100",
-               "G31r": "H100", "N33": "H100"}
+               "G31r": "H100"}
 # the setting each protocol from the fifth on added to a configuration's record, and its value per configuration
 SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXTURE), (7, "local_reach", LOCAL_REACH),
                   (8, "committee", COMMITTEE), (9, "verify_slot", VERIFY_SLOT), (10, "local_prior_rows", LOCAL_PRIOR_ROWS),
@@ -201,15 +191,14 @@ SETTINGS_SINCE = ((5, "order_prior_rows", ORDER_PRIOR_ROWS), (6, "mixture", MIXT
                   (18, "pooled_spread", POOLED_SPREAD), (19, "local_incumbent", LOCAL_INCUMBENT),
                   (22, "reference_profile", REFERENCE_PROFILE), (23, "family_weights", FAMILY_WEIGHTS),
                   (25, "conformal_warmup", CONFORMAL_WARMUP), (28, "reference_counters", REFERENCE_COUNTERS),
-                  (29, "measure_choice", MEASURE_CHOICE), (30, "local_model", LOCAL_MODEL),
-                  (33, "ranker_relevance", RANKER_RELEVANCE))
+                  (29, "measure_choice", MEASURE_CHOICE), (30, "local_model", LOCAL_MODEL))
 RUN_NAMES = {"D": "novelty0", "F": "novelty1", "G": "novelty3", "I": "order8", "J": "order3", "K": "mixture",
              "L": "reach1", "M": "committee", "N": "verify-shared", "O": "prior24",
              "P": "spread2", "Q": "prior24-spread2", "N18": "N18", "S18": "S18", "W18": "W18", "V18": "V18",
              "V18f": "V18-floor", "X18": "X18", "Y19": "Y19", "Z20": "Z20",
              "R22": "R22", "W23": "W23", "T24": "T24", "U25": "U25", "R26": "R26",
              "P28": "P28", "H29": "H29", "G30": "G30", "G31": "G31", "S32": "S32",
-             "G31r": "G31-rerun", "N33": "N33"}
+             "G31r": "G31-rerun"}
 MODEL_SEEDS = (0, 1)
 TRIPLETS = ("3validation-families", "3new-families")
 BASELINES = ("3validation-families_16-trained_ranker0.5_improvement.json", "3new-families_ranker0.5_improvement.json")

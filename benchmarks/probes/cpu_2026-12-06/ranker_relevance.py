@@ -3,10 +3,11 @@ recorded variants by how far they run from their family's fastest ("near-best") 
 quantile ("quantile", today's)?
 
   OMP_NUM_THREADS=1 python benchmarks/probes/cpu_2026-12-06/ranker_relevance.py [--families a,b]
-      [--relevances quantile,near-best] [--draws 400] [--out FILE.json]
+      [--relevances quantile,near-best] [--weights 0.5] [--draws 400] [--out FILE.json]
 
 Leave one family out, as the search benchmark does: a LearnedSurrogate with the app's settings and ranker weight is
-trained on every other recorded family, once per relevance in --relevances. For each model, as a search's first step
+trained on every other recorded family, once per relevance in --relevances; its prior's weight in the mixture is then
+set to each of --weights in turn (the weight only mixes the two fitted models' forecasts). For each model and weight, as a search's first step
 chooses (the highest expected log improvement over the reference, 1x) in `--draws` random 256-variant screens: the
 share whose first pick reaches the target, the rank of the first variant at target over the whole family, and the
 share of the model's top 10 over the whole family at target (beside the family's share of variants at target, what
@@ -41,8 +42,11 @@ def main(argv=None) -> int:
     parser = probe_parser(__doc__, families=ELEVEN)
     parser.add_argument("--relevances", default=",".join(RANKER_RELEVANCES),
                         help="the ranker's relevance labels to compare, comma-separated")
+    parser.add_argument("--weights", default=str(APP_WEIGHT),
+                        help="the ranking prior's weights in the mixture to read each model at, comma-separated")
     args = parser.parse_args(argv)
     relevances = [r for r in args.relevances.split(",") if r]
+    weights = [float(w) for w in args.weights.split(",") if w]
     unknown = sorted(set(relevances) - set(RANKER_RELEVANCES))
     if unknown:
         print("Unknown relevance: " + ", ".join(unknown) + f" (one of {', '.join(RANKER_RELEVANCES)})",
@@ -54,7 +58,9 @@ def main(argv=None) -> int:
         return 2
     datasets, held_out = found
     results = {}
-    print(f"{'family':18s} {'at target':>9s} " + "  ".join(f"{r}: first/rank/top{TOP}".rjust(28) for r in relevances))
+    configs = [(how, weight) for how in relevances for weight in weights]
+    print(f"{'family':18s} {'at target':>9s} " + "  ".join(f"{r} {w}: first/rank/top{TOP}".rjust(32)
+                                                          for r, w in configs))
     for held in held_out:
         _, _, hit = family_hits(held)
         train = leave_out(datasets, held)
@@ -63,24 +69,27 @@ def main(argv=None) -> int:
         for how in relevances:
             model = LearnedSurrogate(seed=0, ranker_weight=APP_WEIGHT, ranker_relevance=how).fit(
                 train, groups=[r["problem_name"] for r in train])
-            gain = np.array([expected_log_improvement(f, 1.0) for f in model.forecast_many(requests)])
-            first = screened_first_pick(gain, hit, args.draws)
-            rank = first_hit_in_order(gain, hit)
-            top = float(hit[np.argsort(-gain, kind="stable")[:TOP]].mean())
-            entry["models"].append({"ranker_relevance": how, "first_pick_hit": first, "first_hit_rank": rank,
-                                    f"top{TOP}_at_target": top})
-            cells.append(f"{first:.2f}/{rank}/{top:.1f}".rjust(28))
+            for weight in weights:
+                model.ranker_weight = weight
+                gain = np.array([expected_log_improvement(f, 1.0) for f in model.forecast_many(requests)])
+                first = screened_first_pick(gain, hit, args.draws)
+                rank = first_hit_in_order(gain, hit)
+                top = float(hit[np.argsort(-gain, kind="stable")[:TOP]].mean())
+                entry["models"].append({"ranker_relevance": how, "ranker_weight": weight, "first_pick_hit": first,
+                                        "first_hit_rank": rank, f"top{TOP}_at_target": top})
+                cells.append(f"{first:.2f}/{rank}/{top:.1f}".rjust(32))
         results[held.name] = entry
         print(f"{held.name:18s} {hit.mean():9.2f} " + "  ".join(cells), flush=True)
-    sums = {how: {"first_pick_hit": sum(e["models"][i]["first_pick_hit"] for e in results.values()),
-                  # (a family with no variant at target counts all its variants)
-                  "first_hit_rank": sum(e["models"][i]["first_hit_rank"] or e["variants"] for e in results.values())}
-            for i, how in enumerate(relevances)}
-    for how, total in sums.items():
-        print(f"sum over the families, {how}: first-pick hits {total['first_pick_hit']:.2f}, "
+    sums = {f"{how} {weight}": {
+        "first_pick_hit": sum(e["models"][i]["first_pick_hit"] for e in results.values()),
+        # (a family with no variant at target counts all its variants)
+        "first_hit_rank": sum(e["models"][i]["first_hit_rank"] or e["variants"] for e in results.values())}
+        for i, (how, weight) in enumerate(configs)}
+    for name, total in sums.items():
+        print(f"sum over the families, {name}: first-pick hits {total['first_pick_hit']:.2f}, "
               f"first-hit ranks {total['first_hit_rank']}")
     write_probe("ranker_relevance", "benchmarks/probes/cpu_2026-12-06/ranker_relevance.py", argv, args.out,
-                {"draws": args.draws, "relevances": relevances, "families": results, "sums": sums,
+                {"draws": args.draws, "relevances": relevances, "weights": weights, "families": results, "sums": sums,
                  "seconds": time.perf_counter() - started})
     return 0
 
