@@ -23,6 +23,7 @@ from kernellab.services.errors import ServiceError
 FAILED_STATES = (NodeState.FAILED_COMPILE, NodeState.FAILED_CORRECTNESS, NodeState.FAILED_RUNTIME)
 DEFAULT_GPU_BUDGET = 40
 UNBOUNDED_GPU_BUDGET = 100_000  # the run form's ceiling: with only --seconds, time is the budget
+TARGET_GPU = "h200"  # run_create's default, named here since the backend check before it needs it too
 
 
 @dataclass
@@ -35,6 +36,7 @@ class SearchProgress:
     best_speedup: float | None
     elapsed_s: float
     seconds: float | None
+    final: bool = False   # the search has ended: the numbers of its report
 
 
 @dataclass
@@ -94,10 +96,11 @@ class SearchReport:
 
 
 # ---- the problem ------------------------------------------------------------------------------
-def problem_from_folder(*, workspace: Workspace, user, folder: Path) -> Problem:
+def problem_from_folder(*, workspace: Workspace, user, folder: Path, backend: str | None = None) -> Problem:
     """The problem in `folder` (problem.toml, its reference and family sources), uploaded into the
-    workspace, or the same problem uploaded before. Recorded measurements in `folder/records/` come
-    along, so the replay backend can answer for it."""
+    workspace, or the same problem uploaded before. With `backend`, a backend that cannot measure it
+    (counting the recorded measurements in `folder/records/`) is refused before anything is uploaded.
+    The records themselves come along with folder_records_copy, once the search is sure to start."""
     from gpu_runner.spec import SpecError, load_problem
 
     from kernellab.services.problems import problem_create
@@ -119,17 +122,30 @@ def problem_from_folder(*, workspace: Workspace, user, folder: Path) -> Problem:
         if not same:
             raise ServiceError(f"{workspace.name} already has a different problem named {spec.name}; "
                                f"rename it in {folder / 'problem.toml'} or search the uploaded one by id ({existing.pk}).")
-        problem = existing
-    else:
-        problem = problem_create(workspace=workspace, user=user, spec_toml=spec_toml,
-                                 reference_source=reference_source, family_source=family_source or "")
-    records = folder / "records"
+    if backend is not None:
+        # An unsaved stand-in is enough to ask: the backends look at the name, the workspace and where records are.
+        stand_in = existing or Problem(workspace=workspace, name=spec.name, title=spec.title or spec.name, bundled=False)
+        search_check_backend(problem=stand_in, backend=backend, records=folder / "records")
+    if existing is not None:
+        return existing
+    return problem_create(workspace=workspace, user=user, spec_toml=spec_toml,
+                          reference_source=reference_source, family_source=family_source or "")
+
+
+def folder_records_copy(*, problem: Problem, folder: Path) -> None:
+    """The recorded measurements in `folder/records/`, copied where the replay backend reads an uploaded
+    problem's, so it can answer for it. Files, not rows: a transaction cannot take them back, so this
+    comes after everything that may still refuse the search."""
+    records = Path(folder) / "records"
     if records.is_dir() and not problem.bundled:
-        target = imported_records_root(workspace) / problem.name / "records"
+        target = imported_records_root(problem.workspace) / problem.name / "records"
         target.mkdir(parents=True, exist_ok=True)
         for path in records.glob("*.jsonl.gz"):
             shutil.copyfile(path, target / path.name)
-    return problem
+
+
+# Listed by name in the message for a problem that is not there; the rest are counted.
+PROBLEMS_NAMED = 20
 
 
 def problem_find(*, workspace: Workspace, key: str) -> Problem:
@@ -137,9 +153,17 @@ def problem_find(*, workspace: Workspace, key: str) -> Problem:
     problems = Problem.objects.filter(workspace=workspace)
     problem = problems.filter(pk=int(key)).first() if key.isdigit() else problems.filter(name=key).first()
     if problem is None:
-        known = ", ".join(problems.values_list("name", flat=True)[:20]) or "none"
+        names = list(problems.order_by("name").values_list("name", flat=True))
+        known = ", ".join(names[:PROBLEMS_NAMED]) or "none"
+        if len(names) > PROBLEMS_NAMED:
+            known += f", and {len(names) - PROBLEMS_NAMED} more (--list lists them all)"
         raise ServiceError(f"{workspace.name} has no problem {key!r} (and {key} is no problem folder); problems: {known}.")
     return problem
+
+
+def problem_list(*, workspace: Workspace) -> list[Problem]:
+    """The workspace's problems, by name, for search --list."""
+    return list(Problem.objects.filter(workspace=workspace).order_by("name"))
 
 
 # ---- the search -------------------------------------------------------------------------------
@@ -226,7 +250,35 @@ def _watching_steps(run: SearchRun, on_step: Callable[[RunChange], None]):
         post_save.disconnect(changed, sender=RunChange)
 
 
-def search_headless(
+def search_budget(*, gpu_budget: int | None, seconds: float | None) -> int:
+    """The GPU budget of a search given in measurements, seconds or neither; refuses a time budget that is no time."""
+    if seconds is not None and seconds <= 0:
+        raise ServiceError("The time budget must be a positive number of seconds.")
+    if gpu_budget is None:
+        gpu_budget = UNBOUNDED_GPU_BUDGET if seconds else DEFAULT_GPU_BUDGET
+    return gpu_budget
+
+
+def search_check_backend(*, problem: Problem, backend: str, records: Path | None = None) -> None:
+    """Refuse a search that `backend` cannot measure before its run is stored: the run's start would refuse it
+    too (runs._require_measurable), but only after run_create had stored a run that never starts. `records`: a
+    problem folder's recorded measurements, not yet copied in (folder_records_copy), which replay would read."""
+    from kernellab.selectors.backends import backend_choice
+
+    # Asked with the tasks inline, as the search runs: a GPU backend then measures in this process, not on a worker.
+    with _tasks_inline():
+        choice = backend_choice(problem=problem, backend=backend, target_gpu=TARGET_GPU)
+    if choice.available:
+        return
+    if choice.measures_with == "replay" and records is not None and (records / f"{TARGET_GPU}.jsonl.gz").is_file():
+        return
+    # With the tasks inline a GPU backend has no worker to wait for: the worker sentence would mislead.
+    why = (choice.unavailable if choice.measures_with == "replay"
+           else "this machine has no GPU, and the command-line search measures on this machine")
+    raise ServiceError(f"The {backend} backend cannot measure {problem.title}: {why}. Choose a backend that can.")
+
+
+def search_create(
     *,
     problem: Problem,
     user,
@@ -243,25 +295,35 @@ def search_headless(
     max_gpu_per_step: int | None = None,
     seed: int = 0,
     name: str = "",
-    on_progress: Callable[[SearchProgress], None] | None = None,
-) -> SearchReport:
-    """Search `problem` to the end of its budget in this process and report what was found. A setting left
-    None is the problem's default (runs.run_defaults, as on the run form), else run_create's."""
-    from kernellab.services.runs import run_create, run_defaults, run_transition
+    records: Path | None = None,
+) -> SearchRun:
+    """The run of a search of `problem`, stored but not started (search_run starts it), or a ServiceError that
+    stored nothing. A setting left None is the problem's default (runs.run_defaults, as on the run form), else
+    run_create's. Call it in the transaction that made the problem ready (its upload, its knobs), so that a
+    setting run_create refuses takes those back too. `records`: as for search_check_backend."""
+    from kernellab.services.runs import run_create, run_defaults
 
-    if seconds is not None and seconds <= 0:
-        raise ServiceError("The time budget must be a positive number of seconds.")
-    if gpu_budget is None:
-        gpu_budget = UNBOUNDED_GPU_BUDGET if seconds else DEFAULT_GPU_BUDGET
+    gpu_budget = search_budget(gpu_budget=gpu_budget, seconds=seconds)
+    search_check_backend(problem=problem, backend=backend, records=records)
     given = {"generator": generator, "surrogate": surrogate, "children_per_step": children_per_step,
              "parents_per_step": parents_per_step, "min_children_per_step": min_children_per_step,
              "compile_share_target": compile_share_target, "screening_width": screening_width,
              "max_gpu_per_step": max_gpu_per_step}
     chosen = {**run_defaults(problem=problem), **{k: v for k, v in given.items() if v is not None}}
-    clock = {"compile_s": 0.0, "measure_s": 0.0}
-    run = run_create(problem=problem, user=user, name=name or "command-line search", gpu_budget=gpu_budget,
-                     approval_mode=ApprovalMode.AUTO, backend=backend, seed=seed, start=False, **chosen)
+    return run_create(problem=problem, user=user, name=name or "command-line search", gpu_budget=gpu_budget,
+                      approval_mode=ApprovalMode.AUTO, backend=backend, seed=seed, target_gpu=TARGET_GPU, start=False,
+                      **chosen)
+
+
+def search_run(*, run: SearchRun, user, seconds: float | None = None,
+               on_progress: Callable[[SearchProgress], None] | None = None) -> SearchReport:
+    """Start `run` (from search_create) and search to the end of its budget in this process; report what was found.
+    on_progress hears after each step, and once more when the search has ended: a step's measurements are read
+    only by the step after it, so the last step's are in that last call alone."""
+    from kernellab.services.runs import run_transition
+
     started = time.perf_counter()
+    clock = {"compile_s": 0.0, "measure_s": 0.0}
     stopping = {"asked": False}
 
     def stop_for_time() -> None:
@@ -269,29 +331,48 @@ def search_headless(
         if current.status in (RunStatus.RUNNING, RunStatus.WAITING):
             run_transition(run=current, action="finish", reason=f"the time budget of {seconds:g} s is spent")
 
+    def progress(step: int, elapsed: float, final: bool = False) -> None:
+        current = SearchRun.objects.select_related("best_node").get(pk=run.pk)
+        best = _best_node(current)  # the report's best, not best_speedup, which counts the reference's 1.0
+        on_progress(SearchProgress(step=step, measurements=current.gpu_used, gpu_budget=run.gpu_budget,
+                                   nodes=Node.objects.filter(run=run).count(),
+                                   best_speedup=best.speedup if best is not None else None, elapsed_s=elapsed,
+                                   seconds=seconds, final=final))
+
     def on_step(change: RunChange) -> None:
         elapsed = time.perf_counter() - started
         if on_progress is not None:
-            current = SearchRun.objects.filter(pk=run.pk).values("gpu_used", "best_speedup").get()
-            on_progress(SearchProgress(step=int(change.payload.get("step") or 0), measurements=current["gpu_used"],
-                                       gpu_budget=gpu_budget, nodes=Node.objects.filter(run=run).count(),
-                                       best_speedup=current["best_speedup"], elapsed_s=elapsed, seconds=seconds))
+            progress(int(change.payload.get("step") or 0), elapsed)
         if seconds and elapsed >= seconds and not stopping["asked"]:
             stopping["asked"] = True
             transaction.on_commit(stop_for_time)  # after the step's own writes, which are in flight
 
-    with _tasks_inline(), _timing_compiles(clock), _timing_measurements(clock), _watching_steps(run, on_step):
-        run_transition(run=run, user=user, action="start")
+    try:
+        with _tasks_inline(), _timing_compiles(clock), _timing_measurements(clock), _watching_steps(run, on_step):
+            run_transition(run=run, user=user, action="start")
+    except ServiceError:
+        # search_create checked what the start checks; should it have changed since (a worker gone), the run
+        # that never started goes, rather than stay behind as a created run nobody will start.
+        SearchRun.objects.filter(pk=run.pk, status=RunStatus.CREATED).delete()
+        raise
     wall = time.perf_counter() - started
-    return search_report(run=SearchRun.objects.get(pk=run.pk), wall_s=wall, compile_s=clock["compile_s"],
-                         measure_s=clock["measure_s"], seconds=seconds)
+    finished = SearchRun.objects.get(pk=run.pk)
+    if on_progress is not None:
+        progress(int((finished.driver_state or {}).get("step") or 0), wall, final=True)
+    return search_report(run=finished, wall_s=wall, compile_s=clock["compile_s"], measure_s=clock["measure_s"],
+                         seconds=seconds)
+
+
+def _best_node(run: SearchRun) -> Node | None:
+    """The run's best candidate, as the report names it: the reference (the root) is no candidate."""
+    return run.best_node if run.best_node_id and run.best_node.origin != "root" else None
 
 
 def search_report(*, run: SearchRun, wall_s: float, compile_s: float, measure_s: float,
                   seconds: float | None = None) -> SearchReport:
     nodes = Node.objects.filter(run=run).exclude(origin="root")
     counters = (run.driver_state or {}).get("counters") or {}
-    best = run.best_node if run.best_node_id and run.best_node.origin != "root" else None
+    best = _best_node(run)
     best_kernel = best.kernel if best is not None else None
     return SearchReport(
         run_id=run.pk,

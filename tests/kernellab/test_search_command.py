@@ -49,11 +49,13 @@ def test_a_problem_folder_is_uploaded_searched_on_replay_and_reported(lab, tmp_p
     assert (tmp_path / "report" / "report.txt").read_text().startswith("Search of saxpy")
 
 
-def test_progress_is_one_line_per_step_when_not_on_a_terminal(lab):
+def test_progress_is_one_line_per_step_and_one_at_the_end_when_not_on_a_terminal(lab):
     printed = _search(str(SAXPY), "--backend", "replay", "--budget", "4", "--surrogate", "roofline")
     steps = [line for line in printed.splitlines() if line.lstrip().startswith(tuple("0123456789")) and "step " in line]
     run = SearchRun.objects.get()
     assert len(steps) == run.driver_state["step"] and "\r" not in printed
+    done = [line for line in printed.splitlines() if " done, " in line]
+    assert len(done) == 1 and done[0].startswith(f"100% done, {run.driver_state['step']} step")
 
 
 def test_an_uploaded_problem_is_found_by_name_and_searched_again_in_a_second_run(lab):
@@ -88,7 +90,7 @@ def test_a_step_width_option_is_passed_to_the_run_and_its_search(lab, option, fi
 def test_a_step_width_option_out_of_range_is_refused_by_the_command(lab, option, value, message):
     with pytest.raises(CommandError, match=message):
         _search(str(SAXPY), "--backend", "replay", "--budget", "2", option, value)
-    assert not SearchRun.objects.exists()
+    assert not SearchRun.objects.exists() and not Problem.objects.exists()
 
 
 def test_a_changed_folder_with_the_name_of_an_uploaded_problem_is_refused(lab, tmp_path):
@@ -114,8 +116,8 @@ def test_on_a_terminal_progress_is_one_bar_redrawn_in_place(lab):
     out = _Terminal()
     call_command("search", str(SAXPY), "--backend", "replay", "--budget", "4", "--surrogate", "roofline", stdout=out)
     bars = out.getvalue().split("\r")[1:]
-    assert len(bars) == SearchRun.objects.get().driver_state["step"]
-    assert bars[-1].startswith("[" + "#" * 30 + "]") and "measured 4/4" in bars[-1]
+    assert len(bars) == SearchRun.objects.get().driver_state["step"] + 1   # and once more when the search has ended
+    assert bars[-1].startswith("[" + "#" * 30 + "] done, ") and "measured 4/4" in bars[-1]
 
 
 def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, tmp_path):
@@ -183,3 +185,149 @@ def test_a_kernel_without_knobs_is_searched_by_the_recipes_with_the_own_kernel_s
     assert settings["compile_share_target"] == 0.25 and settings["policy"]["max_gpu_per_step"] == 8
     names = [n.kernel.as_candidate()["name"] for n in Node.objects.filter(run=run).exclude(origin="root")]
     assert names and all(name.startswith("recipe ") for name in names)
+
+
+# ---- a refused search leaves nothing behind -----------------------------------------------------
+def _without_records(tmp_path, folder, name):
+    """A problem folder without its recorded measurements: on a machine without a GPU nothing can measure it."""
+    copy = tmp_path / name
+    shutil.copytree(folder, copy)
+    shutil.rmtree(copy / "records")
+    return copy
+
+
+def _uploaded(folder, lab):
+    """The problem in `folder` uploaded, with its records if it has any, as an earlier search would have."""
+    from kernellab.models import Workspace
+    from kernellab.services.headless_search import folder_records_copy, problem_from_folder
+
+    problem = problem_from_folder(workspace=Workspace.objects.get(), user=lab["admin"], folder=folder)
+    folder_records_copy(problem=problem, folder=folder)
+    return problem
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """No GPU here, whatever machine runs the tests: the GPU backends cannot measure."""
+    monkeypatch.setattr("gpu_runner.gpu_present", lambda: False)
+
+
+@pytest.mark.parametrize("backend", ["auto", "replay", "cupy", "pycuda"])
+def test_a_backend_that_cannot_measure_an_uploaded_problem_leaves_no_run(lab, tmp_path, no_gpu, embedded_setup, backend):
+    problem = _uploaded(_without_records(tmp_path, SAXPY, "saxpy"), lab)
+    with pytest.raises(CommandError, match="backend cannot measure SAXPY"):
+        _search("saxpy", "--backend", backend, "--budget", "2")
+    assert not SearchRun.objects.exists()
+    assert Problem.objects.get() == problem
+
+
+@pytest.mark.parametrize("backend", ["replay", "cupy"])
+def test_a_refused_search_of_a_folder_uploads_nothing(lab, tmp_path, settings, no_gpu, backend):
+    with pytest.raises(CommandError, match=f"The {backend} backend cannot measure"):
+        _search(str(_without_records(tmp_path, SAXPY, "saxpy")), "--backend", backend, "--budget", "2")
+    assert not Problem.objects.exists() and not SearchRun.objects.exists()
+    assert not (settings.DATA_DIR / "records").exists()
+
+
+def test_a_refused_search_saves_no_auto_knobs(lab, tmp_path, no_gpu):
+    problem = _uploaded(_without_records(tmp_path, _saxpy_without_family(tmp_path), "saxpy_no_records"), lab)
+    with pytest.raises(CommandError, match="cannot measure"):
+        _search("saxpy", "--backend", "replay", "--budget", "2", "--auto-knobs")
+    after = Problem.objects.get()
+    assert (after.spec_toml, after.family_source) == (problem.spec_toml, "")
+    assert not SearchRun.objects.exists()
+
+
+def test_a_setting_refused_by_the_run_takes_back_the_auto_knobs(lab, tmp_path):
+    """Only run_create checks a setting's range, after the knobs are saved: the transaction takes them back."""
+    problem = _uploaded(_saxpy_without_family(tmp_path), lab)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="Parents per step must be between 1 and 16"):
+        call_command("search", "saxpy", "--backend", "replay", "--budget", "2", "--auto-knobs", "--parents", "0",
+                     stdout=out)
+    assert "Knobs found in the kernel: BLOCK" in out.getvalue()   # saved, then taken back
+    after = Problem.objects.get()
+    assert (after.spec_toml, after.family_source) == (problem.spec_toml, "")
+    assert not SearchRun.objects.exists()
+
+
+def test_a_setting_refused_by_the_run_takes_back_the_folders_upload_and_records(lab, settings):
+    with pytest.raises(CommandError, match="Parents per step must be between 1 and 16"):
+        _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--parents", "0")
+    assert not Problem.objects.exists() and not SearchRun.objects.exists()
+    assert not (settings.DATA_DIR / "records").exists()
+
+
+# ---- --out ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["a_file", "a_file/report"])
+def test_an_out_that_cannot_be_a_folder_is_refused_before_anything_runs(lab, tmp_path, where):
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(CommandError, match="--out .* is a file, not a folder|--out .* cannot be made: .* is a file"):
+        _search(str(SAXPY), "--backend", "replay", "--budget", "2", "--out", str(tmp_path / where))
+    assert not Problem.objects.exists() and not SearchRun.objects.exists()
+    assert (tmp_path / "a_file").read_text() == "not a folder"
+
+
+def test_a_report_that_cannot_be_written_is_printed_and_said_so_plainly(lab, tmp_path):
+    out_folder = tmp_path / "report"
+    (out_folder / "report.json").mkdir(parents=True)   # a folder where the report's file would go
+    out = io.StringIO()
+    with pytest.raises(CommandError, match=f"The report could not be written to {out_folder}: .*; it is printed above"):
+        call_command("search", str(SAXPY), "--backend", "replay", "--budget", "2", "--surrogate", "roofline",
+                     "--out", str(out_folder), stdout=out)
+    run = SearchRun.objects.get()
+    assert run.status == RunStatus.FINISHED
+    assert f"Search of saxpy (run {run.pk}" in out.getvalue() and f"/runs/{run.pk}/" in out.getvalue()
+
+
+def test_an_out_folder_that_is_missing_is_made_with_its_parents(lab, tmp_path):
+    _search(str(SAXPY), "--backend", "replay", "--budget", "1", "--surrogate", "roofline",
+            "--out", str(tmp_path / "new" / "report"))
+    assert json.loads((tmp_path / "new" / "report" / "report.json").read_text())["run_id"] == SearchRun.objects.get().pk
+
+
+# ---- an unknown problem ---------------------------------------------------------------------------
+def _many_problems(count):
+    from kernellab.models import Workspace
+    from kernellab.services.kernels import kernel_get_or_create
+    from tests.samples import SIMPLE_REFERENCE, SIMPLE_SPEC
+
+    reference = kernel_get_or_create(candidate={
+        "source": SIMPLE_REFERENCE, "name": "scale reference",
+        "launch": [{"kernel": "scale", "grid": ["ceil_div(N, 256)"], "block": [256], "shared": "0", "args": ["x", "y", "n"]}]})
+    workspace = Workspace.objects.get()
+    for i in range(count):
+        Problem.objects.create(workspace=workspace, name=f"p{i:02d}", title=f"Problem {i}", spec_toml=SIMPLE_SPEC,
+                               reference=reference)
+
+
+def test_an_unknown_problem_says_how_many_more_there_are_and_list_names_them_all(lab):
+    _many_problems(23)
+    with pytest.raises(CommandError, match=r"problems: p00, p01, .*, p19, and 3 more \(--list lists them all\)\.$"):
+        _search("nope")
+    listed = _search("--list")
+    assert all(f"p{i:02d}  (Problem {i})" in listed for i in range(23))
+
+
+def test_an_unknown_problem_among_few_names_them_all(lab):
+    _many_problems(3)
+    with pytest.raises(CommandError, match=r"problems: p00, p01, p02\.$"):
+        _search("nope")
+
+
+# ---- the progress and the report agree ------------------------------------------------------------
+SOFTMAX = Path(__file__).resolve().parents[2] / "kernellab" / "problems" / "softmax"
+
+
+def test_the_last_progress_line_shows_the_best_of_the_report(lab, tmp_path):
+    """A step's measurements are read by the step after it: the last step's only after the search has ended,
+    which the progress shows in one last line with the report's numbers."""
+    printed = _search(str(SOFTMAX), "--backend", "replay", "--generator", "recipes", "--surrogate", "roofline",
+                      "--budget", "4", "--out", str(tmp_path / "report"))
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    progress = [line for line in printed.splitlines() if line.lstrip().startswith(tuple("0123456789")) and "best " in line]
+    last_best = progress[-1].split("best ")[1].split()[0]
+    assert report["best_speedup"] is not None and report["best_speedup"] > 1
+    assert last_best == f"{report['best_speedup']:.3f}x"
+    assert progress[-1].startswith("100% done, ") and f"measured {report['measurements_requested']}/4" in progress[-1]
+    assert f"best: {last_best} (node {report['best_node']})" in printed

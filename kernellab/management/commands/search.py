@@ -3,15 +3,19 @@ surrogates and runner, into the same database; writes a JSON and a text report."
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from kernellab.models import Membership, Role
 from kernellab.services.errors import ServiceError
-from kernellab.services.headless_search import UNBOUNDED_GPU_BUDGET, SearchProgress, problem_find, problem_from_folder, search_headless
+from kernellab.services.headless_search import (UNBOUNDED_GPU_BUDGET, SearchProgress, folder_records_copy, problem_find,
+                                                problem_from_folder, problem_list, search_budget, search_check_backend,
+                                                search_create, search_run)
 from kernellab.services.lab import lab_workspace_for_command
 from kernellab.services.run_context import GENERATOR_BUILDERS
 from kernellab.services.surrogates import SURROGATE_BUILDERS
@@ -25,7 +29,9 @@ class Command(BaseCommand):
             "headless; the run shows up in the explorer.")
 
     def add_arguments(self, parser):
-        parser.add_argument("problem", help="a problem folder, or an uploaded problem's id or name")
+        parser.add_argument("problem", nargs="?", help="a problem folder, or an uploaded problem's id or name")
+        parser.add_argument("--list", action="store_true", dest="list_problems",
+                            help="list the workspace's problems (id and name) and search nothing")
         parser.add_argument("--budget", type=int, help="GPU measurements to spend (default 40, or unbounded with --seconds)")
         parser.add_argument("--seconds", type=float, help="stop after this many seconds of searching")
         parser.add_argument("--backend", default="auto", choices=BACKENDS)
@@ -54,43 +60,72 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--workspace", help="the workspace (default: the only workspace)")
         parser.add_argument("--user", help="whose run it is (default: the workspace's first admin)")
-        parser.add_argument("--out", help="folder for report.json and report.txt (default: print the text report only)")
+        parser.add_argument("--out", help="folder for report.json and report.txt, made if missing "
+                                          "(default: print the text report only)")
 
     def handle(self, *args, problem, budget, seconds, backend, generator, surrogate, children, parents,
-               min_children, compile_share, gpu_per_step, screening_width, seed, workspace, user, out, auto_knobs, **options):
+               min_children, compile_share, gpu_per_step, screening_width, seed, workspace, user, out, auto_knobs,
+               list_problems, **options):
         try:
             target = lab_workspace_for_command(workspace)
+            if list_problems:
+                self._list(target)
+                return
+            if not problem:
+                raise ServiceError("Give a problem folder or an uploaded problem's id or name (--list lists them).")
+            # What can be checked without storing anything is, first: a refused search leaves nothing behind.
+            out_folder = _out_folder(out)
+            search_budget(gpu_budget=budget, seconds=seconds)
             person = self._user(target, user)
             folder = Path(problem)
-            if folder.is_dir():
-                found = problem_from_folder(workspace=target, user=person, folder=folder)
-            else:
-                found = problem_find(workspace=target, key=problem)
-            if auto_knobs and not found.family_source:
-                found = self._confirm_knobs(found, person)
+            # The upload, the knobs and the run are one transaction: what only run_create can refuse (a setting out
+            # of range) takes back the problem uploaded from the folder and the knobs saved for this search.
+            records = folder / "records" if folder.is_dir() else None
+            with transaction.atomic():
+                if records is not None:
+                    found = problem_from_folder(workspace=target, user=person, folder=folder, backend=backend)
+                else:
+                    found = problem_find(workspace=target, key=problem)
+                    search_check_backend(problem=found, backend=backend)
+                if auto_knobs and not found.family_source:
+                    found = self._confirm_knobs(found, person)
+                run = search_create(problem=found, user=person, gpu_budget=budget, seconds=seconds, backend=backend,
+                                    generator=generator, surrogate=surrogate, children_per_step=children,
+                                    parents_per_step=parents, min_children_per_step=min_children,
+                                    compile_share_target=compile_share, max_gpu_per_step=gpu_per_step,
+                                    screening_width=screening_width, seed=seed, records=records)
+            if records is not None:
+                folder_records_copy(problem=found, folder=folder)
             self.stdout.write(f"Searching {found.name} in {target.slug}"
                               + (f" for {seconds:g} s" if seconds else "") + (f", {budget} GPU measurements" if budget else ""))
-            report = search_headless(problem=found, user=person, gpu_budget=budget, seconds=seconds, backend=backend,
-                                     generator=generator, surrogate=surrogate, children_per_step=children,
-                                     parents_per_step=parents, min_children_per_step=min_children,
-                                     compile_share_target=compile_share, max_gpu_per_step=gpu_per_step,
-                                     screening_width=screening_width, seed=seed,
-                                     on_progress=self._progress_printer())
+            report = search_run(run=run, user=person, seconds=seconds, on_progress=self._progress_printer())
         except ServiceError as exc:
             raise CommandError(str(exc)) from None
         if self.stdout.isatty():
             self.stdout.write("")
+        # The report is printed before it is written, so that a folder that cannot take it loses nothing.
         text = report.text()
         self.stdout.write(text, ending="")
         self.stdout.write(f"Explore it at /runs/{report.run_id}/")
-        if out:
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-            (folder / "report.txt").write_text(text)
-            self.stdout.write(f"Report written to {folder / 'report.json'} and {folder / 'report.txt'}")
-        if report.status == "failed":
-            raise CommandError(f"The search failed: {report.status_reason}")
+        failed = f"The search failed: {report.status_reason}" if report.status == "failed" else ""
+        if out_folder is not None:
+            try:
+                out_folder.mkdir(parents=True, exist_ok=True)
+                (out_folder / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+                (out_folder / "report.txt").write_text(text)
+            except OSError as exc:
+                unwritten = f"The report could not be written to {out_folder}: {exc.strerror or exc}; it is printed above."
+                raise CommandError(f"{failed.rstrip('.')}. {unwritten}" if failed else unwritten) from None
+            self.stdout.write(f"Report written to {out_folder / 'report.json'} and {out_folder / 'report.txt'}")
+        if failed:
+            raise CommandError(failed)
+
+    def _list(self, workspace) -> None:
+        problems = problem_list(workspace=workspace)
+        if not problems:
+            self.stdout.write(f"{workspace.name} has no problems yet.")
+        for found in problems:
+            self.stdout.write(f"{found.pk:>5}  {found.name}" + (f"  ({found.title})" if found.title != found.name else ""))
 
     def _confirm_knobs(self, problem, person):
         from kernellab.selectors.problem_knobs import problem_knobs
@@ -127,7 +162,10 @@ class Command(BaseCommand):
                 done = min(1.0, progress.measurements / max(1, progress.gpu_budget))
             best = f"{progress.best_speedup:.3f}x" if progress.best_speedup else "-"
             budget = "" if progress.gpu_budget >= UNBOUNDED_GPU_BUDGET else f"/{progress.gpu_budget}"
-            numbers = (f"step {progress.step}  measured {progress.measurements}{budget}  "
+            # The last call comes after the search, with the last step's measurements read: the numbers of the report.
+            done_steps = f"done, {progress.step} step{'s' if progress.step != 1 else ''}"
+            numbers = (f"{done_steps if progress.final else f'step {progress.step}'}  "
+                       f"measured {progress.measurements}{budget}  "
                        f"nodes {progress.nodes}  best {best}  {progress.elapsed_s:.0f} s")
             if tty:
                 filled = int(round(done * BAR_WIDTH))
@@ -137,3 +175,21 @@ class Command(BaseCommand):
                 self.stdout.write(f"{100 * done:3.0f}% {numbers}")
 
         return show
+
+
+def _out_folder(out: str | None) -> Path | None:
+    """The --out folder, checked before the search: a file there, or a folder that cannot be made or written,
+    would otherwise be found only once the search is over."""
+    if not out:
+        return None
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ServiceError(f"--out {out} is a file, not a folder; give a folder for report.json and report.txt.")
+    existing = folder
+    while not existing.exists():       # the folder is made after the search, under its nearest existing parent
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ServiceError(f"--out {out} cannot be made: {existing} is a file, not a folder.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ServiceError(f"--out {out} cannot be written: {existing} is not writable.")
+    return folder
