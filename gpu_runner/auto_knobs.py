@@ -5,8 +5,10 @@ constants, and `#pragma unroll N` factors.
 The reference is read with tree-sitter's CUDA grammar (as in signature.py); a family template is
 the reference with each knob's literal replaced by the knob's name, and a `[family]` table whose
 launch is the reference's with the block size (and the grid and shared-memory expressions that
-repeat it) written in terms of the knob. What cannot safely become a knob is reported with the
-reason, never silently dropped.
+repeat it) written in terms of the knob. A constant equal to the block size is that knob: always
+where the kernel reads blockDim, and where it does not, when the kernel counts its threads with the
+constant rather than the bare number (a `#define THREADS 256` stride launched with 256 threads). What
+cannot safely become a knob is reported with the reason, never silently dropped.
 """
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ import ast
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser
 
+from .family import check_combinations
 from .spec import CudaReference, KernelLaunch, MemsetStep, Problem
 
 _CUDA = Language(tree_sitter_cuda.language())
@@ -71,14 +75,17 @@ def propose_knobs(problem: Problem) -> KnobProposal:
 def family_from_knobs(problem: Problem, chosen: dict[str, list[int]], constraints: list[str] | None = None,
                       source_name: str = "family.cu") -> tuple[str, str]:
     """The `[family]` TOML table and the template source for the chosen knobs (a subset of the
-    proposal's, each with the values the user kept). A knob left out keeps its original value."""
+    proposal's, each with the values the user kept). A knob left out keeps its original value, and a
+    constraint that names it is dropped (`split_constraints`). Knobs whose values make more than
+    family.MAX_COMBINATIONS combinations are refused before anything else is done."""
+    for name, values in chosen.items():
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            raise ValueError(f"The knob {name} needs at least one value, each a positive whole number.")
+    check_combinations({name: set(values) for name, values in chosen.items()})
     proposal, edits_by_knob, launch_by_knob = _derive(problem)
     unknown = sorted(set(chosen) - {k.name for k in proposal.knobs})
     if unknown:
         raise ValueError(f"{unknown[0]} is not a knob this kernel offers.")
-    for name, values in chosen.items():
-        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-            raise ValueError(f"The knob {name} needs at least one value, each a positive whole number.")
     source = problem.reference.source.encode()
     edits = sorted((e for name in chosen for e in edits_by_knob[name]), key=lambda e: e.start, reverse=True)
     for edit in edits:
@@ -86,8 +93,7 @@ def family_from_knobs(problem: Problem, chosen: dict[str, list[int]], constraint
     prelude = "".join(f"constexpr int {UNROLL_CONSTANT.format(knob=k.name)} = {k.name};\n"
                       for k in proposal.knobs if k.kind == "unroll" and k.name in chosen)
     template = prelude + source.decode()
-    kept = [c for c in (constraints if constraints is not None else proposal.constraints)
-            if _names_in(c) <= set(chosen) | set(problem.size_names)]
+    kept, _ = _split_constraints(problem, proposal, chosen, constraints if constraints is not None else proposal.constraints)
     lines = ["[family]", f"source = {json.dumps(source_name)}",
              "knobs = { " + ", ".join(f"{name} = {json.dumps(sorted(set(values)))}" for name, values in chosen.items())
              + " }",
@@ -105,6 +111,27 @@ def family_from_knobs(problem: Problem, chosen: dict[str, list[int]], constraint
     return "\n".join(lines) + "\n", template
 
 
+def split_constraints(problem: Problem, chosen, constraints: list[str]) -> tuple[list[str], list[str]]:
+    """`constraints` as (kept, dropped): a constraint that names a knob this kernel offers but `chosen`
+    leaves out is dropped, since that knob keeps its original value. A name that is neither a knob
+    this kernel offers nor a size is a mistake (most likely a typo) and is refused with ValueError."""
+    return _split_constraints(problem, _derive(problem)[0], chosen, constraints)
+
+
+def _split_constraints(problem: Problem, proposal: KnobProposal, chosen, constraints: list[str]):
+    offered = {k.name for k in proposal.knobs}
+    kept, dropped = [], []
+    for constraint in constraints:
+        names = constraint_names(constraint)
+        unknown = sorted(names - offered - set(problem.size_names))
+        if unknown:
+            raise ValueError(f"The constraint {constraint!r} names {unknown[0]}, which is neither a knob of this "
+                             f"kernel ({', '.join(sorted(offered)) or 'none'}) nor a size "
+                             f"({', '.join(sorted(problem.size_names))}).")
+        (kept if names <= set(chosen) | set(problem.size_names) else dropped).append(constraint)
+    return kept, dropped
+
+
 # ---- finding knobs ----------------------------------------------------------------------------
 def _derive(problem: Problem):
     if not isinstance(problem.reference, CudaReference):
@@ -115,7 +142,8 @@ def _derive(problem: Problem):
     edits: dict[str, list[_Edit]] = {}
     taken: set[str] = set(problem.size_names) | {a.name for a in problem.args}
     declared = _declared_names(root)
-    constants: dict[int, str] = {}      # value -> the constant knob that holds it (ties a block size to it)
+    constants: dict[int, list[str]] = {}   # value -> the constant knobs that hold it (ties a block size to one)
+    definitions: dict[str, Node] = {}      # constant knob -> its #define or constexpr
 
     for node, name, value, what in _integer_constants(root):
         if declared.count(name) > 1:
@@ -126,7 +154,8 @@ def _derive(problem: Problem):
         taken.add(name)
         proposal.knobs.append(ProposedKnob(name, "constant", value, _around(value), f"{what} at line {_line(node)}"))
         edits[name] = [_Edit(node.start_byte, node.end_byte, "\n" if node.type == "preproc_def" else "")]
-        constants.setdefault(value, name)
+        constants.setdefault(value, []).append(name)
+        definitions[name] = node
 
     unrolls = [n for n in _walk(root) if n.type == "preproc_call" and _pragma_unroll_factor(n) is not None]
     for index, node in enumerate(unrolls):
@@ -142,6 +171,7 @@ def _derive(problem: Problem):
 
     block_knobs: dict[tuple[int, int], str] = {}   # (launch step, dimension) -> knob
     kernels = _kernel_bodies(root)
+    functions = _function_bodies(root)
     for index, step in enumerate(problem.reference.launch):
         if not isinstance(step, KernelLaunch):
             continue
@@ -149,16 +179,50 @@ def _derive(problem: Problem):
         if not literal_dims:
             continue
         body = kernels.get(step.kernel)
+        code = _code_of(body, functions) if body is not None else []
+
+        def offered(value: int) -> list[str]:
+            """The constant knobs still offered that hold `value`, those the kernel's code uses first."""
+            names = [c for c in constants.get(value, []) if proposal.knob(c) is not None]
+            return sorted(names, key=lambda c: not _uses(code, c, definitions[c]))
+
+        ties: dict[int, str] | None = None   # dimension -> constant, for a kernel that never reads blockDim
         if body is None or not _reads(body, "blockDim"):
-            proposal.skipped.append(f"The block size of {step.kernel} stays {_dims(step)}: the kernel never reads "
-                                    "blockDim, so its threads' work depends on that number.")
-            continue
+            # Such a kernel counts its threads with a number of its own. Where that number is a constant equal
+            # to the block size, used by the kernel's code while the bare number is not, the constant is the
+            # thread count: it becomes the block size knob, so that the two always change together. Any other
+            # constant equal to the block size that the code uses stays as written: changed apart from the
+            # block, the kernel would count its threads wrongly.
+            ties = {}
+            for dim, value in literal_dims:
+                used = [c for c in offered(value) if _uses(code, c, definitions[c])]
+                if used and value not in _literals(code, [definitions[c] for c in used]):
+                    ties[dim] = used[0]
+            for dim, value in literal_dims:
+                for name in offered(value):
+                    knob = proposal.knob(name)
+                    if name in ties.values() or knob.kind == "block" or not _uses(code, name, definitions[name]):
+                        continue
+                    proposal.knobs.remove(knob)
+                    del edits[name]
+                    proposal.skipped.append(
+                        f"{name} ({knob.where}) stays {value}: it equals the block size of {step.kernel}, which never "
+                        f"reads blockDim, so changing {name} apart from the block would make the kernel count its "
+                        "threads wrongly.")
+            if not ties:
+                proposal.skipped.append(f"The block size of {step.kernel} stays {_dims(step)}: the kernel never reads "
+                                        "blockDim, so its threads' work depends on that number.")
+                continue
         two_d = len(literal_dims) > 1
         # Threads that cooperate through shared memory usually halve their count in a tree: powers of two only.
         sizes_1d = tuple(v for v in BLOCK_SIZES if v & (v - 1) == 0) if _cooperates(body) else BLOCK_SIZES
         names = []
+        fixed = []    # dimensions that stay as written, in the thread limit as numbers
         for dim, value in literal_dims:
-            tied = constants.get(value)
+            tied = next(iter(offered(value)), None) if ties is None else ties.get(dim)
+            if ties is not None and tied is None:
+                fixed.append(str(value))
+                continue
             if tied is not None:
                 block_knobs[(index, dim)] = tied
                 names.append(tied)
@@ -185,7 +249,7 @@ def _derive(problem: Problem):
             block_knobs[(index, dim)] = name
             names.append(name)
         if names:
-            threads = "*".join(names)
+            threads = "*".join(names + fixed)
             proposal.constraints.append(f"{threads} <= {MAX_THREADS_PER_BLOCK}")
             if two_d:
                 proposal.constraints.append(f"{threads} >= 32")
@@ -264,9 +328,16 @@ def _pragma_unroll_factor(node: Node) -> int | None:
 
 
 def _kernel_bodies(root: Node) -> dict[str, Node]:
+    return _function_bodies(root, kernels_only=True)
+
+
+def _function_bodies(root: Node, kernels_only: bool = False) -> dict[str, Node]:
+    """Each function's body by name: the kernels', or every one's (device helpers too)."""
     bodies: dict[str, Node] = {}
     for node in _walk(root):
-        if node.type != "function_definition" or not any(c.type == "__global__" for c in node.children):
+        if node.type != "function_definition":
+            continue
+        if kernels_only and not any(c.type == "__global__" for c in node.children):
             continue
         declarator = node.child_by_field_name("declarator")
         while declarator is not None and declarator.type != "function_declarator":
@@ -278,6 +349,32 @@ def _kernel_bodies(root: Node) -> dict[str, Node]:
     return bodies
 
 
+def _code_of(body: Node, functions: dict[str, Node]) -> list[Node]:
+    """A kernel's body and the bodies of the functions it calls, and those they call: where a
+    kernel's threads may count themselves (a block reduction is often a device helper)."""
+    code, seen = [body], {id(body)}
+    for node in code:
+        for call in _walk(node):
+            if call.type != "call_expression":
+                continue
+            callee = call.child_by_field_name("function")
+            helper = functions.get(_text(callee)) if callee is not None and callee.type == "identifier" else None
+            if helper is not None and id(helper) not in seen:
+                seen.add(id(helper))
+                code.append(helper)
+    return code
+
+
+def _uses(code: list[Node], name: str, definition: Node) -> bool:
+    """Whether `code` reads `name` outside its own definition (a constexpr may be declared in a kernel)."""
+    return any(n.type == "identifier" and _text(n) == name and not _inside(n, definition)
+               for part in code for n in _walk(part))
+
+
+def _inside(node: Node, outer: Node) -> bool:
+    return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
+
+
 def _reads(body: Node, identifier: str) -> bool:
     return any(n.type == "identifier" and _text(n) == identifier for n in _walk(body))
 
@@ -286,10 +383,11 @@ def _cooperates(body: Node) -> bool:
     return _reads(body, "__syncthreads") or any(n.type == "__shared__" for n in _walk(body))
 
 
-def _literals(body: Node) -> set[int]:
+def _literals(code: Node | list[Node], skip: Sequence[Node] = ()) -> set[int]:
+    """The integers written in `code`, leaving out those inside `skip` (the definitions of constants)."""
     found = set()
-    for node in _walk(body):
-        if node.type == "number_literal":
+    for node in (n for part in (code if isinstance(code, list) else [code]) for n in _walk(part)):
+        if node.type == "number_literal" and not any(_inside(node, outer) for outer in skip):
             match = _INTEGER_LITERAL.fullmatch(_text(node))
             if match:
                 found.add(int(match.group(1)))
@@ -317,7 +415,9 @@ def _replace_number(expression: str, value: int, name: str) -> str:
     return ast.unparse(replaced)
 
 
-def _names_in(expression: str) -> set[str]:
+def constraint_names(expression: str) -> set[str]:
+    """The knob and size names an expression reads (not the functions it calls); none when it cannot be
+    read, which the spec check then reports."""
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:

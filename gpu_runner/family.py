@@ -1,9 +1,10 @@
 """Templated families: enumerate the valid knob settings and render one into a Candidate."""
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from klexpr import ExpressionError, parse_expression
 
@@ -11,8 +12,49 @@ from .candidate import Candidate
 from .spec import ArgSpec, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError
 
 
+# How big a family may be. Its knobs' value counts multiply into the combinations the walk below may
+# visit, and a family that is too big costs the web process seconds and gigabytes before anything
+# says no, so both numbers are checked here, where the Knobs page, an uploaded [family] and a problem
+# folder all pass.
+#
+# The combinations (the product of the value counts) are checked before anything is enumerated. They
+# bound the walk's time: sgemm, the largest bundled family, has 1,244,160 (12 knobs) and its walk takes
+# about 2.5 s on a busy 2-core machine; 2^21 leaves it room, and the worst walk at the limit (a
+# constraint over every knob, so none is pruned before the last) took about 10 s there.
+MAX_COMBINATIONS = 1 << 21
+# The variants (the combinations that satisfy the constraints) are held in memory, remembered per spec,
+# and the template generator and its surrogate screen every one. The bundled families have 434 to
+# 1,014; 65,536 is sixty times that and keeps a spec's settings within tens of megabytes. The walk
+# stops at the first variant past it, so a family that has too many is never held whole.
+MAX_VARIANTS = 1 << 16
+
+
 def variant_id(knobs: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in knobs.items())
+
+
+def combination_count(knobs: Mapping[str, Sequence]) -> int:
+    """How many settings knobs with these values make, constraints aside."""
+    return math.prod(len(values) for values in knobs.values())
+
+
+def check_combinations(knobs: Mapping[str, Sequence]) -> int:
+    """The combination count of `knobs`; a SpecError naming it and the limit when it is above
+    MAX_COMBINATIONS. Counts only: nothing is enumerated."""
+    count = combination_count(knobs)
+    if count > MAX_COMBINATIONS:
+        counts = " × ".join(f"{len(values)} ({name})" for name, values in knobs.items())
+        raise SpecError("family.knobs", f"the knobs' values make {count:,} combinations ({counts}), more than the "
+                                        f"{MAX_COMBINATIONS:,} a family may have; keep fewer values")
+    return count
+
+
+def check_family_size(problem: Problem) -> int:
+    """The number of variants of `problem`'s family; a SpecError naming the count and the limit when
+    its combinations are above MAX_COMBINATIONS (checked before any walk) or its variants above
+    MAX_VARIANTS (the walk stops at the first one past it). For an upload or a problem folder to
+    call before it is saved or searched; it takes as long as the walk, a few seconds at worst."""
+    return sum(1 for _ in enumerate_variants(problem))
 
 
 def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
@@ -20,20 +62,30 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
 
     A depth-first walk over the knobs that checks each constraint as soon as its last knob is set,
     so a family with a million combinations (sgemm) enumerates in seconds rather than minutes.
+    A family above MAX_COMBINATIONS is refused before the walk, one above MAX_VARIANTS when the walk
+    reaches its first variant past the limit (SpecError either way).
     """
     family = _family(problem)
+    combinations = check_combinations(family.knobs)
     names = list(family.knobs)
     position = {name: i for i, name in enumerate(names)}
-    due: list[list] = [[] for _ in names]
+    # A constraint over knobs alone comes out the same in every size case, so it is checked in the
+    # first case only: a walk near MAX_COMBINATIONS spends its time here.
+    in_first: list[list] = [[] for _ in names]     # every constraint due at that depth
+    in_others: list[list] = [[] for _ in names]    # those that name a size
+    sizes = problem.size_names
     for constraint in family.constraints:
         used = [position[n] for n in constraint.names if n in position]
-        due[max(used) if used else 0].append(constraint)
+        depth = max(used) if used else 0
+        in_first[depth].append(constraint)
+        if set(constraint.names) & sizes:
+            in_others[depth].append(constraint)
     envs = [dict(case.sizes) for case in problem.sizes]
     chosen: dict[str, Any] = {}
 
-    def holds(constraints) -> bool:
-        for env in envs:
-            for constraint in constraints:
+    def holds(depth: int) -> bool:
+        for index, env in enumerate(envs):
+            for constraint in in_first[depth] if index == 0 else in_others[depth]:
                 try:
                     if not constraint.evaluate(env):
                         return False
@@ -50,16 +102,22 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
             chosen[name] = value
             for env in envs:
                 env[name] = value
-            if holds(due[depth]):
+            if holds(depth):
                 yield from walk(depth + 1)
         del chosen[name]
         for env in envs:
             env.pop(name, None)
 
-    yield from walk(0)
+    for count, variant in enumerate(walk(0), start=1):
+        if count > MAX_VARIANTS:
+            raise SpecError("family.knobs", f"more than {MAX_VARIANTS:,} of the knobs' {combinations:,} combinations "
+                                            f"satisfy the constraints, and a family may have at most {MAX_VARIANTS:,} "
+                                            "variants; keep fewer values or constrain them")
+        yield variant
 
 
-_VARIANTS: "OrderedDict[str, tuple[dict, ...]]" = OrderedDict()
+# Remembered as the knob names and a tuple of values per variant, about a third of the memory of a dict each.
+_VARIANTS: "OrderedDict[str, tuple[tuple[str, ...], tuple[tuple, ...]]]" = OrderedDict()
 _VARIANTS_LOCK = threading.Lock()
 _VARIANTS_KEPT = 16
 
@@ -70,21 +128,23 @@ def valid_variants(problem: Problem) -> list[dict[str, Any]]:
     Finding sgemm's 1,014 valid settings among 1.2 million combinations takes seconds, and the app
     builds a run's template generator again for every task (each batch of steps, each measurement
     that comes back), so a process enumerates each spec once. Problems are keyed by their spec hash;
-    one without a hash is enumerated every time."""
+    one without a hash is enumerated every time. At most MAX_VARIANTS (see enumerate_variants)."""
     key = problem.spec_hash
     if key:
         with _VARIANTS_LOCK:
             kept = _VARIANTS.get(key)
             if kept is not None:
                 _VARIANTS.move_to_end(key)
-                return [dict(v) for v in kept]
-    variants = list(enumerate_variants(problem))
+                names, rows = kept
+                return [dict(zip(names, row)) for row in rows]
+    names = tuple(_family(problem).knobs)
+    rows = tuple(tuple(variant[name] for name in names) for variant in enumerate_variants(problem))
     if key:
         with _VARIANTS_LOCK:
-            _VARIANTS[key] = tuple(dict(v) for v in variants)
+            _VARIANTS[key] = (names, rows)
             while len(_VARIANTS) > _VARIANTS_KEPT:
                 _VARIANTS.popitem(last=False)
-    return variants
+    return [dict(zip(names, row)) for row in rows]
 
 
 def _satisfied(problem: Problem, knobs: Mapping[str, Any], sizes: Mapping[str, int]) -> bool:

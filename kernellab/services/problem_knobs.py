@@ -30,29 +30,45 @@ def parse_knob_values(text: str, name: str) -> list[int]:
     return sorted(set(values))
 
 
+def dropped_constraints(*, knobs: dict[str, list[int]], offered: list[str], constraints: list[str]) -> list[str]:
+    """The constraints that saving `knobs` drops: those naming an offered knob left unticked, which
+    keeps its original value (a name that is no knob at all is refused by problem_knobs_save)."""
+    from gpu_runner.auto_knobs import constraint_names
+
+    unticked = set(offered) - set(knobs)
+    return [c for c in constraints if constraint_names(c) & unticked]
+
+
 @transaction.atomic
 def problem_knobs_save(*, problem: Problem, user, knobs: dict[str, list[int]], constraints: list[str] | None = None) -> Problem:
     """Make `knobs` (a subset of the ones found, with the values the person chose) the problem's
     [family]; no knobs removes the family this page wrote. The template is checked like an upload:
-    the spec and the kernels' signatures, and the smallest and largest variants compiled with nvcc."""
-    from gpu_runner.auto_knobs import family_from_knobs
-    from gpu_runner.spec import parse_problem
+    the spec and the kernels' signatures, the family's size (gpu_runner.family's MAX_COMBINATIONS and
+    MAX_VARIANTS), and the smallest and largest variants compiled with nvcc. A constraint naming a
+    knob left out is dropped; one naming something that is neither a knob nor a size is refused."""
+    from gpu_runner.auto_knobs import family_from_knobs, split_constraints
+    from gpu_runner.spec import SpecError, parse_problem
 
     access_require(user=user, workspace=problem.workspace, action="upload")
     problem = Problem.objects.select_for_update().select_related("reference").get(pk=problem.pk)
     if problem.family_source and AUTO_FAMILY_MARKER not in problem.spec_toml:
         raise ServiceError(f"{problem.title} has its own [family]; edit it in its problem.toml instead.")
     base_toml = spec_without_auto_family(problem.spec_toml)
-    if not knobs:
-        problem.spec_toml, problem.family_source = base_toml, ""
-        problem.save(update_fields=["spec_toml", "family_source"])
-        return problem
     try:
+        if not knobs:
+            if constraints:  # dropped with the family, but a typo is still worth saying
+                split_constraints(parse_problem(base_toml, problem.reference.source), {}, constraints)
+            problem.spec_toml, problem.family_source = base_toml, ""
+            problem.save(update_fields=["spec_toml", "family_source"])
+            return problem
         base = parse_problem(base_toml, problem.reference.source)
         family_toml, template = family_from_knobs(base, knobs, constraints)
+    except SpecError as exc:
+        raise ServiceError(_sentence(exc.message)) from None
     except ValueError as exc:
         raise ServiceError(str(exc)) from None
     spec_toml = f"{base_toml.rstrip()}\n\n{AUTO_FAMILY_MARKER}\n{family_toml}"
+    _check_size(spec_toml, problem.reference.source, template)
     try:
         checked = problem_check(spec_toml=spec_toml, reference_source=problem.reference.source, family_source=template)
     except ProblemRejected as exc:
@@ -63,10 +79,32 @@ def problem_knobs_save(*, problem: Problem, user, knobs: dict[str, list[int]], c
     return problem
 
 
+def _check_size(spec_toml: str, reference_source: str, template: str) -> None:
+    """Refuse a family over gpu_runner.family's limits before anything is compiled (problem_check
+    compiles the reference with nvcc first). The variants are remembered per spec, so the checks
+    after this one walk them no more."""
+    from gpu_runner.family import valid_variants
+    from gpu_runner.spec import SpecError, parse_problem
+
+    try:
+        spec = parse_problem(spec_toml, reference_source, template)
+    except SpecError:
+        return  # problem_check says what is wrong, with its line
+    try:
+        valid_variants(spec)
+    except SpecError as exc:
+        raise ServiceError(_sentence(exc.message)) from None
+
+
 def _compile_extremes(spec) -> None:
+    """Compile the family's first and last variants. A family over gpu_runner.family's limits raises
+    its SpecError (field family.knobs), so that an upload that calls this can point at the line;
+    no valid setting, or a variant that does not compile, raises ServiceError."""
     from gpu_runner import Runner
     from gpu_runner.family import render_variant, valid_variants
 
+    # valid_variants refuses a family over MAX_COMBINATIONS before it walks, stops at the first variant
+    # past MAX_VARIANTS, and remembers the list per spec for the run that follows.
     variants = valid_variants(spec)
     if not variants:
         raise ServiceError("No setting of these knobs satisfies the constraints in every size case.")
@@ -76,3 +114,8 @@ def _compile_extremes(spec) -> None:
         if not report.ok:
             setting = ", ".join(f"{k}={v}" for k, v in knobs.items())
             raise ServiceError(f"The variant {setting} does not compile: {report.summary()}")
+
+
+def _sentence(message: str) -> str:
+    """A spec check's message ('the knobs' values make ...') as a sentence of its own for the page."""
+    return message[:1].upper() + message[1:].rstrip(".") + "."

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpu_runner import Runner
-from gpu_runner.auto_knobs import family_from_knobs, propose_knobs
+from gpu_runner.auto_knobs import family_from_knobs, propose_knobs, split_constraints
 from gpu_runner.compiler import ToolMissing, find_tool
 from gpu_runner.family import render_variant, valid_variants
 from gpu_runner.spec import SpecError, load_problem, parse_problem
@@ -19,6 +19,53 @@ try:
 except ToolMissing:
     HAVE_NVCC = False
 needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="nvcc is not installed here")
+
+
+# A row softmax as QA uploaded it: one block per row whose threads count themselves with THREADS (the
+# stride, the warp count of the shared array, the helpers' loops) and never read blockDim.
+ROW_SOFTMAX_BLOCK_PER_ROW = """#define THREADS 256
+
+__device__ float block_max(float v, float* red) {
+    for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < THREADS / 32; ++w) v = fmaxf(v, red[w]);
+    __syncthreads();
+    return v;
+}
+
+__device__ float block_sum(float v, float* red) {
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = 0.0f;
+    for (int w = 0; w < THREADS / 32; ++w) v += red[w];
+    __syncthreads();
+    return v;
+}
+
+extern "C" __global__ void row_softmax(const float* x, float* out, int rows, int cols) {
+    __shared__ float red[THREADS / 32];
+    const float* in = x + (long long)blockIdx.x * cols;
+    float* result = out + (long long)blockIdx.x * cols;
+    float largest = __int_as_float(0xff800000);
+    for (int j = threadIdx.x; j < cols; j += THREADS) largest = fmaxf(largest, in[j]);
+    largest = block_max(largest, red);
+    float total = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += THREADS) total += __expf(in[j] - largest);
+    total = block_sum(total, red);
+    for (int j = threadIdx.x; j < cols; j += THREADS) result[j] = __expf(in[j] - largest) / total;
+}
+"""
+
+
+def row_softmax_block_per_row_toml() -> str:
+    """The row softmax spec with one block of 256 threads per row."""
+    text = (OWN / "row_softmax" / "problem.toml").read_text()
+    changed = text.replace('grid = ["ceil_div(ROWS, 128)"]\nblock = [128]', 'grid = ["ROWS"]\nblock = [256]')
+    assert changed != text
+    return changed
 
 
 def _problem(name: str):
@@ -130,3 +177,66 @@ def test_the_smallest_and_largest_variants_compile_with_nvcc(folder):
     for knobs in (variants[0], variants[-1]):
         report = runner.check(spec, render_variant(spec, knobs))
         assert report.ok, (knobs, report.summary())
+
+
+def _row_softmax(source: str = ROW_SOFTMAX_BLOCK_PER_ROW):
+    return parse_problem(row_softmax_block_per_row_toml(), source)
+
+
+def test_a_thread_count_define_of_a_kernel_that_never_reads_blockdim_is_its_block_size_knob():
+    problem = _row_softmax()
+    proposal = propose_knobs(problem)
+    assert [(k.name, k.kind, k.original) for k in proposal.knobs] == [("THREADS", "block", 256)]
+    assert proposal.knobs[0].values == (64, 128, 256, 512, 1024)  # threads that share memory: powers of two
+    assert "THREADS <= 1024" in proposal.constraints
+    assert not any("stays" in why for why in proposal.skipped)
+    family_toml, template = family_from_knobs(problem, {"THREADS": [64, 256, 1024]})
+    assert 'block = ["THREADS"]' in family_toml and 'grid = ["ROWS"]' in family_toml
+    spec = parse_problem(row_softmax_block_per_row_toml() + "\n" + family_toml, problem.reference.source, template)
+    small = render_variant(spec, {"THREADS": 64})
+    assert small.source.startswith("#define THREADS 64\n") and "#define THREADS 256" not in small.source
+    assert [e.text for e in small.launch[0].block] == ["64"]  # the block follows the thread count
+
+
+@needs_nvcc
+def test_the_smallest_and_largest_thread_counts_of_the_row_softmax_compile_with_nvcc():
+    problem = _row_softmax()
+    family_toml, template = family_from_knobs(problem, {"THREADS": [64, 1024]})
+    spec = parse_problem(row_softmax_block_per_row_toml() + "\n" + family_toml, problem.reference.source, template)
+    for threads in (64, 1024):
+        report = Runner(backend="static").check(spec, render_variant(spec, {"THREADS": threads}))
+        assert report.ok, (threads, report.summary())
+
+
+def test_a_constant_equal_to_a_block_size_that_cannot_change_is_not_offered_alone():
+    # The kernel writes the number 256 itself as well, so the block stays, and THREADS with it.
+    source = ROW_SOFTMAX_BLOCK_PER_ROW.replace("__shared__ float red[THREADS / 32];", "__shared__ float red[256 / 32];")
+    proposal = propose_knobs(_row_softmax(source))
+    assert proposal.knob("THREADS") is None
+    assert any(why.startswith("THREADS (#define THREADS at line 1) stays 256: it equals the block size of row_softmax")
+               for why in proposal.skipped)
+    assert any("The block size of row_softmax stays (256)" in why for why in proposal.skipped)
+    # A constant the kernel does not use is not its thread count and stays a free knob.
+    unrelated = "#define UNUSED 256\n" + ROW_SOFTMAX_BLOCK_PER_ROW
+    proposal = propose_knobs(_row_softmax(unrelated))
+    assert proposal.knob("THREADS").kind == "block" and proposal.knob("UNUSED").kind == "constant"
+
+
+def test_a_constraint_naming_something_that_is_no_knob_nor_size_is_refused():
+    problem = _problem("gelu")
+    with pytest.raises(ValueError, match=r"names BLOKC, which is neither a knob of this kernel \(BLOCK\) nor a size \(N\)"):
+        family_from_knobs(problem, {"BLOCK": [128, 256]}, ["BLOKC <= 256"])
+    rmsnorm = _problem("row_rmsnorm")
+    kept, dropped = split_constraints(rmsnorm, {"BLOCK": [128]}, ["BLOCK <= 512", "CHUNK*BLOCK <= 4096", "ceil_div(ROWS, BLOCK) >= 1"])
+    assert kept == ["BLOCK <= 512", "ceil_div(ROWS, BLOCK) >= 1"] and dropped == ["CHUNK*BLOCK <= 4096"]
+
+
+def test_knobs_with_too_many_combinations_are_refused_before_anything_else():
+    from gpu_runner.family import MAX_COMBINATIONS
+
+    problem = _problem("row_rmsnorm")
+    values = list(range(1, 33))
+    # Counted before the kernel is even read, so names it does not offer are not reached yet.
+    too_many = {"BLOCK": values, "CHUNK": values, "UNROLL": values, "NOT_A_KNOB": values, "ANOTHER": values}
+    with pytest.raises(SpecError, match=f"33,554,432 combinations .*more than the {MAX_COMBINATIONS:,}"):
+        family_from_knobs(problem, too_many)

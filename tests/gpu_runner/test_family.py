@@ -107,3 +107,60 @@ def test_every_bundled_problem_loads_and_every_variant_renders_valid():
             check_candidate(problem, render_variant(problem, knobs))
             total += 1
     assert total > 0
+
+
+def _saxpy_with(knobs: str, constraints: str = '["BLOCK*ITEMS*VEC <= 4096"]'):
+    """saxpy's family with extra knobs that its template ignores (each only multiplies the settings)."""
+    text = (PROBLEMS / "saxpy" / "problem.toml").read_text()
+    changed = text.replace('knobs = { BLOCK = [128, 256, 512, 1024], ITEMS = [1, 2, 4], VEC = [1, 4] }',
+                           f'knobs = {{ BLOCK = [128], ITEMS = [1], VEC = [1], {knobs} }}').replace(
+        'constraints = ["BLOCK*ITEMS*VEC <= 4096"]', f"constraints = {constraints}")
+    assert changed.count("K1 = ") == 1
+    return parse_problem(changed, REFERENCE, TEMPLATE)
+
+
+def _knobs(count: int, values: int) -> str:
+    return ", ".join(f"K{i} = {list(range(1, values + 1))}" for i in range(1, count + 1))
+
+
+def test_a_family_with_more_combinations_than_the_limit_is_refused_before_any_walk(monkeypatch):
+    import klexpr
+
+    from gpu_runner.family import MAX_COMBINATIONS, check_family_size
+
+    problem = _saxpy_with(_knobs(6, 12), '["K1 + K2 + K3 + K4 + K5 + K6 == 6"]')  # 12^6 = 2,985,984
+    monkeypatch.setattr(klexpr.Expression, "evaluate", lambda *a: pytest.fail("a constraint was evaluated"))
+    expected = f"2,985,984 combinations .*more than the {MAX_COMBINATIONS:,} a family may have"
+    with pytest.raises(SpecError, match=expected):
+        next(enumerate_variants(problem))
+    with pytest.raises(SpecError, match=expected):
+        check_family_size(problem)
+
+
+def test_a_family_with_more_variants_than_the_limit_stops_at_the_first_one_past_it(monkeypatch):
+    import gpu_runner.family as family
+
+    # QA's upload: four unconstrained knobs of 32 values, 1,048,576 settings, every one valid.
+    problem = _saxpy_with(_knobs(4, 32))
+    monkeypatch.setattr(family, "_VARIANTS", type(family._VARIANTS)())
+    seen = []
+    with pytest.raises(SpecError, match=f"more than {family.MAX_VARIANTS:,} of the knobs' 1,048,576 combinations"):
+        for variant in enumerate_variants(problem):
+            seen.append(variant)
+    assert len(seen) == family.MAX_VARIANTS  # never more held than the limit
+    with pytest.raises(SpecError, match="a family may have at most 65,536 variants"):
+        family.valid_variants(problem)
+    assert not family._VARIANTS  # nothing remembered of a family refused
+    fits = _saxpy_with(_knobs(4, 16))  # 65,536 exactly
+    assert family.check_family_size(fits) == family.MAX_VARIANTS == len(family.valid_variants(fits))
+
+
+@pytest.mark.skipif(not BUNDLED.is_dir(), reason="no bundled problems in this checkout")
+def test_every_bundled_family_is_within_the_limits():
+    from gpu_runner import load_problem
+    from gpu_runner.family import MAX_COMBINATIONS, combination_count
+
+    counts = {folder.parent.name: combination_count(load_problem(folder.parent).family.knobs)
+              for folder in BUNDLED.glob("*/problem.toml") if "[family]" in folder.read_text()}
+    assert counts and max(counts.values()) <= MAX_COMBINATIONS
+    assert max(counts, key=counts.get) == "sgemm" and counts["sgemm"] == 1_244_160  # the limit is set above it

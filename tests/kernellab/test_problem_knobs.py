@@ -10,6 +10,7 @@ from kernellab.services.errors import ServiceError
 from kernellab.services.problem_knobs import problem_knobs_save
 from kernellab.services.problems import problem_create, problem_spec
 from kernellab.services.runs import run_create
+from tests.gpu_runner.test_auto_knobs import ROW_SOFTMAX_BLOCK_PER_ROW, row_softmax_block_per_row_toml
 
 OWN = Path(__file__).resolve().parents[1] / "gpu_runner" / "own_kernels"
 SAXPY = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems" / "saxpy"
@@ -109,3 +110,101 @@ def test_knobs_whose_variants_do_not_compile_are_refused(members, workspace):
     with pytest.raises(ServiceError, match="does not compile"):
         problem_knobs_save(problem=problem, user=members["engineer"], knobs={"WIDTH": [2, 4]})
     assert Problem.objects.get(pk=problem.pk).family_source == ""
+
+
+def _gelu_with_constants(workspace, user, count: int) -> Problem:
+    """gelu with `#define K1 1` ... `#define K<count> <count>`: each is a knob the page offers."""
+    folder = OWN / "gelu"
+    defines = "".join(f"#define K{i} {i}\n" for i in range(1, count + 1))
+    return problem_create(workspace=workspace, user=user, spec_toml=(folder / "problem.toml").read_text(),
+                          reference_source=defines + (folder / "reference.cu").read_text(), compile=False)
+
+
+def test_knobs_with_too_many_combinations_are_refused_before_anything_is_enumerated(client, members, workspace):
+    problem = _gelu_with_constants(workspace, members["engineer"], 6)
+    client.force_login(members["engineer"])
+    ticks = {f"use-K{i}": "on" for i in range(1, 7)}
+    twelve = {f"values-K{i}": ", ".join(str(v) for v in range(1, 13)) for i in range(1, 7)}
+    answer = client.post(f"/problems/{problem.pk}/knobs", {**ticks, **twelve})
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert "The knobs&#x27; values make 2,985,984 combinations" in page and "more than the 2,097,152 a family may have" in page
+    ten = {f"values-K{i}": ", ".join(str(v) for v in range(1, 11)) for i in range(1, 7)}
+    answer = client.post(f"/problems/{problem.pk}/knobs", {**ticks, **ten})
+    assert answer.status_code == 400  # 1,000,000 settings within the constraints: the walk stops past 65,536
+    assert ("More than 65,536 of the knobs&#x27; 1,000,000 combinations satisfy the constraints, and a family may "
+            "have at most 65,536 variants") in answer.content.decode()
+    assert Problem.objects.get(pk=problem.pk).family_source == ""
+
+
+def test_a_constraint_naming_no_knob_nor_size_is_refused_and_names_it(client, members, workspace):
+    gelu = _upload(workspace, members["engineer"], OWN / "gelu")
+    client.force_login(members["engineer"])
+    answer = client.post(f"/problems/{gelu.pk}/knobs", {
+        "use-BLOCK": "on", "values-BLOCK": "128, 256, 512, 1024", "constraints": "BLOKC <= 256"})
+    assert answer.status_code == 400
+    assert "names BLOKC, which is neither a knob of this kernel (BLOCK) nor a size (N)." in answer.content.decode()
+    assert Problem.objects.get(pk=gelu.pk).family_source == ""
+
+
+@needs_nvcc
+def test_a_constraint_naming_an_unticked_knob_is_dropped_and_the_page_says_so(client, members, rmsnorm):
+    client.force_login(members["engineer"])
+    answer = client.post(f"/problems/{rmsnorm.pk}/knobs", {
+        "use-BLOCK": "on", "values-BLOCK": "128, 256", "constraints": "BLOCK <= 1024\nCHUNK*BLOCK <= 4096"}, follow=True)
+    assert answer.status_code == 200
+    assert ("Dropped, since each names a knob left unticked (which keeps its value in the reference): "
+            "CHUNK*BLOCK &lt;= 4096.") in answer.content.decode()
+    rmsnorm.refresh_from_db()
+    assert [c.text for c in problem_spec(rmsnorm).family.constraints] == ["BLOCK <= 1024"]
+
+
+def test_a_refused_edit_is_shown_again_as_posted(client, members, rmsnorm):
+    client.force_login(members["engineer"])
+    answer = client.post(f"/problems/{rmsnorm.pk}/knobs", {
+        "use-BLOCK": "on", "values-BLOCK": "128, 256, abc", "values-CHUNK": "2, 4",
+        "values-UNROLL": "1, 2, 4, 8", "constraints": "BLOCK >= 128\nN % BLOCK == 0"})
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert "&#x27;abc&#x27; is not one." in page
+    assert 'name="values-BLOCK" value="128, 256, abc"' in page and 'name="values-CHUNK" value="2, 4"' in page
+    assert 'id="use-BLOCK" checked' in page and 'id="use-CHUNK" checked' not in page and 'id="use-UNROLL" checked' not in page
+    assert ">BLOCK &gt;= 128\nN % BLOCK == 0</textarea>" in page
+
+
+@needs_nvcc
+def test_a_refused_edit_of_confirmed_knobs_does_not_say_they_are_confirmed(client, members, rmsnorm):
+    problem_knobs_save(problem=rmsnorm, user=members["engineer"], knobs={"BLOCK": [64, 128], "UNROLL": [1, 4]},
+                       constraints=["BLOCK <= 1024"])
+    client.force_login(members["engineer"])
+    assert "These knobs are confirmed." in client.get(f"/problems/{rmsnorm.pk}/knobs").content.decode()
+    answer = client.post(f"/problems/{rmsnorm.pk}/knobs", {
+        "use-BLOCK": "on", "values-BLOCK": "128, 256, abc", "constraints": "BLOCK >= 128\nN % BLOCK == 0"})
+    page = answer.content.decode()
+    assert answer.status_code == 400 and "These knobs are confirmed." not in page
+    assert 'name="values-BLOCK" value="128, 256, abc"' in page and 'id="use-UNROLL" checked' not in page
+    assert ">BLOCK &gt;= 128\nN % BLOCK == 0</textarea>" in page and "BLOCK &lt;= 1024</textarea>" not in page
+
+
+def test_the_thread_count_of_a_block_per_row_softmax_is_offered_as_its_block_size(client, members, workspace):
+    softmax = problem_create(workspace=workspace, user=members["engineer"], spec_toml=row_softmax_block_per_row_toml(),
+                             reference_source=ROW_SOFTMAX_BLOCK_PER_ROW, compile=False)
+    client.force_login(members["engineer"])
+    page = client.get(f"/problems/{softmax.pk}/knobs").content.decode()
+    assert '<code>THREADS</code></label> <small class="muted">block</small>' in page
+    assert "the block size of row_softmax" in page and "stays 256" not in page and "stays (256)" not in page
+    assert 'name="values-THREADS" value="64, 128, 256, 512, 1024"' in page
+
+
+@needs_nvcc
+def test_saving_the_thread_count_of_a_block_per_row_softmax_varies_its_block_with_it(client, members, workspace):
+    softmax = problem_create(workspace=workspace, user=members["engineer"], spec_toml=row_softmax_block_per_row_toml(),
+                             reference_source=ROW_SOFTMAX_BLOCK_PER_ROW, compile=False)
+    client.force_login(members["engineer"])
+    answer = client.post(f"/problems/{softmax.pk}/knobs", {
+        "use-THREADS": "on", "values-THREADS": "64, 128, 256, 512, 1024", "constraints": "THREADS <= 1024"})
+    assert answer.status_code == 302
+    softmax.refresh_from_db()
+    spec = problem_spec(softmax)
+    assert dict(spec.family.knobs) == {"THREADS": (64, 128, 256, 512, 1024)}
+    assert [e.text for e in spec.family.launch[0].block] == ["THREADS"]
