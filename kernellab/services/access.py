@@ -12,6 +12,7 @@ def access_require(*, user, workspace: Workspace, action: str) -> None:
     if role is None:
         raise PermissionDenied(f"You are not a member of the workspace {workspace.name}.")
     needed = ACTION_ROLE[action]
+    article = "an" if str(role)[:1].lower() in ("a", "e", "i", "o", "u") else "a"
     raise PermissionDenied(
-        f"You need the {needed.label.lower()} role or above to {action.replace('-', ' ')} in {workspace.name}; you are a {role}."
+        f"You need the {needed.label.lower()} role or above to {action.replace('-', ' ')} in {workspace.name}; you are {article} {role}."
     )

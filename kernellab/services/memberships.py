@@ -1,7 +1,12 @@
 """Who belongs to a workspace and with which role: adding people, invitation links, role changes, removal.
 
 Every workspace keeps at least one admin member, because only an admin can add people or change roles:
-a workspace without one could only be repaired by a server operator in Django admin."""
+a workspace without one could only be repaired by a server operator in Django admin.
+
+An invitation lives only as long as its creator may grant it: removing a member, or making an admin
+anything less, withdraws every open invitation they created (all of them, whatever their role: only
+an admin can create or withdraw a link, so none outlives its creator's admin role), and accepting a
+link checks again that its creator is still an active admin of the workspace."""
 from __future__ import annotations
 
 import secrets
@@ -15,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from kernellab.models import Invitation, Membership, Role, Workspace, invitation_token_hash
+from kernellab.selectors.access import user_can
 from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
 
@@ -32,8 +38,7 @@ class IssuedInvitation:
     token: str
 
 
-def invitation_refusal(invitation: Invitation, *, now=None) -> str | None:
-    """Why this invitation can no longer be used, as a sentence; None while it is open."""
+def _state_refusal(invitation: Invitation, *, now=None) -> str | None:
     now = now or timezone.now()
     if invitation.revoked_at is not None:
         return f"This invitation to {invitation.workspace.name} was withdrawn by an admin; ask them for a new link."
@@ -44,9 +49,38 @@ def invitation_refusal(invitation: Invitation, *, now=None) -> str | None:
     return None
 
 
+def _inviter_refusal(invitation: Invitation) -> str | None:
+    """Defence in depth behind the withdrawals on removal and demotion: the creator must still be an
+    active admin of the workspace (granting any role takes the admin role, as creating the link did)."""
+    inviter = invitation.created_by
+    if inviter is not None and inviter.is_active and user_can(user=inviter, workspace=invitation.workspace, action="admin"):
+        return None
+    who = inviter.get_username() if inviter is not None else "the admin who created it"
+    return (
+        f"This invitation to {invitation.workspace.name} no longer works: {who} can no longer add people to "
+        f"{invitation.workspace.name}; ask one of its admins for a new link."
+    )
+
+
+def invitation_refusal(invitation: Invitation, *, now=None) -> str | None:
+    """Why this invitation can no longer be used, as a sentence; None while it is open and its creator may still grant it."""
+    return _state_refusal(invitation, now=now) or _inviter_refusal(invitation)
+
+
+def _withdraw_invitations_by(*, workspace: Workspace, creator) -> int:
+    """Withdraws the open invitations `creator` made to `workspace`; returns how many. Used ones keep
+    their record and expired ones their sentence."""
+    return Invitation.objects.filter(
+        workspace=workspace, created_by=creator, accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now()
+    ).update(revoked_at=timezone.now())
+
+
 def _role(role: str) -> Role:
+    role = (role or "").strip()
+    if not role:
+        raise ServiceError("Choose a role.")
     if role not in Role.values:
-        raise ServiceError(f"{role or 'An empty role'!r} is not a role; choose viewer, engineer, approver or admin.")
+        raise ServiceError(f"{role[:40]!r} is not a role; choose viewer, engineer, approver or admin.")
     return Role(role)
 
 
@@ -112,7 +146,7 @@ def membership_invite(*, workspace: Workspace, user, role: str, valid_days: int 
 @transaction.atomic
 def invitation_revoke(*, invitation: Invitation, user) -> Invitation:
     access_require(user=user, workspace=invitation.workspace, action="admin")
-    if invitation_refusal(invitation) is not None:
+    if _state_refusal(invitation) is not None:
         raise ServiceError("This invitation was already used, withdrawn or expired, so there is nothing to withdraw.")
     Invitation.objects.filter(pk=invitation.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
     invitation.refresh_from_db()
@@ -124,15 +158,17 @@ def invitation_accept(*, token: str, user) -> Membership:
     """The logged-in `user` joins the invitation's workspace with its role; the link is used up."""
     if user is None or not user.is_authenticated:
         raise ServiceError("Log in or create an account to accept this invitation.")
-    invitation = (
-        Invitation.objects.select_related("workspace").select_for_update().filter(token_hash=invitation_token_hash(token or "")).first()
-    )
-    if invitation is None:
+    token_hash = invitation_token_hash(token or "")
+    found = Invitation.objects.filter(token_hash=token_hash).values_list("workspace_id", flat=True).first()
+    if found is None:
         raise ServiceError("This invitation link is not valid; check that it was copied whole, or ask an admin for a new one.")
+    # The workspace first, as removals and role changes lock it (then its invitations): the same order
+    # cannot deadlock, and the creator's role read below cannot change before this acceptance commits.
+    workspace = Workspace.objects.select_for_update().get(pk=found)
+    invitation = Invitation.objects.select_related("workspace").select_for_update().get(token_hash=token_hash)
     refusal = invitation_refusal(invitation)
     if refusal is not None:
         raise ServiceError(refusal)
-    workspace = _lock_workspace(invitation.workspace)
     existing = Membership.objects.filter(workspace=workspace, user=user).first()
     if existing is not None:
         raise ServiceError(
@@ -187,16 +223,24 @@ def membership_change_role(*, membership: Membership, user, role: str) -> Member
     if membership is None:
         raise ServiceError("This person is no longer a member; reload the page.")
     if membership.role == role:
+        membership.withdrawn_invitations = 0
         return membership
     if role != Role.ADMIN:
         _refuse_losing_the_last_admin(membership, verb=f"made {role}")
+    was_admin = membership.role == Role.ADMIN
     membership.role = role
     membership.save(update_fields=["role"])
+    # Only an admin can create or withdraw invitation links, so an admin made anything less loses
+    # all of theirs, whatever role each grants (not only those above the new role).
+    membership.withdrawn_invitations = (
+        _withdraw_invitations_by(workspace=membership.workspace, creator=membership.user) if was_admin else 0
+    )
     return membership
 
 
 @transaction.atomic
-def membership_remove(*, membership: Membership, user) -> None:
+def membership_remove(*, membership: Membership, user) -> int:
+    """Removes the member and withdraws the open invitations they created; returns how many were withdrawn."""
     _lock_workspace(membership.workspace)
     access_require(user=user, workspace=membership.workspace, action="admin")
     membership = Membership.objects.select_related("workspace", "user").filter(pk=membership.pk).first()
@@ -204,3 +248,4 @@ def membership_remove(*, membership: Membership, user) -> None:
         raise ServiceError("This person is no longer a member; reload the page.")
     _refuse_losing_the_last_admin(membership, verb="removed")
     membership.delete()
+    return _withdraw_invitations_by(workspace=membership.workspace, creator=membership.user)

@@ -13,6 +13,7 @@ from kernellab.models import Invitation, Membership, Role
 from kernellab.selectors.workspaces import invitation_for_token, invitation_list_open, membership_list
 from kernellab.services import PermissionDenied, ServiceError
 from kernellab.selectors.access import membership_role, user_can
+from kernellab.services.access import access_require
 from kernellab.services.memberships import (
     INVITATION_DAYS,
     LAST_ADMIN_REASON,
@@ -54,14 +55,25 @@ def _render_members(request, workspace, *, status: int = 200, **extra):
     return render(request, "kernellab/members/list.html", context, status=status)
 
 
-def _perform(request, workspace, change, *, notice: str, **extra):
+def _perform(request, workspace, change, *, notice, **extra):
+    """Runs `change`; the page shows its refusal, or `notice` (a format string or a function of the result)."""
     try:
         result = change()
     except PermissionDenied as exc:
         return render(request, "kernellab/members/list.html", _members_context(request, workspace, error=str(exc)), status=403)
     except ServiceError as exc:
         return _render_members(request, workspace, status=400, error=str(exc))
-    return _render_members(request, workspace, notice=notice.format(result=result), **extra)
+    text = notice(result) if callable(notice) else notice.format(result=result)
+    return _render_members(request, workspace, notice=text, **extra)
+
+
+def _withdrawn(count: int) -> str:
+    """The sentence a notice ends with when a removal or demotion withdrew the person's invitation links."""
+    if count == 0:
+        return ""
+    if count == 1:
+        return " The open invitation link they created was withdrawn."
+    return f" The {count} open invitation links they created were withdrawn."
 
 
 def _membership(workspace, membership_id: int) -> Membership:
@@ -92,7 +104,16 @@ def member_invite(request, slug: str):
     try:
         valid_days = int(request.POST.get("valid_days", "7"))
     except ValueError:
-        valid_days = 0
+        valid_days = None
+    if valid_days is None:
+        # Not a number (the form offers only a list): checked after the admin right, so a
+        # non-admin still gets the 403 and nothing about the form.
+        def refuse():
+            access_require(user=request.user, workspace=workspace, action="admin")
+            raise ServiceError(
+                f"Choose for how many days the link is valid: {', '.join(map(str, INVITATION_DAYS[:-1]))} or {INVITATION_DAYS[-1]}."
+            )
+        return _perform(request, workspace, refuse, notice="")
     try:
         issued = membership_invite(
             workspace=workspace, user=request.user, role=request.POST.get("role", ""), valid_days=valid_days,
@@ -119,7 +140,7 @@ def member_change_role(request, slug: str, membership_id: int):
     return _perform(
         request, workspace,
         lambda: membership_change_role(membership=membership, user=request.user, role=role),
-        notice="{result.user.username} is now {result.role}.",
+        notice=lambda result: f"{result.user.username} is now {result.role}.{_withdrawn(result.withdrawn_invitations)}",
     )
 
 
@@ -132,7 +153,7 @@ def member_remove(request, slug: str, membership_id: int):
     return _perform(
         request, workspace,
         lambda: membership_remove(membership=membership, user=request.user),
-        notice=f"{username} was removed from {workspace.name}.",
+        notice=lambda withdrawn: f"{username} was removed from {workspace.name}.{_withdrawn(withdrawn)}",
     )
 
 

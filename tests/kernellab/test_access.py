@@ -68,3 +68,9 @@ def test_an_approver_approves_many_at_once(client, pending, members, node, run):
 def test_login_is_required(client):
     response = client.get("/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+@pytest.mark.parametrize("role, article", [("viewer", "a"), ("engineer", "an")])
+def test_a_refusal_names_the_role_with_the_right_article(pending, members, role, article):
+    with pytest.raises(PermissionDenied, match=f"to approve in Team; you are {article} {role}\\.$"):
+        verification_approve(verification=pending, user=members[role])

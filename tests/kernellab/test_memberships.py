@@ -354,3 +354,126 @@ def test_an_admin_withdraws_an_open_invitation(client, members, workspace):
     assert "its link no longer works" in response.content.decode()
     client.logout()
     assert client.get(reverse("invitation", args=[issued.token])).status_code == 410
+
+
+# An invitation lives only as long as its creator may grant it
+
+
+def second_admin(workspace, members):
+    """The approver made an admin, as the admin who will lose that right."""
+    membership_change_role(membership=membership_of(members["approver"], workspace), user=members["admin"], role="admin")
+    return members["approver"]
+
+
+def test_a_removed_admin_cannot_rejoin_with_an_invitation_they_created(client, workspace, members):
+    rogue = second_admin(workspace, members)
+    own = membership_invite(workspace=workspace, user=rogue, role="admin", valid_days=30)
+    others = membership_invite(workspace=workspace, user=members["admin"], role="viewer")
+    membership_remove(membership=membership_of(rogue, workspace), user=members["admin"])
+    assert login(client, rogue).get(reverse("workspace", args=["team"])).status_code == 404
+    page = client.get(reverse("invitation", args=[own.token]))
+    assert page.status_code == 410 and "was withdrawn" in page.content.decode()
+    assert client.post(reverse("invitation", args=[own.token])).status_code == 410
+    with pytest.raises(ServiceError, match="was withdrawn"):
+        invitation_accept(token=own.token, user=rogue)
+    assert membership_of(rogue, workspace) is None
+    others.invitation.refresh_from_db()
+    assert others.invitation.revoked_at is None  # another admin's links still work
+
+
+def test_removal_leaves_used_and_expired_invitations_as_they_were(workspace, members, newcomer):
+    rogue = second_admin(workspace, members)
+    used = membership_invite(workspace=workspace, user=rogue, role="viewer")
+    invitation_accept(token=used.token, user=newcomer)
+    expired = membership_invite(workspace=workspace, user=rogue, role="viewer")
+    Invitation.objects.filter(pk=expired.invitation.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    membership_remove(membership=membership_of(rogue, workspace), user=members["admin"])
+    assert not Invitation.objects.filter(revoked_at__isnull=False).exists()
+    assert membership_of(newcomer, workspace).role == Role.VIEWER
+
+
+def test_a_demoted_admin_loses_every_open_invitation_they_created(workspace, members, newcomer):
+    rogue = second_admin(workspace, members)
+    as_admin = membership_invite(workspace=workspace, user=rogue, role="admin", valid_days=30)
+    as_viewer = membership_invite(workspace=workspace, user=rogue, role="viewer")
+    membership = membership_change_role(membership=membership_of(rogue, workspace), user=members["admin"], role="engineer")
+    assert membership.withdrawn_invitations == 2
+    # A viewer link too: only an admin may create or withdraw links, so none outlives its creator's admin role.
+    for issued in (as_admin, as_viewer):
+        with pytest.raises(ServiceError, match="was withdrawn"):
+            invitation_accept(token=issued.token, user=newcomer)
+    assert membership_of(newcomer, workspace) is None
+
+
+def test_a_role_change_between_other_roles_withdraws_nothing(workspace, members):
+    issued = membership_invite(workspace=workspace, user=members["admin"], role="viewer")
+    membership = membership_change_role(membership=membership_of(members["viewer"], workspace), user=members["admin"], role="approver")
+    assert membership.withdrawn_invitations == 0
+    issued.invitation.refresh_from_db()
+    assert issued.invitation.revoked_at is None
+
+
+@pytest.mark.parametrize("lost", ["demoted", "removed", "deactivated", "deleted"])
+def test_acceptance_checks_again_that_the_creator_may_still_grant_the_role(client, workspace, members, newcomer, django_user_model, lost):
+    # Defence in depth: the creator lost the right by a way that withdrew nothing (a change made
+    # outside the services, an account deleted or deactivated by an operator).
+    rogue = second_admin(workspace, members)
+    issued = membership_invite(workspace=workspace, user=rogue, role="admin", valid_days=30)
+    if lost == "demoted":
+        Membership.objects.filter(user=rogue, workspace=workspace).update(role=Role.ENGINEER)
+    elif lost == "removed":
+        Membership.objects.filter(user=rogue, workspace=workspace).delete()
+    elif lost == "deactivated":
+        django_user_model.objects.filter(pk=rogue.pk).update(is_active=False)
+    else:
+        rogue.delete()
+    sentence = "can no longer add people to Team"
+    with pytest.raises(ServiceError, match=sentence):
+        invitation_accept(token=issued.token, user=newcomer)
+    with pytest.raises(ServiceError, match=sentence):
+        invitation_accept_new_user(token=issued.token, username="fresh", password="a-long-password")
+    assert membership_of(newcomer, workspace) is None
+    assert not django_user_model.objects.filter(username="fresh").exists()
+    page = client.get(reverse("invitation", args=[issued.token]))
+    assert page.status_code == 410 and sentence in page.content.decode()
+    assert Invitation.objects.get().accepted_at is None
+
+
+def test_the_page_says_which_invitations_a_removal_withdrew(client, workspace, members):
+    rogue = second_admin(workspace, members)
+    membership_invite(workspace=workspace, user=rogue, role="admin", valid_days=30)
+    target = membership_of(rogue, workspace)
+    body = login(client, members["admin"]).post(reverse("member-remove", args=["team", target.pk]), **HTMX).content.decode()
+    assert "approver was removed from Team. The open invitation link they created was withdrawn." in body
+    assert "No open invitations." in body
+
+
+def test_the_page_says_which_invitations_a_demotion_withdrew(client, workspace, members):
+    rogue = second_admin(workspace, members)
+    membership_invite(workspace=workspace, user=rogue, role="admin", valid_days=30)
+    membership_invite(workspace=workspace, user=rogue, role="viewer")
+    target = membership_of(rogue, workspace)
+    body = login(client, members["admin"]).post(reverse("member-role", args=["team", target.pk]), {"role": "viewer"}, **HTMX).content.decode()
+    assert "approver is now viewer. The 2 open invitation links they created were withdrawn." in body
+
+
+# Sentences on the members page
+
+
+@pytest.mark.parametrize("days", ["abc", "", "7.5"])
+def test_a_number_of_days_that_is_not_a_number_is_refused_with_a_sentence(client, members, days):
+    response = login(client, members["admin"]).post(reverse("member-invite", args=["team"]), {"role": "viewer", "valid_days": days})
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "Choose for how many days the link is valid: 1, 7 or 30." in body and "not 0" not in body
+    assert not Invitation.objects.exists()
+
+
+@pytest.mark.parametrize("role", ["", "  "])
+def test_an_empty_role_is_asked_for(client, workspace, members, role):
+    response = login(client, members["admin"]).post(reverse("member-invite", args=["team"]), {"role": role, "valid_days": "7"})
+    body = response.content.decode()
+    assert response.status_code == 400 and "Choose a role." in body
+    assert "An empty role" not in body and "is not a role" not in body
+    with pytest.raises(ServiceError, match=r"^Choose a role\.$"):
+        membership_add(workspace=workspace, user=members["admin"], username="viewer", role=role)

@@ -1,14 +1,21 @@
-"""The live tree socket: membership on connect, catch-up after N, no gaps or repeats, Redis pushes."""
+"""The live tree socket: membership on connect, catch-up after N, no gaps or repeats, Redis pushes;
+access re-checked while the socket is open (removal, logout, a changed password close it with 4403)."""
 import asyncio
 import os
 
 import pytest
+from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.test import Client
 
+from kernellab import consumers
+from kernellab.models import Membership
 from kernellab.routing import websocket_urlpatterns
 from kernellab.services.changes import change_record
+from kernellab.services.memberships import membership_remove
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,11 +31,16 @@ def redis_available() -> bool:
         return False
 
 
-@pytest.fixture(params=["database", "redis"])
+@pytest.fixture(params=["database", "pushed", "redis"])
 def layer(request, settings):
     from channels.layers import channel_layers
 
-    if request.param == "redis":
+    if request.param == "pushed":
+        # The push path (group messages, no polling) through the in-memory layer: the URL only
+        # switches the consumer and `_push` to pushing; nothing connects to it.
+        settings.KERNELLAB_REDIS_URL = "redis://pushed-through-the-in-memory-layer"
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    elif request.param == "redis":
         if not redis_available():
             pytest.skip(f"Redis is not reachable at {REDIS_URL}")
         settings.KERNELLAB_REDIS_URL = REDIS_URL
@@ -42,9 +54,23 @@ def layer(request, settings):
     channel_layers.backends.clear()
 
 
-def communicator_for(run, user):
-    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/runs/{run.pk}/")
-    communicator.scope["user"] = user
+@database_sync_to_async
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+async def communicator_for(run, user=None):
+    """A socket through the same session and auth middleware as kernellab/asgi.py, logged in as
+    `user` (a session cookie of its own; `.client` logs it out) or anonymous."""
+    headers = []
+    client = None
+    if user is not None:
+        client = await logged_in(user)
+        headers = [(b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}".encode())]
+    communicator = WebsocketCommunicator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), f"/ws/runs/{run.pk}/", headers=headers)
+    communicator.client = client
     return communicator
 
 
@@ -68,7 +94,7 @@ def record(run, count: int) -> int:
 
 async def test_a_member_catches_up_and_then_gets_live_changes(layer, run, members):
     first = await record(run, 3)
-    communicator = communicator_for(run, members["viewer"])
+    communicator = await communicator_for(run, members["viewer"])
     connected, _ = await communicator.connect()
     assert connected
     await communicator.send_json_to({"type": "subscribe", "after": 0})
@@ -81,13 +107,13 @@ async def test_a_member_catches_up_and_then_gets_live_changes(layer, run, member
 
 async def test_a_reconnecting_client_gets_exactly_what_it_missed(layer, run, members):
     start = await record(run, 2)
-    communicator = communicator_for(run, members["viewer"])
+    communicator = await communicator_for(run, members["viewer"])
     await communicator.connect()
     await communicator.send_json_to({"type": "subscribe", "after": 0})
     seen = await receive_seqs(communicator, start)
     await communicator.disconnect()  # the connection drops ...
     end = await record(run, 7)  # ... while the tree keeps growing
-    again = communicator_for(run, members["viewer"])
+    again = await communicator_for(run, members["viewer"])
     await again.connect()
     await again.send_json_to({"type": "subscribe", "after": seen[-1]})
     missed = await receive_seqs(again, end)
@@ -97,15 +123,13 @@ async def test_a_reconnecting_client_gets_exactly_what_it_missed(layer, run, mem
 
 
 async def test_an_outsider_is_refused_on_connect(layer, run, members):
-    communicator = communicator_for(run, members["outsider"])
+    communicator = await communicator_for(run, members["outsider"])
     connected, code = await communicator.connect()
     assert not connected and code == 4403
 
 
 async def test_an_anonymous_user_is_refused_on_connect(layer, run):
-    from django.contrib.auth.models import AnonymousUser
-
-    communicator = communicator_for(run, AnonymousUser())
+    communicator = await communicator_for(run)
     connected, code = await communicator.connect()
     assert not connected and code == 4401
 
@@ -113,7 +137,7 @@ async def test_an_anonymous_user_is_refused_on_connect(layer, run):
 @pytest.mark.parametrize("frame", ["{not json", "[1, 2]", '{"type": "dance"}'])
 async def test_a_bad_frame_gets_a_sentence_and_the_socket_stays_open(layer, run, members, frame):
     last = await record(run, 2)
-    communicator = communicator_for(run, members["viewer"])
+    communicator = await communicator_for(run, members["viewer"])
     connected, _ = await communicator.connect()
     assert connected
     await communicator.send_to(text_data=frame)
@@ -127,7 +151,7 @@ async def test_a_bad_frame_gets_a_sentence_and_the_socket_stays_open(layer, run,
 
 async def test_a_binary_frame_or_an_absurd_position_does_not_close_the_socket(layer, run, members):
     last = await record(run, 1)
-    communicator = communicator_for(run, members["viewer"])
+    communicator = await communicator_for(run, members["viewer"])
     await communicator.connect()
     await communicator.send_to(bytes_data=b"\x00\x01")
     assert (await communicator.receive_json_from(timeout=5)) == {"type": "error", "message": "Send text frames holding JSON, not binary ones."}
@@ -135,4 +159,136 @@ async def test_a_binary_frame_or_an_absurd_position_does_not_close_the_socket(la
     assert await receive_seqs(communicator, last) == list(range(1, last + 1))
     await communicator.send_json_to({"type": "subscribe", "after": 10**40})  # beyond any run: nothing to send
     assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+
+async def test_a_socket_without_a_session_is_refused_on_connect(layer, run, members):
+    # Access is re-checked against the session while the socket is open, so a scope that has
+    # none (a stack without the session middleware) cannot be let in.
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/runs/{run.pk}/")
+    communicator.scope["user"] = members["viewer"]
+    connected, code = await communicator.connect()
+    assert not connected and code == 4401
+
+
+# Access re-checked while the socket is open
+
+
+@database_sync_to_async
+def remove(members, role: str) -> None:
+    membership_remove(membership=Membership.objects.get(user=members[role]), user=members["admin"])
+
+
+async def assert_closed_for_lost_access(communicator) -> None:
+    """The very next thing the socket sends is its close with 4403: no change slips out before it."""
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+
+
+@pytest.fixture
+def recheck_every_time(monkeypatch):
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_S", 0, raising=False)
+
+
+async def test_a_removed_member_is_closed_with_4403_and_gets_no_further_change(layer, run, members, recheck_every_time):
+    first = await record(run, 2)
+    communicator = await communicator_for(run, members["engineer"])
+    assert (await communicator.connect())[0]
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    assert await receive_seqs(communicator, first) == list(range(1, first + 1))
+    await remove(members, "engineer")
+    await record(run, 3)  # the run goes on: status, nodes, speedups ...
+    await assert_closed_for_lost_access(communicator)
+    await record(run, 2)
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+
+async def test_a_removed_member_cannot_replay_the_history_by_subscribing_again(layer, run, members, monkeypatch):
+    # However long the answer is remembered for pushes, a subscribe (a replay from the database) asks afresh.
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_S", 3600, raising=False)
+    last = await record(run, 3)
+    communicator = await communicator_for(run, members["engineer"])
+    await communicator.connect()
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    assert await receive_seqs(communicator, last) == list(range(1, last + 1))
+    await remove(members, "engineer")
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    await assert_closed_for_lost_access(communicator)
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+
+async def test_a_logged_out_session_is_closed_and_gets_no_new_comment(layer, run, members, recheck_every_time):
+    first = await record(run, 1)
+    communicator = await communicator_for(run, members["engineer"])
+    await communicator.connect()
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    assert await receive_seqs(communicator, first) == list(range(1, first + 1))
+    await database_sync_to_async(communicator.client.logout)()  # POST /accounts/logout/ ends the session
+    await database_sync_to_async(change_record)(run=run, kind="comment", payload={"node": "n1", "body": "secret"})
+    await assert_closed_for_lost_access(communicator)
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("change", ["password", "deactivated"])
+async def test_a_changed_password_or_a_deactivated_account_ends_the_socket(layer, run, members, change):
+    await record(run, 1)
+    communicator = await communicator_for(run, members["viewer"])
+    await communicator.connect()
+
+    @database_sync_to_async
+    def change_account():
+        if change == "password":
+            # Django logs out the user's other sessions: their auth hash no longer matches.
+            members["viewer"].set_password("a-brand-new-password")
+        else:
+            members["viewer"].is_active = False
+        members["viewer"].save()
+
+    await change_account()
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    await assert_closed_for_lost_access(communicator)
+    await communicator.disconnect()
+
+
+async def test_a_member_who_keeps_access_keeps_receiving(layer, run, members, recheck_every_time):
+    first = await record(run, 1)
+    viewer = await communicator_for(run, members["viewer"])
+    engineer = await communicator_for(run, members["engineer"])
+    for communicator in (viewer, engineer):
+        assert (await communicator.connect())[0]
+        await communicator.send_json_to({"type": "subscribe", "after": 0})
+        assert await receive_seqs(communicator, first) == list(range(1, first + 1))
+    await remove(members, "engineer")
+    last = await record(run, 4)
+    assert await receive_seqs(viewer, last) == list(range(first + 1, last + 1))
+    await assert_closed_for_lost_access(engineer)
+    await viewer.disconnect()
+    await engineer.disconnect()
+
+
+async def test_pushes_reuse_a_recent_answer_and_a_subscribe_asks_again(layer, run, members, monkeypatch):
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_S", 3600, raising=False)
+    checks = []
+    real = consumers.socket_access_holds
+
+    def counted(**kwargs):
+        checks.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(consumers, "socket_access_holds", counted)
+    start = await record(run, 0)
+    communicator = await communicator_for(run, members["viewer"])
+    await communicator.connect()
+    await communicator.send_json_to({"type": "subscribe", "after": start})
+    assert await communicator.receive_nothing(timeout=0.2)
+    assert len(checks) == 1  # on subscribe (on connect the auth middleware has just read the session)
+    for expected in range(start + 1, start + 4):
+        await record(run, 1)
+        assert await receive_seqs(communicator, expected) == [expected]
+    assert len(checks) == 1
+    await communicator.send_json_to({"type": "subscribe", "after": start + 3})
+    assert await communicator.receive_nothing(timeout=0.2)
+    assert len(checks) == 2
     await communicator.disconnect()
