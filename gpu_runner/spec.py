@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import tomllib
@@ -33,6 +34,29 @@ MAX_PROBLEM_BYTES_VARIABLE = "KERNELLAB_MAX_PROBLEM_BYTES"
 DEFAULT_MAX_PROBLEM_BYTES = 64 * 1024**3
 _BYTE_UNITS = {"": 1, "B": 1, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4,
                "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}
+
+# CUDA's launch limits on the GPUs KernelLab measures on (H100 and H200, compute capability 9.0). A
+# launch beyond them fails on the GPU ("invalid configuration argument") in every measurement, so a
+# spec or candidate whose launch breaks one in some size case is refused before anything runs.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIMS = (1024, 1024, 64)
+MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+# 227 KiB per block: the most dynamic shared memory a kernel may opt in to (the runner sets the opt-in).
+MAX_DYNAMIC_SHARED_BYTES = 232448
+GPU_LIMITS_NAME = "the H100 and H200"
+_AXES = ("x", "y", "z")
+# What a scalar argument of each dtype can carry: the runner converts the value to it (an int32 given
+# 3000000000 raises OverflowError there, a float16 beyond 65504 too), so it is checked here first.
+SCALAR_RANGES: dict[str, tuple[int | float, int | float]] = {
+    "int32": (-2**31, 2**31 - 1),
+    "int64": (-2**63, 2**63 - 1),
+    "uint32": (0, 2**32 - 1),
+    "uint8": (0, 2**8 - 1),
+    "float16": (-65504.0, 65504.0),
+    "bfloat16": (-3.3895313892515355e38, 3.3895313892515355e38),
+    "float32": (-3.4028234663852886e38, 3.4028234663852886e38),
+    "float64": (-1.7976931348623157e308, 1.7976931348623157e308),
+}
 
 
 class SpecError(ValueError):
@@ -303,7 +327,8 @@ def load_problem(folder: str | Path) -> Problem:
     toml_path = folder / "problem.toml"
     if not toml_path.is_file():
         raise SpecError("problem.toml", f"no problem.toml in {folder}")
-    toml_text = toml_path.read_text()
+    # utf-8-sig: a file some editor saved with a byte order mark reads as what it says
+    toml_text = toml_path.read_text(encoding="utf-8-sig")
     table = _read_toml(toml_text)
     reference_name = table.get("problem", {}).get("reference", "reference.cu")
     reference_path = folder / str(reference_name)
@@ -315,15 +340,16 @@ def load_problem(folder: str | Path) -> Problem:
         family_path = folder / family["source"]
         if not family_path.is_file():
             raise SpecError("family.source", f"the template '{family['source']}' is not in {folder}")
-        family_source = family_path.read_text()
-    problem = parse_problem(toml_text, reference_path.read_text(), family_source)
+        family_source = family_path.read_text(encoding="utf-8-sig")
+    problem = parse_problem(toml_text, reference_path.read_text(encoding="utf-8-sig"), family_source)
     object.__setattr__(problem, "folder", folder)
     return problem
 
 
 def _read_toml(toml_text: str) -> dict:
     try:
-        return tomllib.loads(toml_text)
+        # a byte order mark some editors write first is no TOML statement, but no mistake of the author's
+        return tomllib.loads(toml_text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         raise SpecError("problem.toml", f"not valid TOML ({exc})",
                         syntax_error_line(str(exc), toml_text)) from None
@@ -405,7 +431,7 @@ def _parse_problem(table: dict, toml_text: str, reference_source: str, family_so
 def reference_kind(toml_text: str) -> str:
     """"pytorch" when the spec says `[problem] kind = "pytorch"`, else "cuda" (also for a spec that does not read)."""
     try:
-        head = tomllib.loads(toml_text).get("problem")
+        head = tomllib.loads(toml_text.removeprefix("\ufeff")).get("problem")
     except (tomllib.TOMLDecodeError, ValueError):
         return "cuda"
     return "pytorch" if isinstance(head, dict) and head.get("kind") == "pytorch" else "cuda"
@@ -747,7 +773,8 @@ def _check_evaluates(args: list[ArgSpec], launch: list[LaunchStep], case: SizeCa
     for i, arg in enumerate(args):
         try:
             if arg.role == "scalar":
-                arg.value.evaluate(env)  # type: ignore[union-attr]
+                value = arg.value.evaluate(env)  # type: ignore[union-attr]
+                _check_scalar_range(arg, value, f"{prefix}args[{i}] ('{arg.name}').value", case)
             elif arg.numel(env) <= 0:
                 raise SpecError(f"{prefix}args[{i}] ('{arg.name}').shape",
                                 f"has no elements for size case '{case.name}'")
@@ -775,6 +802,40 @@ def _check_evaluates(args: list[ArgSpec], launch: list[LaunchStep], case: SizeCa
             if min(grid) <= 0 or min(block) <= 0 or shared < 0:
                 raise SpecError(f"{prefix}launch[{i}]", f"gives grid {grid}, block {block}, shared "
                                                         f"{shared} for size case '{case.name}'")
+            check_launch_limits(grid, block, shared, f"{prefix}launch[{i}]", case.name)
+
+
+def check_launch_limits(grid: tuple[int, ...], block: tuple[int, ...], shared: int, at: str, case: str) -> None:
+    """Refuse a resolved launch that CUDA would refuse on the H100 and H200, naming the limit broken."""
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise SpecError(f"{at}.block", f"gives block {block}, {threads} threads per block, for size case '{case}'; "
+                                       f"the limit is {MAX_THREADS_PER_BLOCK} threads per block on {GPU_LIMITS_NAME}")
+    for axis, value, limit in zip(_AXES, block, MAX_BLOCK_DIMS):
+        if value > limit:
+            raise SpecError(f"{at}.block", f"gives block {axis} = {value} for size case '{case}'; the limit for "
+                                           f"block {axis} is {limit} on {GPU_LIMITS_NAME}")
+    for axis, value, limit in zip(_AXES, grid, MAX_GRID_DIMS):
+        if value > limit:
+            raise SpecError(f"{at}.grid", f"gives grid {axis} = {value} for size case '{case}'; the limit for "
+                                          f"grid {axis} is {limit} on {GPU_LIMITS_NAME}")
+    if shared > MAX_DYNAMIC_SHARED_BYTES:
+        raise SpecError(f"{at}.shared", f"asks for {describe_bytes(shared)} of dynamic shared memory for size case "
+                                        f"'{case}'; the limit is {describe_bytes(MAX_DYNAMIC_SHARED_BYTES)} per "
+                                        f"block on {GPU_LIMITS_NAME}")
+
+
+def _check_scalar_range(arg: ArgSpec, value: Any, at: str, case: SizeCase) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    low, high = SCALAR_RANGES.get(arg.dtype, (-math.inf, math.inf))
+    if not low <= value <= high:
+        raise SpecError(at, f"gives {_number(value)} for size case '{case.name}', outside the range of the "
+                            f"{arg.dtype} scalar ({_number(low)} to {_number(high)})")
+
+
+def _number(value: int | float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 def _parse_tolerance(table: Any) -> dict[str, Tolerance]:

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 
-from kernellab.models import ApprovalMode
+from kernellab.models import ApprovalMode, Problem
 from kernellab.selectors.backends import BACKENDS
 from kernellab.services.runs import FEEDBACK, GENERATORS, OBJECTIVES, SURROGATES
 
@@ -20,17 +20,27 @@ def _limit() -> int:
     return settings.KERNELLAB_UPLOAD_MAX_BYTES
 
 
+def _too_big(label: str, size: int) -> str:
+    return f"{label} is {size // 1024} KiB; the limit is {_limit() // 1024} KiB."
+
+
+def _text(text: str) -> str:
+    """A text as the checks and the database take it: without the byte order mark some editors put
+    first (tomllib refuses it: "Invalid statement (at line 1, column 1)"), with Unix line ends."""
+    return text.removeprefix("\ufeff").replace("\r\n", "\n")
+
+
 def _read_text_upload(upload, *, label: str, suffixes: tuple[str, ...]) -> str:
     name = upload.name or ""
     if not name.lower().endswith(suffixes):
         raise forms.ValidationError(f"{label} must be a {' or '.join(suffixes)} file; {name!r} is not.")
     if upload.size > _limit():
-        raise forms.ValidationError(f"{label} is {upload.size // 1024} KiB; the limit is {_limit() // 1024} KiB.")
+        raise forms.ValidationError(_too_big(label, upload.size))
     raw = upload.read(_limit() + 1)
     if b"\x00" in raw:
         raise forms.ValidationError(f"{label} is a binary file, not text.")
     try:
-        return raw.decode("utf-8")
+        return _text(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise forms.ValidationError(f"{label} is not UTF-8 text.") from None
 
@@ -38,7 +48,7 @@ def _read_text_upload(upload, *, label: str, suffixes: tuple[str, ...]) -> str:
 def _check_text(text: str, *, label: str) -> str:
     size = len(text.encode())
     if size > _limit():
-        raise forms.ValidationError(f"{label} is {size // 1024} KiB; the limit is {_limit() // 1024} KiB.")
+        raise forms.ValidationError(_too_big(label, size))
     if "\x00" in text:
         raise forms.ValidationError(f"{label} contains a NUL character, so it is not text.")
     return text
@@ -74,25 +84,37 @@ class ProblemUploadForm(forms.Form):
             ("reference_source", "reference_source", "reference_file", "reference.cu"),
             ("family_source", "family_source", "family_file", "family.cu"),
         ):
+            if text_field in self.errors:
+                continue
             text = data.get(file_field) or data.get(text_field) or ""
             try:
-                parts[part] = _check_text(text.replace("\r\n", "\n"), label=label)
+                parts[part] = _check_text(_text(text), label=label)
             except forms.ValidationError as exc:
                 self.add_error(text_field, exc)
-        if not (parts.get("spec_toml") or "").strip() and "spec_toml" not in self.errors:
-            self.add_error("spec_toml", "Paste problem.toml or upload it.")
-        if not (parts.get("reference_source") or "").strip() and "reference_source" not in self.errors:
-            self.add_error("reference_source", "Paste the reference kernel or upload reference.cu.")
+        # A part whose file or text was refused has its reason already; "paste it" would be a second one.
+        for part, file_field, missing in (("spec_toml", "spec_file", "Paste problem.toml or upload it."),
+                                          ("reference_source", "reference_file",
+                                           "Paste the reference kernel or upload reference.cu.")):
+            if not (parts.get(part) or "").strip() and part not in self.errors and file_field not in self.errors:
+                self.add_error(part, missing)
         data.update(parts)
         return data
+
+
+def _stored_length(field: str, label: str) -> dict:
+    """max_length of a Problem column, with a sentence naming the field and the limit (a longer
+    value is a DataError on PostgreSQL)."""
+    limit = Problem._meta.get_field(field).max_length
+    return {"max_length": limit, "error_messages": {
+        "max_length": f"{label} may be at most {limit} characters; this one has %(show_value)d."}}
 
 
 class PytorchProblemUploadForm(forms.Form):
     """A KernelBench-format program (class Model, get_inputs, get_init_inputs) as text or a .py file."""
 
-    name = forms.CharField(max_length=100, help_text="letters, digits and underscores; the file's name if empty",
-                           required=False)
-    title = forms.CharField(max_length=200, required=False)
+    name = forms.CharField(help_text="letters, digits and underscores; the file's name if empty", required=False,
+                           **_stored_length("name", "The name"))
+    title = forms.CharField(required=False, **_stored_length("title", "The title"))
     program = forms.CharField(label="reference.py", required=False, strip=False,
                               widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false"}))
     program_file = forms.FileField(label="or upload the program (.py)", required=False)
@@ -103,7 +125,9 @@ class PytorchProblemUploadForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        text = (data.get("program_file") or data.get("program") or "").replace("\r\n", "\n")
+        if "program" in self.errors:
+            return data
+        text = _text(data.get("program_file") or data.get("program") or "")
         try:
             data["program"] = _check_text(text, label="The program")
         except forms.ValidationError as exc:
@@ -111,10 +135,14 @@ class PytorchProblemUploadForm(forms.Form):
             return data
         if not text.strip() and "program" not in self.errors and "program_file" not in self.errors:
             self.add_error("program", "Paste a KernelBench program or upload its .py file.")
-        if not data.get("name"):
+        if not data.get("name") and "name" not in self.errors:   # a refused name has its reason already
             upload = self.files.get("program_file")
             data["name"] = (upload.name.rsplit(".", 1)[0] if upload else "")
-            if not data["name"] and "program" not in self.errors:
+            limit = self.fields["name"].max_length
+            if len(data["name"]) > limit:
+                self.add_error("name", f"The file's name makes a name of {len(data['name'])} characters; the limit "
+                                       f"is {limit}: give a shorter name.")
+            elif not data["name"] and "program" not in self.errors:
                 self.add_error("name", "Name the problem (letters, digits and underscores).")
         return data
 

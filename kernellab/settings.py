@@ -52,6 +52,8 @@ MIDDLEWARE = [
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # before the CSRF check reads the POST: a post over DATA_UPLOAD_MAX_MEMORY_SIZE gets a page naming the limits
+    "kernellab.views.request_limits.RequestTooBigMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "kernellab.selectors.access.RolesPerRequestMiddleware",
@@ -136,9 +138,12 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
 
-DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+KERNELLAB_UPLOAD_MAX_BYTES = 256 * 1024   # each text of an upload form, pasted or as a file
+# The form fields of a request together (files aside): the upload form's three texts at their limit,
+# each doubled by the CRLF line ends a browser sends, and room for the small fields, so that a text over its
+# own limit gets the form's sentence. A post beyond it gets kernellab.views.request_limits' page.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2 * 1024 * 1024, 3 * 2 * KERNELLAB_UPLOAD_MAX_BYTES + 64 * 1024)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
-KERNELLAB_UPLOAD_MAX_BYTES = 256 * 1024
 
 if KERNELLAB_REDIS_URL:
     CHANNEL_LAYERS = {

@@ -9,8 +9,14 @@ from kernellab.selectors.problem_knobs import AUTO_FAMILY_MARKER, spec_without_a
 from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
 from kernellab.services.problems import ProblemRejected, problem_check
+from klexpr import ExpressionError
 
 MAX_VALUES_PER_KNOB = 32
+# A knob's value becomes `#define NAME value` in the kernel, where it is read as a C int, and a number
+# in the launch's expressions (grid, block, shared, temps' shapes): past 2^31 - 1 the kernel's int
+# arithmetic overflows (and a value past 2^64 is refused by klexpr outright), so no such variant is
+# worth compiling. The largest block dimension is 1024 and the largest grid dimension 2^31 - 1 anyway.
+MAX_KNOB_VALUE = 2**31 - 1
 
 
 def parse_knob_values(text: str, name: str) -> list[int]:
@@ -20,8 +26,13 @@ def parse_knob_values(text: str, name: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if not part.isdigit() or int(part) <= 0:
-            raise ServiceError(f"The values of {name} must be positive whole numbers separated by commas; {part!r} is not one.")
+        # ASCII digits only: str.isdigit() also takes '²' or '٣', which int() refuses or reads as
+        # another number. The length is checked before int(), which refuses strings of over 4,300 digits.
+        if not (part.isascii() and part.isdigit()) or not part.strip("0"):
+            raise ServiceError(f"The values of {name} must be positive whole numbers separated by commas; "
+                               f"{_shown(part)} is not one.")
+        if len(part.lstrip("0")) > len(str(MAX_KNOB_VALUE)) or int(part) > MAX_KNOB_VALUE:
+            raise ServiceError(_too_large(name, _shown(part)))
         values.append(int(part))
     if not values:
         raise ServiceError(f"The knob {name} needs at least one value (or leave it unticked).")
@@ -50,6 +61,10 @@ def problem_knobs_save(*, problem: Problem, user, knobs: dict[str, list[int]], c
     from gpu_runner.spec import SpecError, parse_problem
 
     access_require(user=user, workspace=problem.workspace, action="upload")
+    for name, values in knobs.items():
+        too_large = [v for v in values if isinstance(v, int) and v > MAX_KNOB_VALUE]
+        if too_large:
+            raise ServiceError(_too_large(name, str(too_large[0])))
     problem = Problem.objects.select_for_update().select_related("reference").get(pk=problem.pk)
     if problem.family_source and AUTO_FAMILY_MARKER not in problem.spec_toml:
         raise ServiceError(f"{problem.title} has its own [family]; edit it in its problem.toml instead.")
@@ -73,7 +88,10 @@ def problem_knobs_save(*, problem: Problem, user, knobs: dict[str, list[int]], c
         checked = problem_check(spec_toml=spec_toml, reference_source=problem.reference.source, family_source=template)
     except ProblemRejected as exc:
         raise ServiceError(f"These knobs do not make a valid family: {exc}") from None
-    _compile_extremes(checked.spec)
+    try:
+        _compile_extremes(checked.spec)
+    except ExpressionError as exc:  # _check_size evaluates the same variants first; this is the net under it
+        raise ServiceError(f"With these knobs' values, {exc}.") from None
     problem.spec_toml, problem.family_source = spec_toml, template
     problem.save(update_fields=["spec_toml", "family_source"])
     return problem
@@ -81,19 +99,37 @@ def problem_knobs_save(*, problem: Problem, user, knobs: dict[str, list[int]], c
 
 def _check_size(spec_toml: str, reference_source: str, template: str) -> None:
     """Refuse a family over gpu_runner.family's limits before anything is compiled (problem_check
-    compiles the reference with nvcc first). The variants are remembered per spec, so the checks
-    after this one walk them no more."""
-    from gpu_runner.family import valid_variants
-    from gpu_runner.spec import SpecError, parse_problem
+    compiles the reference with nvcc first), and one whose first or last variant's launch (grid,
+    block, shared) or temps cannot be evaluated in some size case, e.g. an expression reaching klexpr's
+    bound of 2**64. The variants are remembered per spec, so the checks after this one walk them no more."""
+    from gpu_runner.family import render_variant, valid_variants, variant_id
+    from gpu_runner.spec import KernelLaunch, SpecError, parse_problem
 
     try:
         spec = parse_problem(spec_toml, reference_source, template)
     except SpecError:
         return  # problem_check says what is wrong, with its line
     try:
-        valid_variants(spec)
+        variants = valid_variants(spec)
     except SpecError as exc:
         raise ServiceError(_sentence(exc.message)) from None
+    for knobs in {tuple(v.items()): v for v in variants[:1] + variants[-1:]}.values():
+        try:
+            candidate = render_variant(spec, knobs)
+        except SpecError:
+            return  # _compile_extremes renders it again and says what is wrong
+        except ExpressionError as exc:
+            raise ServiceError(f"The variant {variant_id(knobs)} cannot be written: {exc}.") from None
+        for case in spec.sizes:
+            try:
+                for step in candidate.launch:
+                    if isinstance(step, KernelLaunch):
+                        step.resolve(case.sizes)
+                for temp in candidate.temps:
+                    temp.numel(case.sizes)
+            except ExpressionError as exc:
+                raise ServiceError(f"The variant {variant_id(knobs)} cannot be launched in the size case "
+                                   f"'{case.name}': {exc}.") from None
 
 
 def _compile_extremes(spec) -> None:
@@ -114,6 +150,15 @@ def _compile_extremes(spec) -> None:
         if not report.ok:
             setting = ", ".join(f"{k}={v}" for k, v in knobs.items())
             raise ServiceError(f"The variant {setting} does not compile: {report.summary()}")
+
+
+def _shown(part: str) -> str:
+    """A posted value as the page quotes it: in full up to 40 characters, its start beyond."""
+    return repr(part) if len(part) <= 40 else f"{part[:40]!r}... ({len(part):,} characters)"
+
+
+def _too_large(name: str, value: str) -> str:
+    return f"The values of {name} must be at most {MAX_KNOB_VALUE:,} (2^31 - 1, the largest C int); {value} is larger."
 
 
 def _sentence(message: str) -> str:

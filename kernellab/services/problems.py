@@ -15,7 +15,6 @@ from kernellab.services.errors import ServiceError
 from kernellab.services.kernels import kernel_get_or_create
 
 
-
 class ProblemRejected(ServiceError):
     """The upload was checked and refused; `compile_errors` holds [{line, message}] of reference.cu
     and `spec_errors` [{line, field, message}] of problem.toml, every one found, for the page."""
@@ -63,6 +62,7 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
             raise ProblemRejected(f"The problem spec is not valid: {exc}", spec_errors=spec_errors) from None
         raise ProblemRejected(f"The problem spec has {len(spec_errors)} mistakes, each listed with its line of problem.toml",
                               spec_errors=spec_errors) from None
+    _check_stored_lengths(spec, spec_toml)
     from gpu_runner import reference_candidate
 
     reference = reference_candidate(spec)
@@ -81,8 +81,76 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
             first = errors[0] if errors else {"line": None, "message": report.summary()}
             where = f" at line {first['line']}" if first.get("line") else ""
             raise ProblemRejected(f"The reference kernel does not compile{where}: {first['message']}", errors)
+        _refuse_unexported_kernels(reference, "reference.cu")
         facts = asdict(report.facts) if report.facts else {}
+        if spec.family is not None:
+            _check_family(spec, spec_toml)
     return CheckedProblem(spec=spec, reference_candidate=reference.to_dict(), compiler_facts=facts)
+
+
+def _check_stored_lengths(spec, spec_toml: str) -> None:
+    """Refuse a name or title longer than its database column (PostgreSQL raises a DataError for it,
+    SQLite keeps it silently), as a spec mistake with its line of problem.toml."""
+    from gpu_runner.toml_lines import field_line
+
+    name = slugify(spec.name).replace("-", "_")
+    errors = []
+    for key, stored in (("name", name), ("title", spec.title or name)):
+        limit = Problem._meta.get_field(key).max_length
+        if len(stored) > limit:
+            errors.append({"line": field_line(spec_toml, f"problem.{key}"), "field": f"problem.{key}",
+                           "message": f"is {len(stored)} characters long; the limit is {limit} characters"})
+    if errors:
+        first = errors[0]
+        raise ProblemRejected(f"The problem spec is not valid: {first['field']}: {first['message']}",
+                              spec_errors=errors)
+
+
+def _refuse_unexported_kernels(candidate, label: str) -> None:
+    """Refuse a kernel the GPU workers could not find: they look each one up in the cubin by its plain
+    name, which only an extern "C" kernel keeps (C++ mangles the others' names, vadd becomes
+    _Z4vaddPKfS0_Pfi), so every measurement would fail. The cubin is the static check's, from the
+    compile cache."""
+    from gpu_runner.compiler import DEFAULT_ARCH, compile_cubin, cubin_kernel_names
+    from gpu_runner.signature import kernel_signatures
+
+    output = compile_cubin(candidate.source, candidate.compile_options, DEFAULT_ARCH, sass=False)
+    if not output.report.ok or output.cubin is None:
+        return
+    compiled = cubin_kernel_names(output.cubin)
+    missing = [kernel for kernel in candidate.kernel_names if kernel not in compiled]
+    if not missing:
+        return
+    # the sentence the static backend gives when it measures such a kernel
+    message = f"The kernel '{missing[0]}' is not in the compiled module; declare it extern \"C\" __global__."
+    definitions = kernel_signatures(candidate.source).get(missing[0]) or ()
+    line = definitions[0].line if definitions else None
+    # the page marks compile errors on reference.cu's lines only
+    errors = [{"line": line, "message": message}] if label == "reference.cu" else []
+    raise ProblemRejected(f"{label}: {message}", errors)
+
+
+def _check_family(spec, spec_toml: str) -> None:
+    """Check a [family] as the Knobs page checks the one it writes (problem_knobs._compile_extremes,
+    called rather than copied, so its limits hold here too): some setting of the knobs satisfies
+    the constraints, and the smallest and largest variants compile and export their kernels."""
+    from gpu_runner.family import render_variant, valid_variants
+    from gpu_runner.spec import SpecError
+    from gpu_runner.toml_lines import field_line
+
+    from kernellab.services.problem_knobs import _compile_extremes
+
+    try:
+        _compile_extremes(spec)
+        first = render_variant(spec, valid_variants(spec)[0])
+    except SpecError as exc:   # the family's own limits (its size), each with its line of problem.toml
+        errors = [{"line": field_line(spec_toml, e.field), "field": e.field, "message": e.message} for e in exc.errors]
+        raise ProblemRejected(f"The problem spec is not valid: {exc}", spec_errors=errors) from None
+    except ServiceError as exc:
+        raise ProblemRejected(f"[family]: {exc}") from None
+    except Exception as exc:  # nvcc missing or broken: say so rather than save an unchecked family
+        raise ProblemRejected(f"The family could not be checked: {exc}") from None
+    _refuse_unexported_kernels(first, "family.cu")
 
 
 def _pytorch_problem_check(*, spec_toml: str, program_source: str) -> CheckedProblem:
@@ -99,6 +167,7 @@ def _pytorch_problem_check(*, spec_toml: str, program_source: str) -> CheckedPro
         first = errors[0]
         message = first.message if first.field == "problem.reference" else f"The problem spec is not valid: {first}"
         raise ProblemRejected(message, program_errors, spec_errors) from None
+    _check_stored_lengths(spec, spec_toml)
     reference = {"source": program_source, "launch": [], "temps": [], "compile_options": [], "knobs": None,
                  "name": f"{spec.name} reference"}
     return CheckedProblem(spec=spec, reference_candidate=reference)

@@ -153,3 +153,65 @@ def test_a_bad_candidate_is_a_spec_error_naming_the_field(patch, field):
 def test_the_reference_is_a_valid_candidate_of_its_own_problem():
     problem = saxpy_problem()
     check_candidate(problem, reference_candidate(problem))
+
+
+@pytest.mark.parametrize("change, field, marked, fragments", [
+    (("block = [256]\nshared", "block = [2048]\nshared"), "launch[0].block", "block = [2048]",
+     ["block (2048, 1, 1), 2048 threads per block, for size case 'default'", "the limit is 1024 threads per block"]),
+    (("block = [256]\nshared", "block = [2, 2, 128]\nshared"), "launch[0].block", "block = [2, 2, 128]",
+     ["block z = 128 for size case 'default'", "the limit for block z is 64"]),
+    (("grid = [\"ceil_div(N, 256)\"]", "grid = [\"1\", \"N\"]"), "launch[0].grid", "grid = [\"1\", \"N\"]",
+     ["grid y = 16777216 for size case 'default'", "the limit for grid y is 65535"]),
+    (("grid = [\"ceil_div(N, 256)\"]", "grid = [\"1\", \"1\", \"N\"]"), "launch[0].grid", "grid = [\"1\", \"1\"",
+     ["grid z = 16777216", "the limit for grid z is 65535"]),
+    (("grid = [\"ceil_div(N, 256)\"]", "grid = [\"N*N\"]"), "launch[0].grid", "grid = [\"N*N\"]",
+     ["grid x = 281474976710656 for size case 'default'", "the limit for grid x is 2147483647"]),
+    (("shared = \"0\"\nargs = [\"x\", \"y\", \"out\", \"a\", \"n\"]\n\n[tolerance]",
+      "shared = \"4*N\"\nargs = [\"x\", \"y\", \"out\", \"a\", \"n\"]\n\n[tolerance]"), "launch[0].shared",
+     "shared = \"4*N\"", ["asks for 67108864 bytes (64 MiB) of dynamic shared memory for size case 'default'",
+                          "the limit is 232448 bytes (227 KiB) per block on the H100 and H200"]),
+    (("odd = { N = 1000003 }", "odd = { N = 3000000000 }"), "args[4] ('n').value", "value = \"N\"",
+     ["gives 3000000000 for size case 'odd', outside the range of the int32 scalar (-2147483648 to 2147483647)"]),
+    (("dtype = \"float32\"\nvalue = \"2.5\"", "dtype = \"float16\"\nvalue = \"N\""), "args[3] ('a').value",
+     "value = \"N\"\n[[args]]\nname = \"n\"",
+     ["gives 16777216 for size case 'default', outside the range of the float16 scalar (-65504 to 65504)"]),
+])
+def test_a_launch_or_scalar_beyond_the_gpus_limits_is_refused_naming_the_limit_and_size_case(change, field, marked,
+                                                                                            fragments):
+    old, new = change
+    assert old in TOML, old
+    spec = TOML.replace(old, new, 1)
+    with pytest.raises(SpecError) as info:
+        parse(spec)
+    error = next(e for e in info.value.errors if e.field == field)
+    assert all(fragment in error.message for fragment in fragments), error.message
+    assert error.line == spec[:spec.index(marked)].count("\n") + 1   # the line that gives it, for the upload page
+
+
+def test_a_launch_at_the_gpus_limits_is_accepted():
+    spec = (TOML.replace("block = [256]\nshared", "block = [1024]\nshared", 1)
+            .replace("shared = \"0\"\nargs = [\"x\", \"y\", \"out\", \"a\", \"n\"]\n\n[tolerance]",
+                     "shared = \"232448\"\nargs = [\"x\", \"y\", \"out\", \"a\", \"n\"]\n\n[tolerance]", 1))
+    step = parse(spec).reference.launch[0]
+    assert step.resolve({"N": 16777216}) == ((65536, 1, 1), (1024, 1, 1), 232448)
+
+
+def test_a_candidate_beyond_the_limits_is_refused_before_it_runs():
+    problem = saxpy_problem()
+    data = {"source": REFERENCE, "launch": [{"kernel": "saxpy", "grid": ["ceil_div(N, 2048)"], "block": [2048],
+                                             "args": ["x", "y", "out", "a", "n"]}]}
+    with pytest.raises(SpecError) as info:
+        Candidate.from_dict(data, problem)
+    assert info.value.field == "candidate.launch[0].block" and "1024 threads per block" in info.value.message
+
+
+def test_a_problem_folder_saved_with_a_byte_order_mark_loads(tmp_path):
+    for name in ("problem.toml", "reference.cu", "family.cu"):
+        (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + (PROBLEMS / "saxpy" / name).read_bytes())
+    problem = load_problem(tmp_path)
+    assert problem.name == "saxpy" and not problem.reference.source.startswith("\ufeff")
+    assert not problem.family.source.startswith("\ufeff")
+
+
+def test_a_spec_text_that_starts_with_a_byte_order_mark_is_read():
+    assert parse("\ufeff" + TOML).name == "saxpy"

@@ -3,6 +3,7 @@ engineer, saved as the problem's family, and explored by the template generator.
 from pathlib import Path
 
 import pytest
+from django.utils.html import escape
 
 from gpu_runner.compiler import ToolMissing, find_tool
 from kernellab.models import Problem
@@ -87,6 +88,47 @@ def test_values_that_are_not_numbers_are_refused_with_a_sentence_and_nothing_is_
     assert Problem.objects.get(pk=rmsnorm.pk).family_source == ""
 
 
+@pytest.mark.parametrize("posted, sentence", [
+    ("128, \u00b2", "must be positive whole numbers separated by commas; &#x27;\u00b2&#x27; is not one."),
+    ("\u0663", "must be positive whole numbers separated by commas; &#x27;\u0663&#x27; is not one."),  # int() reads it as 3
+    ("99999999999999999999", "must be at most 2,147,483,647 (2^31 - 1, the largest C int); "
+                             "&#x27;99999999999999999999&#x27; is larger."),
+    ("128, 2147483648", "must be at most 2,147,483,647 (2^31 - 1, the largest C int); &#x27;2147483648&#x27; is larger."),
+    ("9" * 5000, "must be at most 2,147,483,647 (2^31 - 1, the largest C int); "
+                 "&#x27;9999999999999999999999999999999999999999&#x27;... (5,000 characters) is larger."),
+])
+def test_values_that_are_not_ascii_digits_or_past_a_c_int_are_refused_and_nothing_is_saved(client, members, workspace,
+                                                                                             posted, sentence):
+    gelu = _upload(workspace, members["engineer"], OWN / "gelu")
+    client.force_login(members["engineer"])
+    answer = client.post(f"/problems/{gelu.pk}/knobs", {"use-BLOCK": "on", "values-BLOCK": posted})
+    assert answer.status_code == 400
+    assert f'<p class="msg error" id="knob-error">The values of BLOCK {sentence}</p>' in answer.content.decode()
+    assert Problem.objects.get(pk=gelu.pk).family_source == ""
+
+
+def test_the_service_refuses_a_value_past_a_c_int_too(members, rmsnorm):
+    with pytest.raises(ServiceError, match="The values of BLOCK must be at most 2,147,483,647 .*; 2147483648 is larger."):
+        problem_knobs_save(problem=rmsnorm, user=members["engineer"], knobs={"BLOCK": [128, 2 ** 31]})
+    assert Problem.objects.get(pk=rmsnorm.pk).family_source == ""
+
+
+def test_values_whose_launch_cannot_be_evaluated_are_refused_naming_the_expression(client, members, workspace):
+    folder = OWN / "gelu"
+    # a shared expression that grows as the cube of the block (and is 0 here): with the largest value a
+    # knob may have, it passes klexpr's bound of 2**64 before it is multiplied by 0
+    toml = (folder / "problem.toml").read_text().replace('shared = "0"', 'shared = "256 * 256 * 256 * 0"')
+    gelu = problem_create(workspace=workspace, user=members["engineer"], spec_toml=toml,
+                          reference_source=(folder / "reference.cu").read_text(), compile=False)
+    client.force_login(members["engineer"])
+    answer = client.post(f"/problems/{gelu.pk}/knobs", {"use-BLOCK": "on", "values-BLOCK": "256, 2147483647"})
+    assert answer.status_code == 400
+    assert ('<p class="msg error" id="knob-error">The variant BLOCK=2147483647 cannot be launched in the size case '
+            "&#x27;default&#x27;: &#x27;2147483647 * 2147483647 * 2147483647 * 0&#x27; reaches a number beyond 2**64."
+            "</p>") in answer.content.decode()
+    assert Problem.objects.get(pk=gelu.pk).family_source == ""
+
+
 def test_a_viewer_cannot_confirm_knobs(members, rmsnorm):
     with pytest.raises(ServiceError):
         problem_knobs_save(problem=rmsnorm, user=members["viewer"], knobs={"BLOCK": [128]})
@@ -99,6 +141,22 @@ def test_a_problem_with_its_own_family_is_left_to_its_author(client, workspace, 
     assert "this problem has its own [family]" in client.get(f"/problems/{saxpy.pk}/knobs").content.decode()
     with pytest.raises(ServiceError, match="has its own \\[family\\]"):
         problem_knobs_save(problem=saxpy, user=members["engineer"], knobs={"BLOCK": [128]})
+
+
+@pytest.mark.parametrize("who, sentence", [
+    ("viewer", "You need the engineer role or above to upload in Team; you are a viewer."),
+    ("admin", "SAXPY has its own [family]; edit it in its problem.toml instead."),
+])
+def test_a_post_to_the_knobs_of_a_problem_with_its_own_family_shows_why_it_is_refused(client, workspace, members,
+                                                                                        who, sentence):
+    saxpy = _upload(workspace, members["engineer"], SAXPY, family=(SAXPY / "family.cu").read_text())
+    client.force_login(members[who])
+    answer = client.post(f"/problems/{saxpy.pk}/knobs", {"use-BLOCK": "on", "values-BLOCK": "128"})
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert "No automatic knobs: this problem has its own [family], written with its spec." in page
+    assert f'<p class="msg error" id="knob-error">{escape(sentence)}</p>' in page
+    assert Problem.objects.get(pk=saxpy.pk).family_source == (SAXPY / "family.cu").read_text()
 
 
 @needs_nvcc

@@ -8,6 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from gpu_runner import parse_problem
+from gpu_runner.compiler import ToolMissing, find_tool
 from kernellab.models import Problem
 from kernellab.spec_guide import ROLE_EXAMPLES, TEMPLATE_REFERENCE, TEMPLATE_TOML
 from tests.samples import SIMPLE_REFERENCE, SIMPLE_SPEC
@@ -131,3 +132,160 @@ def test_the_spec_reference_page_renders_the_docs(client, members):
     assert "<h1" in body and "Problem spec reference" in body
     assert "The launch is checked against the kernel" in body
     assert "<table>" in body and "<script" not in body.split("spec-reference", 1)[1].split("</article>")[0]
+
+
+# What QA uploaded: a vector add, its spec and (for the family tests) a template with one knob.
+VADD_SPEC = """[problem]
+name = "vadd"
+title = "Vector add"
+
+[sizes]
+default = { N = 16777216 }
+
+[[args]]
+name = "a"
+role = "input"
+dtype = "float32"
+shape = ["N"]
+
+[[args]]
+name = "b"
+role = "input"
+dtype = "float32"
+shape = ["N"]
+
+[[args]]
+name = "c"
+role = "output"
+dtype = "float32"
+shape = ["N"]
+
+[[args]]
+name = "n"
+role = "scalar"
+dtype = "int32"
+value = "N"
+
+[[launch]]
+kernel = "vadd"
+grid = ["ceil_div(N, 256)"]
+block = [256]
+shared = "0"
+args = ["a", "b", "c", "n"]
+"""
+VADD_REFERENCE = """#define BLOCK 256
+extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+"""
+VADD_FAMILY_TABLE = """
+[family]
+source = "family.cu"
+knobs = { A = [1, 2, 4, 8, 16, 32] }
+constraints = []
+
+[[family.launch]]
+kernel = "vadd"
+grid = ["ceil_div(N, 256)"]
+block = [256]
+shared = "0"
+args = ["a", "b", "c", "n"]
+"""
+VADD_FAMILY = VADD_REFERENCE.replace("#define BLOCK 256\n", "").replace("a[i] + b[i];", "a[i] + b[i] + A;")
+
+try:
+    find_tool("nvcc")
+    HAVE_NVCC = True
+except ToolMissing:
+    HAVE_NVCC = False
+needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="the upload compiles the kernels with nvcc, not installed here")
+
+
+def refusal(response) -> str:
+    assert response.status_code == 400
+    assert not Problem.objects.exists()
+    return html.unescape(response.content.decode())
+
+
+@needs_nvcc
+def test_a_kernel_without_extern_c_is_refused_at_upload_with_the_sentence_measurements_give(client, members, workspace):
+    body = refusal(upload(client, members["engineer"], spec_toml=VADD_SPEC,
+                          reference_source=VADD_REFERENCE.replace('extern "C" ', "")))
+    assert ("reference.cu: The kernel 'vadd' is not in the compiled module; declare it extern \"C\" __global__. "
+            "Nothing was saved.") in body
+    assert 'href="#src-2">line 2</a>' in body        # the kernel's line, marked in the source
+    assert upload(client, members["engineer"], spec_toml=VADD_SPEC, reference_source=VADD_REFERENCE).status_code == 302
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("block = [256]", "block = [2048]", "launch[0].block: gives block (2048, 1, 1), 2048 threads per block, for size "
+                                        "case 'default'; the limit is 1024 threads per block on the H100 and H200"),
+    ('grid = ["ceil_div(N, 256)"]', 'grid = ["1", "N"]', "launch[0].grid: gives grid y = 16777216 for size case "
+                                                          "'default'; the limit for grid y is 65535"),
+    ('grid = ["ceil_div(N, 256)"]', 'grid = ["N*N"]', "launch[0].grid: gives grid x = 281474976710656 for size case "
+                                                       "'default'; the limit for grid x is 2147483647"),
+    ('shared = "0"', 'shared = "4*N"', "launch[0].shared: asks for 67108864 bytes (64 MiB) of dynamic shared memory "
+                                       "for size case 'default'; the limit is 232448 bytes (227 KiB) per block"),
+    ("N = 16777216", "N = 3000000000", "args[3] ('n').value: gives 3000000000 for size case 'default', outside the "
+                                       "range of the int32 scalar (-2147483648 to 2147483647)"),
+])
+def test_launch_settings_and_scalars_beyond_the_gpus_limits_are_refused_at_upload(client, members, workspace,
+                                                                                  old, new, message):
+    spec = VADD_SPEC.replace(old, new)
+    body = refusal(upload(client, members["engineer"], spec_toml=spec, reference_source=VADD_REFERENCE))
+    assert f"The problem spec is not valid: {message}" in body
+    line = line_of(spec, new if "value" not in message else 'value = "N"')
+    assert f'href="#spec-{line}">line {line}</a>' in body
+
+
+@needs_nvcc
+def test_a_family_whose_template_does_not_compile_is_refused_at_upload(client, members, workspace):
+    body = refusal(upload(client, members["engineer"], spec_toml=VADD_SPEC + VADD_FAMILY_TABLE,
+                          reference_source=VADD_REFERENCE,
+                          family_source=VADD_FAMILY.replace("a[i] + b[i] + A;", "a[i] + b[i] + A +;")))
+    assert "[family]: The variant A=1 does not compile" in body and "Nothing was saved." in body
+
+
+@needs_nvcc
+def test_a_family_that_no_setting_of_its_knobs_satisfies_is_refused_at_upload(client, members, workspace):
+    spec = VADD_SPEC + VADD_FAMILY_TABLE.replace("constraints = []", 'constraints = ["A > 100"]')
+    body = refusal(upload(client, members["engineer"], spec_toml=spec, reference_source=VADD_REFERENCE,
+                          family_source=VADD_FAMILY))
+    assert "[family]: No setting of these knobs satisfies the constraints in every size case." in body
+
+
+@needs_nvcc
+def test_a_family_with_valid_variants_that_compile_is_saved(client, members, workspace):
+    response = upload(client, members["engineer"], spec_toml=VADD_SPEC + VADD_FAMILY_TABLE,
+                      reference_source=VADD_REFERENCE, family_source=VADD_FAMILY)
+    assert response.status_code == 302
+    assert Problem.objects.get().family_source == VADD_FAMILY
+
+
+@pytest.mark.parametrize("key, length, limit", [("name", 150, 100), ("title", 300, 200)])
+def test_a_name_or_title_longer_than_its_column_is_refused_with_the_limit(client, members, workspace, key, length,
+                                                                          limit):
+    old = 'name = "vadd"' if key == "name" else 'title = "Vector add"'
+    spec = VADD_SPEC.replace(old, f'{key} = "{"v" * length}"')
+    body = refusal(upload(client, members["engineer"], spec_toml=spec, reference_source=VADD_REFERENCE))
+    assert f"The problem spec is not valid: problem.{key}: is {length} characters long; the limit is {limit} characters" \
+        in body
+    line = line_of(spec, f"{key} = ")
+    assert f'href="#spec-{line}">line {line}</a>' in body
+
+
+def test_a_spec_and_sources_saved_with_a_byte_order_mark_are_read(client, members, workspace):
+    bom = "\ufeff"
+    response = upload(client, members["engineer"], spec_toml=bom + VADD_SPEC,
+                      reference_file=SimpleUploadedFile("reference.cu", (bom + VADD_REFERENCE).encode()))
+    assert response.status_code == 302, html.unescape(response.content.decode())
+    problem = Problem.objects.get()
+    assert problem.spec_toml == VADD_SPEC and problem.reference.source == VADD_REFERENCE
+
+
+def test_a_spec_file_with_a_byte_order_mark_is_read(client, members, workspace):
+    response = upload(client, members["engineer"], reference_source=VADD_REFERENCE,
+                      spec_file=SimpleUploadedFile("problem.toml", b"\xef\xbb\xbf" + VADD_SPEC.encode()))
+    assert response.status_code == 302
+    assert Problem.objects.get().spec_toml == VADD_SPEC

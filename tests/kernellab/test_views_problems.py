@@ -210,3 +210,125 @@ def test_a_reference_recorded_without_a_profile_says_how_to_add_one(client, memb
 def test_a_problem_without_a_recording_shows_no_recorded_reference(client, members, problem):
     body = login(client, members["viewer"]).get(reverse("problem-detail", args=[problem.pk])).content.decode()
     assert "The reference as recorded" not in body
+
+
+def _csrf_client(user):
+    """A client that checks CSRF tokens like a browser's requests are checked: the form is read before
+    the view runs, in the CSRF middleware."""
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+def _token(client, url) -> str:
+    client.get(url)
+    return client.cookies["csrftoken"].value
+
+
+def test_a_paste_over_the_request_limit_gets_a_page_naming_the_limits_and_nothing_is_saved(members, workspace,
+                                                                                            settings):
+    client = _csrf_client(members["engineer"])
+    url = reverse("problem-upload", args=["team"])
+    huge = "// pasted twice\r\n" * (3 * 1024 * 1024 // 17)         # 3 MiB as a browser sends it, CRLF line ends
+    assert len(huge.encode()) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    response = client.post(url, {"csrfmiddlewaretoken": _token(client, url), "spec_toml": SIMPLE_SPEC,
+                                 "reference_source": huge})
+    body = response.content.decode()
+    assert response.status_code == 413
+    assert f"more than the {settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 1024} KiB" in body
+    assert "may be at most 256 KiB" in body and "Back button" in body
+    assert not Problem.objects.exists()
+    # the same client uploads when the texts fit: the CSRF check still applies
+    response = client.post(url, {"csrfmiddlewaretoken": _token(client, url), "spec_toml": SIMPLE_SPEC,
+                                 "reference_source": SIMPLE_REFERENCE})
+    assert response.status_code == 302
+
+
+def test_a_paste_over_its_own_limit_but_within_the_requests_gets_the_forms_sentence_and_keeps_the_rest(members,
+                                                                                                      workspace):
+    client = _csrf_client(members["engineer"])
+    url = reverse("problem-upload", args=["team"])
+    big = "// pasted\r\n" * (400 * 1024 // 11)
+    response = client.post(url, {"csrfmiddlewaretoken": _token(client, url), "spec_toml": SIMPLE_SPEC,
+                                 "reference_source": big})
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert f"reference.cu is {len(big.replace(chr(13), '').encode()) // 1024} KiB; the limit is 256 KiB." in body
+    assert "Paste the reference kernel" not in body
+    assert response.context["form"]["spec_toml"].value() == SIMPLE_SPEC
+    assert not Problem.objects.exists()
+
+
+def test_a_file_over_the_request_limit_still_gets_its_own_sentence(members, workspace):
+    client = _csrf_client(members["engineer"])
+    url = reverse("problem-upload", args=["team"])
+    response = client.post(url, {"csrfmiddlewaretoken": _token(client, url), "spec_toml": SIMPLE_SPEC,
+                                 "reference_file": SimpleUploadedFile("reference.cu", b"// x\n" * (1024 * 1024))})
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert "reference.cu is 5120 KiB; the limit is 256 KiB." in body and "Paste the reference kernel" not in body
+    assert response.context["form"]["spec_toml"].value() == SIMPLE_SPEC
+
+
+def test_a_post_over_the_request_limit_without_a_csrf_token_reads_and_saves_nothing(members, workspace):
+    client = _csrf_client(members["engineer"])
+    response = client.post(reverse("problem-upload", args=["team"]),
+                           {"spec_toml": SIMPLE_SPEC, "reference_source": "x" * (3 * 1024 * 1024)})
+    assert response.status_code == 413
+    assert not Problem.objects.exists()
+    # within the limit, the CSRF check answers as before
+    response = client.post(reverse("problem-upload", args=["team"]),
+                           {"spec_toml": SIMPLE_SPEC, "reference_source": SIMPLE_REFERENCE})
+    assert response.status_code == 403
+
+
+def test_a_program_pasted_over_the_request_limit_gets_the_page_too(members, workspace):
+    client = _csrf_client(members["engineer"])
+    url = reverse("problem-upload-pytorch", args=["team"])
+    response = client.post(url, {"csrfmiddlewaretoken": _token(client, url), "name": "big",
+                                 "program": "#" * (3 * 1024 * 1024)})
+    assert response.status_code == 413 and "may be at most 256 KiB" in response.content.decode()
+    assert not Problem.objects.exists()
+
+
+@pytest.mark.parametrize("file_field, text_field, name, content, reason, paste", [
+    ("reference_file", "reference_source", "reference.exe", b"MZ", "reference.cu must be a .cu or .cuh file",
+     "Paste the reference kernel or upload reference.cu."),
+    ("spec_file", "spec_toml", "problem.toml", b"\x7fELF\x00", "problem.toml is a binary file, not text.",
+     "Paste problem.toml or upload it."),
+])
+def test_a_refused_file_shows_only_its_reason(client, members, workspace, file_field, text_field, name, content,
+                                             reason, paste):
+    data = {"spec_toml": SIMPLE_SPEC, "reference_source": SIMPLE_REFERENCE, text_field: "",
+            file_field: SimpleUploadedFile(name, content)}
+    response = login(client, members["engineer"]).post(reverse("problem-upload", args=["team"]), data)
+    body = response.content.decode()
+    assert response.status_code == 400
+    assert reason in body and paste not in body
+
+
+def test_a_pytorch_name_or_title_longer_than_its_column_is_refused_with_only_that_reason(client, members, workspace):
+    from tests.kernelbench.test_program_parsing import RELU
+
+    url = reverse("problem-upload-pytorch", args=["team"])
+    body = login(client, members["engineer"]).post(url, {"name": "n" * 150, "title": "t" * 300,
+                                                         "program": RELU}).content.decode()
+    assert "The name may be at most 100 characters; this one has 150." in body
+    assert "The title may be at most 200 characters; this one has 300." in body
+    assert "Name the problem" not in body
+    long_file = SimpleUploadedFile("f" * 120 + ".py", RELU.encode())
+    body = client.post(url, {"program_file": long_file}).content.decode()
+    assert "The file&#x27;s name makes a name of 120 characters; the limit is 100: give a shorter name." in body
+    assert not Problem.objects.exists()
+
+
+def test_a_pytorch_spec_whose_name_is_too_long_for_its_column_is_refused_by_the_service(members, workspace):
+    from kernellab.services.problems import problem_create_pytorch
+    from tests.kernelbench.test_program_parsing import RELU
+
+    with pytest.raises(ProblemRejected, match="problem.title: is 201 characters long; the limit is 200 characters"):
+        problem_create_pytorch(workspace=workspace, user=members["engineer"], program_source=RELU, name="relu",
+                               title="t" * 201)
+    assert not Problem.objects.exists()
