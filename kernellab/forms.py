@@ -3,6 +3,7 @@ encodings, numbers); the services decide everything about the domain."""
 from __future__ import annotations
 
 import json
+import re
 
 from django import forms
 from django.conf import settings
@@ -135,6 +136,11 @@ class PytorchProblemUploadForm(forms.Form):
             return data
         if not text.strip() and "program" not in self.errors and "program_file" not in self.errors:
             self.add_error("program", "Paste a KernelBench program or upload its .py file.")
+        given = data.get("name") or ""
+        if given and not re.fullmatch(r"[A-Za-z0-9_]+", given):
+            # a typed name is used as written (a file's name is made into one): say so rather than drop characters
+            others = "".join(sorted({c for c in given if not (c.isascii() and (c.isalnum() or c == "_"))}))
+            self.add_error("name", f"A name is letters, digits and underscores; this one also has {others!r}.")
         if not data.get("name") and "name" not in self.errors:   # a refused name has its reason already
             upload = self.files.get("program_file")
             data["name"] = (upload.name.rsplit(".", 1)[0] if upload else "")

@@ -332,3 +332,17 @@ def test_a_pytorch_spec_whose_name_is_too_long_for_its_column_is_refused_by_the_
         problem_create_pytorch(workspace=workspace, user=members["engineer"], program_source=RELU, name="relu",
                                title="t" * 201)
     assert not Problem.objects.exists()
+
+
+def test_a_typed_pytorch_name_with_other_characters_is_refused_not_rewritten(client, members, workspace):
+    from tests.kernelbench.test_program_parsing import RELU
+
+    url = reverse("problem-upload-pytorch", args=["team"])
+    response = login(client, members["engineer"]).post(url, {"name": "<b>x</b>", "program": RELU})
+    assert response.status_code == 400
+    assert "A name is letters, digits and underscores; this one also has &#x27;/&lt;&gt;&#x27;." in \
+        response.content.decode()
+    assert not Problem.objects.exists()
+    # a name taken from the file's name is still made into one
+    response = client.post(url, {"program_file": SimpleUploadedFile("my-relu.py", RELU.encode())})
+    assert response.status_code == 302 and Problem.objects.get().name == "my_relu"
