@@ -12,7 +12,7 @@ from django.contrib.auth.forms import AuthenticationForm
 
 from kernellab.models import ApprovalMode, Problem
 from kernellab.selectors.backends import BACKENDS
-from kernellab.services.runs import FEEDBACK, GENERATORS, OBJECTIVES, SURROGATES
+from kernellab.services.runs import FEEDBACK, GENERATORS, OBJECTIVES, SEED_MAX, SURROGATES
 
 SOURCE_SUFFIXES = (".cu", ".cuh")
 
@@ -206,7 +206,7 @@ class RunCreateForm(forms.Form):
     objective = forms.ChoiceField(choices=[(o, o) for o in OBJECTIVES], initial="time")
     energy_cap_j = forms.FloatField(required=False, min_value=0.0, label="Energy cap (J per call)")
     feedback = forms.ChoiceField(choices=[(f, f) for f in FEEDBACK], initial="notes", help_text="What the generator sees after a measurement: expert notes, raw profiler numbers, or nothing.")
-    seed = forms.IntegerField(min_value=0, initial=0)
+    seed = forms.IntegerField(min_value=0, max_value=SEED_MAX, initial=0)
     start = forms.BooleanField(required=False, initial=True, label="Start at once")
 
     def __init__(self, *args, problem=None, llm_configured: bool = False, **kwargs):

@@ -15,6 +15,11 @@ GENERATORS = tuple(GENERATOR_BUILDERS)
 SURROGATES = tuple(SURROGATE_BUILDERS)
 OBJECTIVES = ("time", "energy", "time-energy-cap")
 FEEDBACK = ("notes", "raw", "none")
+# A run's seed is stored in SearchRun.seed, a PositiveIntegerField: a 32-bit integer column on PostgreSQL (Django's
+# range for it is 0..2**31 - 1; SQLite took 2**31 and 2**32 and overflowed only past 2**63). The search takes it as
+# random.Random's seed (any integer) and draws its own seeds below 2**31 (the LLM's, the measurements'); numpy's
+# RandomState and scikit-learn's random_state take < 2**32 and LightGBM's seed is a C int. 0..2**31 - 1 fits them all.
+SEED_MAX = 2**31 - 1
 
 
 # A CUDA kernel without knobs (a user's own) is searched by the recipes (the cures of the experts'
@@ -104,6 +109,9 @@ def run_create(
     _check_choice("feedback", feedback, FEEDBACK)
     _check_choice("backend", backend, BACKENDS)
     _check_choice("approval mode", approval_mode, tuple(ApprovalMode.values))
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        shown = f"{seed:,}" if isinstance(seed, int) and seed.bit_length() <= 100 else "that"
+        raise ServiceError(f"The seed must be a whole number from 0 to {SEED_MAX:,} (2^31 - 1); {shown} is not.")
     if not 0.125 <= confidence_threshold <= 1.0:
         raise ServiceError("The confidence threshold must lie between 0.125 (uniform) and 1.0.")
     if conformal_target is not None and not 0.0 < conformal_target < 1.0:

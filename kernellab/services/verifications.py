@@ -19,6 +19,9 @@ from kernellab.models import (
     Measurement,
     Node,
     NodeState,
+    RunChange,
+    RunStatus,
+    SearchRun,
     Verification,
     VerificationState,
 )
@@ -33,6 +36,12 @@ OPEN_STATES = {
     VerificationState.QUEUED,
     VerificationState.RUNNING,
 }
+
+
+# A run in one of these states is never advanced again: no search reads its verifications any more.
+RUN_ENDED_STATES = (RunStatus.FINISHED, RunStatus.CANCELLED, RunStatus.FAILED)
+# A verification in one of these states took the GPU (a failed one, its attempts).
+GPU_TAKEN_STATES = (VerificationState.DONE, VerificationState.FAILED)
 
 
 _PAST = {"approve": "approved", "reject": "rejected", "enqueue": "queued", "claim": "claimed", "finish": "finished", "fail": "failed"}
@@ -277,11 +286,78 @@ NODE_STATE_FOR_STATUS = {
 
 
 def _node_measured(node: Node, measurement: Measurement) -> None:
+    if node.parent_id is None:
+        _reference_measured(node, measurement)
+        return
     node.speedup = measurement.speedup if measurement.status == "ok" else None
     if measurement.status == "ok":
         node.value = measurement.speedup
     node.save(update_fields=["speedup", "value", "updated_at"])
     _node_set(node, NODE_STATE_FOR_STATUS.get(measurement.status, NodeState.FAILED_RUNTIME), measurement.reason)
+
+
+def _reference_measured(node: Node, measurement: Measurement) -> None:
+    """The root is the reference kernel, and every speedup is the reference's time over a kernel's: the reference's
+    own is 1.0 by definition. Measured again, it is timed against itself, and its ratio (0.9998, say) is the noise of
+    the measurement on this GPU. The measurement is kept and shown as that; the node stays measured at exactly 1.0,
+    whatever the ratio or the status (a failed re-measurement is a fault of the GPU, not of the reference)."""
+    if measurement.status == "ok" and measurement.speedup:
+        noise = abs(measurement.speedup - 1.0) * 100
+        reason = (f"The reference, measured against itself at {measurement.speedup:.4f}x: {noise:.2f}% of timing noise "
+                  "on this GPU. Its speedup stays 1.0 by definition.")
+    else:
+        reason = (f"A measurement of the reference against itself ended {measurement.status}"
+                  f"{': ' + measurement.reason if measurement.reason else ''}. Its speedup stays 1.0 by definition.")
+    node.speedup = node.value = 1.0
+    node.save(update_fields=["speedup", "value", "updated_at"])
+    _node_set(node, NodeState.MEASURED, reason[:2000])
+
+
+def run_ended_at(run: SearchRun):
+    """When the run reached its end (finished, cancelled or failed), or None while a search may still advance it."""
+    if run.status not in RUN_ENDED_STATES:
+        return None
+    ended = RunChange.objects.filter(run=run, kind="run").order_by("-seq").values_list("created_at", flat=True).first()
+    return ended or run.updated_at
+
+
+def run_gpu_use(*, run: SearchRun) -> dict:
+    """The run's GPU measurements as every page shows them; `used` is SearchRun.gpu_used, the one count.
+
+    While a search advances the run, the search keeps gpu_used: every measurement it asked for, and those people
+    asked for (SearchDriver.measure_outside), pending ones included. An ended run (finished, cancelled, failed) is
+    never advanced again, so a measurement people ask for after the end would never be counted: here gpu_used
+    becomes the search's own count (its saved counters) plus the measurements asked for after the end that took
+    the GPU (done or failed), and is stored where it differs. A run whose search never saved a step (created, or
+    ended before its first) counted nothing: every measurement of it is counted this way. Called when a
+    measurement ends and when a run's pages read it, so rows counted before this rule heal too.
+
+    `by_hand` is the part asked for after the end, `by_search` the rest, `over` how far `used` went past the budget
+    (a search stops at its budget; a person's request is measured whatever the budget says)."""
+    used, by_hand = run.gpu_used, 0
+    searching = run.status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PAUSED)
+    counted = None if searching else (
+        SearchRun.objects.filter(pk=run.pk).values_list("driver_state__counters__measurements_requested", flat=True).first())
+    if not searching:
+        outside = Verification.objects.filter(node__run=run, state__in=GPU_TAKEN_STATES)
+        if isinstance(counted, int):
+            ended = run_ended_at(run)
+            outside = outside.filter(created_at__gt=ended) if ended is not None else outside.none()
+        by_search = counted if isinstance(counted, int) else 0
+        outside_count = outside.count()
+        if by_search + outside_count != used:
+            used = by_search + outside_count
+            SearchRun.objects.filter(pk=run.pk).update(gpu_used=used)
+            run.gpu_used = used
+        by_hand = outside_count if isinstance(counted, int) else 0
+    return {"used": used, "budget": run.gpu_budget, "by_search": used - by_hand, "by_hand": by_hand,
+            "over": max(0, used - run.gpu_budget)}
+
+
+def _count_if_outside_search(verification: Verification) -> None:
+    """A measurement has taken the GPU: where no search will count it (an ended run), count it now."""
+    run = SearchRun.objects.defer("driver_state").get(pk=verification.node.run_id)
+    run_gpu_use(run=run)
 
 
 @transaction.atomic
@@ -293,6 +369,7 @@ def verification_finish(*, verification: Verification, result: dict, expert_note
     if updated != 1:
         return None
     verification.refresh_from_db()
+    _count_if_outside_search(verification)
     node = verification.node
     measurement = measurement_store(node=node, result=result, expert_notes=expert_notes)
     reference_measurement_keep(problem_id=node.run.problem_id, gpu=node.run.target_gpu, run_id=node.run_id,
@@ -345,6 +422,7 @@ def measurement_store(*, node: Node, result: dict, expert_notes: list[dict] | No
 def _fail_locked(row: Verification, reason: str) -> None:
     Verification.objects.filter(pk=row.pk).update(state=VerificationState.FAILED, reason=reason, finished_at=timezone.now())
     row.refresh_from_db()
+    _count_if_outside_search(row)
     _node_set(row.node, NodeState.FAILED_RUNTIME, reason)
     _verification_changed(row)
     _wake_run(row.node.run_id)

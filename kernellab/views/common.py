@@ -6,6 +6,24 @@ from django.shortcuts import get_object_or_404
 from kernellab.models import Problem, SearchRun, Workspace
 from kernellab.selectors.access import user_can
 
+# The widest id column there is: a signed 64-bit integer (SQLite's INTEGER, PostgreSQL's bigint).
+DB_ID_MAX = 2**63 - 1
+
+
+def db_id(value) -> int | None:
+    """A database id from user input (a POST or GET value), or None where it cannot be one.
+
+    ASCII digits only: str.isdigit() also takes "²" or "٣", which int() or the database then refuse
+    with an error page. At most DB_ID_MAX: a larger number overflows the database's integer (SQLite
+    raises OverflowError). Leading zeros are taken; signs, spaces and decimals are not."""
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    digits = value.lstrip("0") or "0"
+    if len(digits) > len(str(DB_ID_MAX)):  # before int(): Python refuses to convert over 4,300 digits
+        return None
+    number = int(digits)
+    return number if number <= DB_ID_MAX else None
+
 
 def workspace_for(request, slug: str, action: str = "view") -> Workspace:
     workspace = get_object_or_404(Workspace, slug=slug)

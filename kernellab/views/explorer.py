@@ -25,9 +25,9 @@ from kernellab.services import ServiceError
 from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.comments import comment_create
 from kernellab.services.discoveries import discovery_mark, discovery_unmark
-from kernellab.services.verifications import verification_approve, verification_reject, verification_request
+from kernellab.services.verifications import run_gpu_use, verification_approve, verification_reject, verification_request
 from kernellab.views.code import diff_unified, highlight_cuda, reasoning_html
-from kernellab.views.common import run_for
+from kernellab.views.common import db_id, run_for
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,13 @@ def run_explorer(request, run_id: int):
     can_run = user_can(user=request.user, workspace=workspace, action="run")
     if request.GET.get("part") == "controls":
         return render(request, "kernellab/runs/controls.html", {"run": run, "can_run": can_run, "wait_reason": run_wait_reason(run=run)})
+    gpu = run_gpu_use(run=run)  # before the page reads run.gpu_used: it counts what people measured after the end
     return render(
         request,
         "kernellab/explorer/explorer.html",
         {
             "run": run,
+            "gpu": gpu,
             "workspace": workspace,
             "selected": request.GET.get("node", ""),
             "bin_midpoints": bin_midpoints(),
@@ -111,6 +113,10 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
     pending = next((v for v in verifications if v.state == VerificationState.PENDING), None)
     open_verification = next((v for v in verifications if v.state in {"pending-approval", "approved", "queued", "running"}), None)
     measurements = story.measurements
+    for m in measurements:
+        # The root is the reference: a measurement of it times it against itself, so its ratio is the timing noise
+        # (services.verifications._reference_measured; the node stays 1.0x).
+        m.reference_noise_pct = abs(m.speedup - 1.0) * 100 if parent is None and m.status == "ok" and m.speedup else None
     forms = forms or {}
     compile_facts = (node.kernel.compiler_facts if node.kernel else {}) or {}
     if not compile_facts and measurements:
@@ -226,7 +232,8 @@ def node_verification_request(request, run_id: int, key: str):
 def node_verification_decide(request, run_id: int, key: str):
     """Approve or reject this node's pending GPU verification."""
     run, node = _node_for(request, run_id, key)
-    verification = Verification.objects.filter(node=node, pk=request.POST.get("verification") or 0).first()
+    verification_id = db_id(request.POST.get("verification"))
+    verification = None if verification_id is None else Verification.objects.filter(node=node, pk=verification_id).first()
     decision = request.POST.get("decision")
     try:
         if verification is None:

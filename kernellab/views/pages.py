@@ -5,7 +5,7 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from kernellab.models import Verification
@@ -13,10 +13,9 @@ from kernellab.selectors.discoveries import discovery_as_record, discovery_list
 from kernellab.selectors.runs import run_list
 from kernellab.selectors.verifications import verification_active, verification_pending, verification_queue
 from kernellab.selectors.workspaces import workspace_list_for_user
-from kernellab.services import ServiceError
 from kernellab.selectors.access import membership_role, user_can
 from kernellab.services.verifications import verification_approve_many, verification_reject_many
-from kernellab.views.common import workspace_for
+from kernellab.views.common import db_id, workspace_for
 
 
 @login_required
@@ -70,7 +69,7 @@ def verification_index(request, slug: str):
 @require_POST
 def verification_decide(request, slug: str):
     workspace = workspace_for(request, slug)
-    ids = [int(i) for i in request.POST.getlist("verification") if i.isdigit()]
+    ids = [i for i in map(db_id, request.POST.getlist("verification")) if i is not None]
     rows = Verification.objects.filter(pk__in=ids, node__run__problem__workspace=workspace)
     decision = request.POST.get("decision")
     if not ids:

@@ -14,6 +14,7 @@ from kernellab.selectors.backends import run_open_verification_count, run_wait_r
 from kernellab.selectors.explorer import run_dashboard
 from kernellab.services import ServiceError
 from kernellab.services.runs import run_create, run_transition
+from kernellab.services.verifications import run_gpu_use
 from kernellab.views.common import problem_for, run_for
 
 PERSON_ACTIONS = {"start", "pause", "resume", "cancel"}
@@ -86,6 +87,7 @@ def run_cancel_confirm(request, run_id: int):
 @login_required
 def run_dashboard_page(request, run_id: int):
     run = run_for(request, run_id)
+    gpu = run_gpu_use(run=run)  # the count the run's other pages show, not this page's own count of finished rows
     dashboard = run_dashboard(run=run)
     return render(request, "kernellab/runs/dashboard.html", {"run": run, "workspace": run.workspace, "dashboard": dashboard,
-                                                             "figures": run_dashboard_figures(dashboard)})
+                                                             "gpu": gpu, "figures": run_dashboard_figures(dashboard)})
