@@ -58,8 +58,10 @@ def _empty(sentence: str) -> dict:
 # -- the run dashboard -----------------------------------------------------------------------
 
 
-def run_dashboard_figures(dashboard: dict) -> dict[str, dict]:
-    """The dashboard's seven charts from kernellab.selectors.explorer.run_dashboard's series."""
+def run_dashboard_figures(dashboard: dict, *, energy_coverage: dict | None = None) -> dict[str, dict]:
+    """The dashboard's seven charts from kernellab.selectors.explorer.run_dashboard's series; energy_coverage (how
+    many measured nodes have an energy reading and why the others have none, kernellab.views.runs._energy_coverage)
+    gives the energy chart its note, or its empty sentence."""
     figures: dict[str, dict] = {}
     progress = dashboard["progress"]
     if progress["gpu"]:
@@ -101,8 +103,42 @@ def run_dashboard_figures(dashboard: dict) -> dict[str, dict]:
             figures[chart] = _empty(NO_FORECAST_PAIR)
 
     energy = dashboard["energy"]
-    figures["chart-energy"] = _drawn(_energy_figure(energy)) if energy["runtime_ms"] else _empty(NO_ENERGY)
+    note = energy_note(energy_coverage, drawn=len(energy["runtime_ms"])) if energy_coverage is not None else None
+    if energy["runtime_ms"]:
+        figures["chart-energy"] = _drawn(_energy_figure(energy))
+        if note:
+            figures["chart-energy"]["note"] = note
+    else:
+        figures["chart-energy"] = _empty(note or NO_ENERGY)
     return figures
+
+
+def _nodes(n: int) -> str:
+    return f"{n} measured node{'s' if n != 1 else ''}"
+
+
+def energy_note(coverage: dict, *, drawn: int) -> str:
+    """How many of the run's measured nodes the energy chart can draw and why the others are missing: the chart's
+    note, or with none drawn the sentence shown instead of an empty chart."""
+    measured, with_energy = coverage.get("measured", 0), coverage.get("with_energy", 0)
+    if not measured and not drawn:
+        return NO_ENERGY
+    reasons = []
+    for count, why in ((coverage.get("replayed_without", 0), "answered from recorded data that has no energy reading"),
+                       (coverage.get("energy_failed", 0), "measured on a GPU whose energy reading failed"),
+                       (coverage.get("without", 0), "measured without an energy reading")):
+        if count:
+            reasons.append(f"{count} {'was' if count == 1 else 'were'} {why}")
+    why_not = (": " + "; ".join(reasons)) if reasons else ""
+    if not with_energy:
+        lead = (f"None of the {_nodes(measured)} has an energy reading" if measured > 1
+                else f"The {_nodes(measured)} has no energy reading" if measured else "No measured node has an energy reading")
+        if drawn:  # only the reference (measured again, 1.0x by definition) has one
+            return f"{lead}{why_not}; only the reference's is drawn."
+        return f"{lead}{why_not}, so there is nothing to draw."
+    verb = "has" if with_energy == 1 else "have"
+    return f"{with_energy} of the {_nodes(measured)} {verb} an energy reading{why_not}." if with_energy < measured \
+        else f"All {_nodes(measured)} have an energy reading." if measured > 1 else f"The {_nodes(measured)} has an energy reading."
 
 
 def _forecast_scatter(pairs: list[dict], bins: dict) -> dict:
@@ -134,7 +170,9 @@ def _energy_figure(energy: dict) -> dict:
                     mode="lines+markers", name="time–energy Pareto front", line={"color": "#c0392b", "width": 2},
                     marker={"symbol": "diamond-open", "size": 13, "color": "#c0392b"},
                     hovertemplate="Pareto: node %{text}<extra></extra>")],
-        legend=True, xaxis=_axis("median runtime (ms)"), yaxis=_axis("energy per call (J)"))
+        # Neither a runtime nor an energy is ever negative: the axes start at 0 (plotly pads a lone point to -0.5).
+        legend=True, xaxis=_axis("median runtime (ms)", rangemode="tozero"),
+        yaxis=_axis("energy per call (J)", rangemode="tozero"))
 
 
 # -- the surrogate lab's reports ---------------------------------------------------------------

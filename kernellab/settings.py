@@ -56,6 +56,8 @@ MIDDLEWARE = [
     "kernellab.views.request_limits.RequestTooBigMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # an htmx request whose session ended: HX-Redirect to the login page (a full page), not a login page in a panel
+    "kernellab.views.htmx_login.HtmxLoginRedirectMiddleware",
     "kernellab.selectors.access.RolesPerRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

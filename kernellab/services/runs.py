@@ -204,6 +204,12 @@ def run_transition(*, run: SearchRun, action: str, user=None, reason: str = "") 
     run.status_reason = reason[:2000]
     run.save(update_fields=["status", "status_reason", "updated_at"])
     change_record(run=run, kind="run", payload={"status": run.status, "reason": run.status_reason})
+    if target == RunStatus.CANCELLED:
+        from kernellab.services.verifications import run_gpu_use
+
+        # The search, never advanced again, cannot give back what its cancelled requests reserved: released here,
+        # so that the run list (which reads gpu_used) shows what was measured, not what was only asked for.
+        run_gpu_use(run=run)
     if target == RunStatus.RUNNING:
         from kernellab.tasks import search_run_advance
 

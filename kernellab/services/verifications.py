@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from kernellab.models import (
@@ -321,20 +321,55 @@ def run_ended_at(run: SearchRun):
     return ended or run.updated_at
 
 
+# Requests not measured yet: they hold part of the budget (a reservation), they have not used the GPU.
+AWAITING_APPROVAL_STATES = (VerificationState.PENDING,)
+ON_THE_WAY_STATES = (VerificationState.APPROVED, VerificationState.QUEUED, VerificationState.RUNNING)
+
+
+def run_verification_counts(*, run: SearchRun) -> dict:
+    """How the run's GPU measurement requests stand, from the verification rows (the one place every page reads it):
+    `measured` took the GPU (done or failed; a kernel's measurement reused for a twin node is done too), `pending`
+    awaits an approver, `queued` is approved, queued or on a GPU now, `cancelled` was cancelled with the run before
+    it was measured, `rejected` an approver refused."""
+    counts = dict(Verification.objects.filter(node__run=run).order_by().values_list("state").annotate(n=Count("pk")))
+    return {
+        "measured": sum(counts.get(state, 0) for state in GPU_TAKEN_STATES),
+        "pending": sum(counts.get(state, 0) for state in AWAITING_APPROVAL_STATES),
+        "queued": sum(counts.get(state, 0) for state in ON_THE_WAY_STATES),
+        "cancelled": counts.get(VerificationState.CANCELLED, 0),
+        "rejected": counts.get(VerificationState.REJECTED, 0),
+    }
+
+
+def _released_after_the_end(run: SearchRun, ended) -> int:
+    """The search's reservations that an ended run gives back: requests the search made (`requested_by_policy`; the
+    search counted each when it made it) that were never measured and that the search could not hear of any more:
+    cancelled with the run, or rejected by an approver after the end (a rejection before it was fed to the search,
+    which gave the budget back itself)."""
+    asked_by_search = Verification.objects.filter(node__run=run).exclude(requested_by_policy="")
+    cancelled = Q(state=VerificationState.CANCELLED)
+    rejected_late = Q(state=VerificationState.REJECTED, decided_at__gt=ended) if ended is not None else Q(pk__in=[])
+    return asked_by_search.filter(cancelled | rejected_late).count()
+
+
 def run_gpu_use(*, run: SearchRun) -> dict:
-    """The run's GPU measurements as every page shows them; `used` is SearchRun.gpu_used, the one count.
+    """The run's GPU budget use and how it splits, as every page shows them; `used` is SearchRun.gpu_used.
 
-    While a search advances the run, the search keeps gpu_used: every measurement it asked for, and those people
-    asked for (SearchDriver.measure_outside), pending ones included. An ended run (finished, cancelled, failed) is
-    never advanced again, so a measurement people ask for after the end would never be counted: here gpu_used
-    becomes the search's own count (its saved counters) plus the measurements asked for after the end that took
-    the GPU (done or failed), and is stored where it differs. A run whose search never saved a step (created, or
-    ended before its first) counted nothing: every measurement of it is counted this way. Called when a
-    measurement ends and when a run's pages read it, so rows counted before this rule heal too.
+    `used` is the budget's use, not a count of measurements: a request reserves budget when it is made. While a
+    search advances the run, the search keeps gpu_used: every measurement it asked for, and those people asked for
+    (SearchDriver.measure_outside), requests awaiting approval or a GPU included. An ended run (finished, cancelled,
+    failed) is never advanced again, so here gpu_used becomes the search's own count (its saved counters) less the
+    reservations it can no longer give back itself (its requests cancelled with the run, or rejected after the end:
+    `released`), plus the measurements people asked for after the end that took the GPU (done or failed); it is
+    stored where it differs. A run whose search never saved a step (created, or ended before its first) counted
+    nothing: every measurement of it that took the GPU is counted this way. Called when a measurement ends, when a
+    run is cancelled and when a run's pages read it, so rows counted before this rule heal too.
 
-    `by_hand` is the part asked for after the end, `by_search` the rest, `over` how far `used` went past the budget
-    (a search stops at its budget; a person's request is measured whatever the budget says)."""
-    used, by_hand = run.gpu_used, 0
+    The split comes from the rows (run_verification_counts): `measured`, `pending` (awaiting approval), `queued`
+    (approved, queued or measuring), `reserved` (the two: budget held, no measurement yet), `cancelled`, `rejected`.
+    `by_hand` is the part of `used` asked for after the end, `by_search` the rest, `over` how far `used` went past
+    the budget (a search stops at its budget; a person's request is measured whatever the budget says)."""
+    used, by_hand, released = run.gpu_used, 0, 0
     searching = run.status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PAUSED)
     counted = None if searching else (
         SearchRun.objects.filter(pk=run.pk).values_list("driver_state__counters__measurements_requested", flat=True).first())
@@ -343,15 +378,18 @@ def run_gpu_use(*, run: SearchRun) -> dict:
         if isinstance(counted, int):
             ended = run_ended_at(run)
             outside = outside.filter(created_at__gt=ended) if ended is not None else outside.none()
-        by_search = counted if isinstance(counted, int) else 0
+            released = min(counted, _released_after_the_end(run, ended))
+        by_search = counted - released if isinstance(counted, int) else 0
         outside_count = outside.count()
         if by_search + outside_count != used:
             used = by_search + outside_count
             SearchRun.objects.filter(pk=run.pk).update(gpu_used=used)
             run.gpu_used = used
         by_hand = outside_count if isinstance(counted, int) else 0
+    rows = run_verification_counts(run=run)
     return {"used": used, "budget": run.gpu_budget, "by_search": used - by_hand, "by_hand": by_hand,
-            "over": max(0, used - run.gpu_budget)}
+            "over": max(0, used - run.gpu_budget), "released": released, "searching": searching,
+            **rows, "reserved": rows["pending"] + rows["queued"]}
 
 
 def _count_if_outside_search(verification: Verification) -> None:

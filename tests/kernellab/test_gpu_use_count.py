@@ -5,6 +5,7 @@ verifications) said 7 where the run's page and the run list said 4 / 4. And the 
 import re
 
 import pytest
+from django.db.models import Count
 
 from kernellab.models import Measurement, Node, NodeState, RunStatus, SearchRun, Verification, VerificationState
 from kernellab.selectors.explorer import run_dashboard, run_tree_snapshot
@@ -69,8 +70,10 @@ def test_measurements_by_hand_after_the_end_are_one_count_on_every_page(client, 
     done = run_dashboard(run=finished)["counts"]["gpu_measurements"]
     assert done == BUDGET + 4
     assert finished.gpu_used == done  # counted when each measurement ended, not left at the search's 4
-    assert run_gpu_use(run=finished) == {"used": BUDGET + 4, "budget": BUDGET, "by_search": BUDGET, "by_hand": 4,
-                                         "over": 4}
+    gpu = run_gpu_use(run=finished)
+    assert {key: gpu[key] for key in ("used", "budget", "by_search", "by_hand", "over")} == {
+        "used": BUDGET + 4, "budget": BUDGET, "by_search": BUDGET, "by_hand": 4, "over": 4}
+    assert gpu["measured"] == BUDGET + 4 and gpu["reserved"] == gpu["cancelled"] == gpu["released"] == 0
     client.force_login(members["viewer"])
     pages = _counts_on_pages(client, finished)
     assert {pages[k] for k in ("explorer", "dashboard", "list", "snapshot")} == {BUDGET + 4}
@@ -138,3 +141,97 @@ def test_a_candidate_measured_again_takes_its_new_measurement(finished, members)
     latest = Verification.objects.filter(node=node).latest("pk").measurement
     node.refresh_from_db()
     assert node.speedup == latest.speedup  # only the reference is pinned at 1.0
+
+
+# QA bug 5: "GPU used" counted requests that were never measured. A request reserves its share of the budget when it
+# is made (gpu_used is the budget's use); the pages say how many were measured and how many only wait, and a
+# cancelled run gives back what its unmeasured requests reserved.
+
+MANUAL_BUDGET = 8
+
+
+def _approve_until(run, approver, measured: int) -> None:
+    from kernellab.services.verifications import verification_approve
+
+    while Verification.objects.filter(node__run=run, state=VerificationState.DONE).count() < measured:
+        pending = Verification.objects.filter(node__run=run, state=VerificationState.PENDING).order_by("pk").first()
+        assert pending is not None, "the search asked for too few measurements"
+        verification_approve(verification=pending, user=approver)  # eager: the replay answers, the run steps on
+
+
+@pytest.fixture
+def manual(saxpy, members):
+    """A manual-approval run as QA's run 3: four measurements approved and made, two more awaiting approval."""
+    from kernellab.models import ApprovalMode
+
+    run = run_create(problem=saxpy, user=members["engineer"], generator="template", surrogate="roofline",
+                     backend="replay", gpu_budget=MANUAL_BUDGET, children_per_step=4, max_gpu_per_step=2,
+                     approval_mode=ApprovalMode.MANUAL)
+    _approve_until(run, members["approver"], 4)
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING
+    assert Verification.objects.filter(node__run=run, state=VerificationState.PENDING).count() == 2
+    return run
+
+
+def test_a_running_manual_run_says_which_of_its_budget_use_is_only_awaiting_approval(client, manual, members):
+    gpu = run_gpu_use(run=manual)
+    assert (gpu["used"], gpu["measured"], gpu["pending"], gpu["queued"], gpu["reserved"]) == (6, 4, 2, 0, 2)
+    client.force_login(members["viewer"])
+    pages = _counts_on_pages(client, manual)
+    # The budget's use is one number everywhere (the search reserved 6 of 8) ...
+    assert pages["explorer"] == pages["list"] == pages["snapshot"] == 6
+    # ... and no page calls the two reservations measurements used.
+    assert pages["dashboard"] == 4
+    assert "4 GPU measurements used, <span id=\"gpu-pending\">2 awaiting approval</span>, of a budget of 8" in pages["dashboard_page"]
+    assert "(4 measured; 2 awaiting approval: reserved from the budget, not measured yet)" in pages["explorer_page"]
+    assert "6 GPU measurements used" not in pages["dashboard_page"]
+    assert "GPU budget use" in pages["list_page"] and ">GPU used<" not in pages["list_page"]
+
+
+def test_a_cancelled_manual_run_gives_back_what_its_unmeasured_requests_reserved(client, manual, members):
+    from kernellab.services.runs import run_cancel
+
+    run_cancel(run=manual, user=members["engineer"])
+    manual.refresh_from_db()
+    assert manual.status == RunStatus.CANCELLED
+    rows = dict(Verification.objects.filter(node__run=manual).order_by().values_list("state").annotate(n=Count("pk")))
+    assert rows == {VerificationState.DONE: 4, VerificationState.CANCELLED: 2}
+    # Stored at the cancel: the run list, which reads the column, says 4 / 8 at once.
+    assert manual.gpu_used == 4
+    gpu = run_gpu_use(run=manual)
+    assert (gpu["used"], gpu["measured"], gpu["cancelled"], gpu["released"], gpu["reserved"]) == (4, 4, 2, 2, 0)
+    assert gpu["by_hand"] == gpu["over"] == 0
+    client.force_login(members["viewer"])
+    pages = _counts_on_pages(client, manual)
+    assert {pages[k] for k in ("explorer", "dashboard", "list", "snapshot")} == {4}
+    said = "(2 cancelled with the run before they were measured, not counted)"
+    assert said in pages["explorer_page"] and said in pages["dashboard_page"]
+    assert "4 GPU measurements used of a budget of 8" in pages["dashboard_page"]
+
+
+def test_a_cancelled_run_counted_by_the_old_rule_heals_when_a_page_reads_it(client, manual, members):
+    from kernellab.services.runs import run_cancel
+
+    run_cancel(run=manual, user=members["engineer"])
+    SearchRun.objects.filter(pk=manual.pk).update(gpu_used=6)  # what the code before this fix left: "6 / 8"
+    client.force_login(members["viewer"])
+    assert client.get(f"/runs/{manual.pk}/").status_code == 200
+    assert SearchRun.objects.get(pk=manual.pk).gpu_used == 4
+    assert run_gpu_use(run=SearchRun.objects.get(pk=manual.pk))["used"] == 4  # and counting again takes nothing more
+
+
+def test_a_request_rejected_after_the_run_ended_is_given_back_and_one_approved_is_counted_once(manual, members):
+    from kernellab.services.runs import run_transition
+    from kernellab.services.verifications import verification_approve, verification_reject
+
+    run_transition(run=manual, action="fail", reason="the worker lost its GPU")  # the pending requests stay open
+    failed = SearchRun.objects.get(pk=manual.pk)
+    gpu = run_gpu_use(run=failed)
+    assert (gpu["used"], gpu["measured"], gpu["pending"]) == (6, 4, 2)  # still reserved: an approver may still decide
+    first, second = Verification.objects.filter(node__run=manual, state=VerificationState.PENDING).order_by("pk")
+    verification_reject(verification=first, user=members["approver"], reason="not worth it")
+    assert run_gpu_use(run=SearchRun.objects.get(pk=manual.pk))["used"] == 5
+    verification_approve(verification=second, user=members["approver"])  # eager: measured now, reserved before
+    gpu = run_gpu_use(run=SearchRun.objects.get(pk=manual.pk))
+    assert (gpu["used"], gpu["measured"], gpu["by_hand"], gpu["released"]) == (5, 5, 0, 1)
