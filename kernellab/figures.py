@@ -232,5 +232,6 @@ def forecast_figure(*, probabilities: list[float], bin_names: list[str], forecas
                       "showarrow": True, "arrowhead": 2, "ay": -25})
     return _figure(
         [go.Bar(x=names, y=probabilities, marker={"color": colours}, hovertemplate="%{x}<br>p = %{y:.3f}<extra></extra>")],
+        # the bin names are long and slanted: the first one reaches left of the plot, so the margins grow to fit them
         height=210, margin={"l": 40, "r": 8, "t": 8, "b": 80}, font={"size": 10},
-        yaxis=_axis("probability", range=[0, 1]), xaxis={"tickangle": -35}, annotations=marks)
+        yaxis=_axis("probability", range=[0, 1]), xaxis={"tickangle": -35, "automargin": True}, annotations=marks)

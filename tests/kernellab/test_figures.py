@@ -119,6 +119,8 @@ def test_the_forecast_figure_colours_the_forecast_bin_blue_and_marks_the_measure
     assert bars["marker"]["color"][0] == "#9fb6e0"
     assert figure["layout"]["annotations"][0]["x"] == "6: b6" and figure["layout"]["annotations"][0]["text"] == "measured"
     assert figure["layout"]["yaxis"]["title"]["text"] == "probability"
+    # the slanted bin names reach left of the plot: the margins grow to fit them rather than clip the first
+    assert figure["layout"]["xaxis"]["tickangle"] == -35 and figure["layout"]["xaxis"]["automargin"] is True
     assert "annotations" not in forecast_figure(probabilities=[1.0], bin_names=["b1"], forecast_bin=1,
                                                  measured_bin=None)["layout"]
 
