@@ -10,6 +10,7 @@ import logging
 
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
+from django.db import IntegrityError
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.gzip import gzip_page
@@ -31,7 +32,9 @@ from kernellab.views.common import db_id, run_for
 
 log = logging.getLogger(__name__)
 
-PANEL_PARTS = {"live": "kernellab/explorer/panel_live.html", "comments": "kernellab/explorer/panel_comments.html"}
+# The parts of an open panel that a change pushed over the websocket re-fetches (explorer.js refreshPanel).
+PANEL_PARTS = {"live": "kernellab/explorer/panel_live.html", "comments": "kernellab/explorer/panel_comments.html",
+               "discovery": "kernellab/explorer/panel_discovery.html"}
 
 
 @login_required
@@ -42,6 +45,11 @@ def run_explorer(request, run_id: int):
     if request.GET.get("part") == "controls":
         return render(request, "kernellab/runs/controls.html", {"run": run, "can_run": can_run, "wait_reason": run_wait_reason(run=run)})
     gpu = run_gpu_use(run=run)  # before the page reads run.gpu_used: it counts what people measured after the end
+    # ?node= opens that node's panel; a key this run does not have selects nothing and says so.
+    selected = request.GET.get("node", "").strip()
+    missing_node = ""
+    if selected and node_get(run=run, key=selected) is None:
+        selected, missing_node = "", selected.replace("\x00", "")[:64]
     return render(
         request,
         "kernellab/explorer/explorer.html",
@@ -49,7 +57,8 @@ def run_explorer(request, run_id: int):
             "run": run,
             "gpu": gpu,
             "workspace": workspace,
-            "selected": request.GET.get("node", ""),
+            "selected": selected,
+            "missing_node": missing_node,
             "bin_midpoints": bin_midpoints(),
             "can_run": can_run,
             "wait_reason": run_wait_reason(run=run),
@@ -210,7 +219,11 @@ def node_discovery_toggle(request, run_id: int, key: str):
             discovery_mark(node=node, user=request.user, note=form.cleaned_data["note"])
             notice = "Marked as a discovery moment."
     except ServiceError as exc:
+        node.refresh_from_db()  # someone else may have (un)marked it: the panel shows the node as it is now
         return _render_panel(request, run, node, error=str(exc), forms={"discovery": form})
+    except IntegrityError:  # marked by someone else at the same moment: its one discovery is theirs
+        node.refresh_from_db()
+        return _render_panel(request, run, node, error="This node is already marked as a discovery.", forms={"discovery": form})
     node.refresh_from_db()
     return _render_panel(request, run, node, notice=notice)
 

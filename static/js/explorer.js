@@ -39,6 +39,10 @@
   let transform = { k: 1, x: 40, y: 40 };
   let selectedKey = root.dataset.selected || null;
   let hoverKey = null;
+  let cursorKey = null;          // the keyboard's node (or "+N" mark): arrows move it, Enter opens it
+  let keyboardActive = false;    // the cursor ring shows once a key is used, until the mouse is
+  const layoutKids = new Map();  // key -> its children as drawn (folded leaves replaced by their mark)
+  let layoutRoots = [];
   let layoutMode = "tidy";
   let folding = true;            // fold the forecast-only leaves of wide parents
   const unfolded = new Set();    // parent keys shown in full although folding is on
@@ -141,6 +145,7 @@
       if (change.kind === "node" || change.kind === "discovery" || change.kind === "forecast") {
         upsertNode(p);
         if (p.key === selectedKey) refreshPanel("live");
+        if (p.key === selectedKey && change.kind === "discovery") refreshPanel("discovery");  // (un)marked, maybe by someone else
       } else if (change.kind === "best") {
         searchBest = p.node ? p : null;
         statsDirty = true;
@@ -196,6 +201,8 @@
     const h = d3.hierarchy(top, children);
     ordered = [];
     edges = [];
+    layoutKids.clear();
+    layoutRoots = top.virtual ? roots : [top];
     if (layoutMode === "tidy") {
       d3.tree().nodeSize([SIBLING_GAP, DEPTH_GAP]).separation((a, b) => (a.parent === b.parent ? 1 : 1.4))(h);
       h.each(d => { d.data.x = d.y; d.data.y = d.x; });
@@ -209,6 +216,7 @@
       if (d.data.virtual) return;
       ordered.push(d.data);
       if (d.parent && !d.parent.data.virtual) edges.push([d.parent.data, d.data]);
+      if (d.children) layoutKids.set(d.data.key, d.children.map(c => c.data));
     });
     layoutDirty = false;
     stats.layouts++;
@@ -247,11 +255,46 @@
     const set = (name, value) => { const el = document.querySelector('[data-count="' + name + '"]'); if (el) el.textContent = value; };
     set("nodes", nodes.size); set("measured", measured); set("forecast", forecast); set("pending", pending);
     set("gpu", gpu); set("failed", failed);
+    if (queuedOrAwaiting !== null && pending + gpu !== queuedOrAwaiting) refreshControlsSoon();
+    queuedOrAwaiting = pending + gpu;
+    followCounters();
     const best = bestKey ? nodes.get(bestKey) : null;
     // Until a candidate is measured there is no best, only the reference.
     set("best", measured && best && best.speedup ? best.speedup.toFixed(2) + "× (" + (best.origin === "root" ? "the reference" : best.name || best.key) + ")" : "—");
     document.getElementById("tree-empty").hidden = nodes.size > 0;
   }
+
+  // The run waits while the search has measurements out or approvals to wait for; once they are done
+  // it is only between steps (the next one starts shortly), and the badge says so as the counters do.
+  let queuedOrAwaiting = null;
+  const BETWEEN_STEPS = "no GPU measurement is queued or awaiting approval; the next step starts shortly";
+  function followCounters() {
+    const badge = document.getElementById("run-status");
+    if (!badge || queuedOrAwaiting === null) return;
+    if (badge.dataset.label == null) badge.dataset.label = badge.textContent;
+    const reason = document.getElementById("run-status-reason");
+    if (reason && reason.dataset.label == null) reason.dataset.label = reason.textContent;
+    const idle = badge.dataset.status === "waiting" && queuedOrAwaiting === 0;
+    badge.textContent = idle ? "Between steps" : badge.dataset.label;
+    if (reason) reason.textContent = idle ? BETWEEN_STEPS : reason.dataset.label;
+    else if (idle) badge.title = BETWEEN_STEPS;
+    if (!idle) badge.removeAttribute("title");
+    // The wait reason counts the same verifications as the counters: with none left it is out of date.
+    const wait = document.getElementById("run-wait-reason");
+    if (wait) wait.hidden = queuedOrAwaiting === 0;
+  }
+  // ...and is re-read from the server when they change (once they settle), so that it says what they say.
+  let controlsTimer = null;
+  function refreshControlsSoon() {
+    clearTimeout(controlsTimer);
+    controlsTimer = setTimeout(() => {
+      const badge = document.getElementById("run-status");
+      if (badge && (badge.dataset.status === "running" || badge.dataset.status === "waiting")) {
+        htmx.ajax("GET", window.location.pathname + "?part=controls", { target: "#run-controls", swap: "outerHTML" });
+      }
+    }, 800);
+  }
+  document.addEventListener("htmx:afterSettle", followCounters);  // the run's controls are re-rendered by the server
 
   function setGpuCounter(used) {
     const el = document.querySelector('[data-count="gpu-used"]');
@@ -278,6 +321,7 @@
     canvas.width = Math.floor(width * dpr);
     canvas.height = Math.floor(height * dpr);
     drawDirty = true;
+    if (fittedOnce && following) fit();
     requestFrame();
   }
 
@@ -442,7 +486,7 @@
   function drawFolds(marks, tiny, r) {
     ctx.beginPath();
     for (const m of marks) {
-      const w = tiny ? 2 * r : 12 + 5 * String(m.count).length, h = tiny ? 2 * r : 11;
+      const w = tiny ? 2 * r : foldWidth(m), h = tiny ? 2 * r : 11;
       if (ctx.roundRect) ctx.roundRect(m.x - w / 2 + r, m.y - h / 2, w, h, h / 2);
       else ctx.rect(m.x - w / 2 + r, m.y - h / 2, w, h);
     }
@@ -479,22 +523,56 @@
       ctx.arc(n.x, n.y, Math.max(r + 8, 10 / k), 0, 2 * Math.PI);
       ctx.stroke();
     }
+    const c = keyboardActive && document.activeElement === canvas ? cursorItem() : null;
+    if (c) {
+      ctx.lineWidth = 3 / k;
+      ctx.strokeStyle = "rgba(200,0,110,0.85)";   // not a state's colour: the keyboard's place in the tree
+      ctx.beginPath();
+      if (c.fold) ctx.arc(c.x + r, c.y, Math.max(foldWidth(c) / 2 + 4, 12 / k), 0, 2 * Math.PI);
+      else ctx.arc(c.x, c.y, Math.max(r + 11, 13 / k), 0, 2 * Math.PI);
+      ctx.stroke();
+    }
   }
 
   // ---- view: fit, zoom, pan, pick -----------------------------------------------------------
+  // What a node draws around its centre, in world units: the selection ring (r + 8), the best-kernel
+  // ring (r + 6) and the discovery star (up to r + 7.5 above and right).
+  const NODE_REACH = NODE_R + 9;
+  function foldWidth(m) { return 12 + 5 * String(m.count).length; }
+
   function bounds() {
     let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
-    for (const n of ordered) { x0 = Math.min(x0, n.x); y0 = Math.min(y0, n.y); x1 = Math.max(x1, n.x); y1 = Math.max(y1, n.y); }
+    for (const n of ordered) {
+      // a "+N" pill stands right of its point (drawFolds): from x + r - w/2 to x + r + w/2
+      const left = n.fold ? Math.min(NODE_REACH, foldWidth(n) / 2 - NODE_R) : NODE_REACH;
+      const right = n.fold ? Math.max(NODE_REACH, NODE_R + foldWidth(n) / 2) : NODE_REACH;
+      x0 = Math.min(x0, n.x - left); y0 = Math.min(y0, n.y - NODE_REACH);
+      x1 = Math.max(x1, n.x + right); y1 = Math.max(y1, n.y + NODE_REACH);
+    }
     return { x0, y0, x1, y1 };
+  }
+
+  // The part of the canvas that the toolbar (top) and the legend (bottom) leave uncovered, in canvas
+  // pixels: fitting and centring use it, so that no node, and no "+N" mark, ends up under either.
+  function freeArea() {
+    const dpr = window.devicePixelRatio || 1;
+    const width = canvas.width / dpr, height = canvas.height / dpr;
+    const area = { left: 8, top: 8, right: width - 8, bottom: height - 8 };
+    const c = canvas.getBoundingClientRect();
+    const tools = root.querySelector(".tree-tools"), legend = root.querySelector(".legend");
+    if (tools && tools.offsetParent) area.top = Math.max(area.top, tools.getBoundingClientRect().bottom - c.top + 6);
+    if (legend && legend.offsetParent) area.bottom = Math.min(area.bottom, legend.getBoundingClientRect().top - c.top - 6);
+    if (area.bottom - area.top < 80) { area.top = 8; area.bottom = height - 8; }  // a pane too short for both: use it all
+    return area;
   }
 
   function fit() {
     if (!ordered.length) return;
     const b = bounds();
-    const dpr = window.devicePixelRatio || 1;
-    const width = canvas.width / dpr, height = canvas.height / dpr, pad = 30;
-    const k = Math.min(2, (width - 2 * pad) / Math.max(1, b.x1 - b.x0), (height - 2 * pad) / Math.max(1, b.y1 - b.y0));
-    transform = { k, x: pad - b.x0 * k + (width - 2 * pad - (b.x1 - b.x0) * k) / 2, y: pad - b.y0 * k + (height - 2 * pad - (b.y1 - b.y0) * k) / 2 };
+    const a = freeArea();
+    const w = a.right - a.left, h = a.bottom - a.top;
+    const k = Math.min(2, w / Math.max(1, b.x1 - b.x0), h / Math.max(1, b.y1 - b.y0));
+    transform = { k, x: a.left - b.x0 * k + (w - (b.x1 - b.x0) * k) / 2, y: a.top - b.y0 * k + (h - (b.y1 - b.y0) * k) / 2 };
     drawDirty = true;
     requestFrame();
   }
@@ -503,11 +581,10 @@
     const n = nodes.get(key);
     if (!n) return;
     if (layoutDirty) computeLayout();
-    const dpr = window.devicePixelRatio || 1;
-    const width = canvas.width / dpr, height = canvas.height / dpr;
+    const a = freeArea();
     const k = zoomIn ? Math.max(transform.k, 1.2) : transform.k;
     following = false;
-    transform = { k, x: width / 2 - n.x * k, y: height / 2 - n.y * k };
+    transform = { k, x: (a.left + a.right) / 2 - n.x * k, y: (a.top + a.bottom) / 2 - n.y * k };
     drawDirty = true;
     requestFrame();
   }
@@ -542,6 +619,7 @@
 
   let drag = null;
   canvas.addEventListener("pointerdown", ev => {
+    if (keyboardActive) { keyboardActive = false; drawDirty = true; requestFrame(); }
     canvas.setPointerCapture(ev.pointerId);
     drag = { x: ev.clientX, y: ev.clientY, tx: transform.x, ty: transform.y, moved: false };
   });
@@ -574,8 +652,8 @@
     const rect = canvas.getBoundingClientRect();
     if (drag && !drag.moved) {
       const n = pick(ev.clientX - rect.left, ev.clientY - rect.top);
-      if (n && n.fold) unfold(n.parent);
-      else if (n) select(n.key);
+      if (n && n.fold) { cursorKey = n.parent; unfold(n.parent); }
+      else if (n) { cursorKey = n.key; select(n.key); }
     }
     drag = null;
   });
@@ -585,15 +663,102 @@
     const rect = canvas.getBoundingClientRect();
     zoomAt(ev.clientX - rect.left, ev.clientY - rect.top, Math.exp(-ev.deltaY * 0.0015));
   }, { passive: false });
+  // Keys, with the tree focused (Tab to it): arrows move between nodes (left: parent, right: first
+  // child, up/down: siblings), Enter or Space opens the node in the panel (or a "+N" mark's
+  // children), Home goes back to the root, Shift+arrows pan, + and - zoom.
   canvas.addEventListener("keydown", ev => {
-    const dpr = window.devicePixelRatio || 1, cx = canvas.width / dpr / 2, cy = canvas.height / dpr / 2;
-    const moves = { ArrowLeft: [60, 0], ArrowRight: [-60, 0], ArrowUp: [0, 60], ArrowDown: [0, -60] };
+    const a = freeArea(), cx = (a.left + a.right) / 2, cy = (a.top + a.bottom) / 2;
+    const pans = { ArrowLeft: [60, 0], ArrowRight: [-60, 0], ArrowUp: [0, 60], ArrowDown: [0, -60] };
+    if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
     if (ev.key === "+" || ev.key === "=") zoomAt(cx, cy, 1.25);
     else if (ev.key === "-") zoomAt(cx, cy, 0.8);
-    else if (moves[ev.key]) { following = false; transform.x += moves[ev.key][0]; transform.y += moves[ev.key][1]; drawDirty = true; requestFrame(); }
+    else if (pans[ev.key] && (ev.shiftKey || !ordered.length)) {
+      following = false; transform.x += pans[ev.key][0]; transform.y += pans[ev.key][1]; drawDirty = true; requestFrame();
+    } else if (pans[ev.key]) moveCursor(ev.key);
+    else if (ev.key === "Enter" || ev.key === " ") openCursor();
+    else if (ev.key === "Home") setCursor(layoutRoots[0] || null);
+    else if (ev.key === "Escape") { keyboardActive = false; tooltip.hidden = true; drawDirty = true; requestFrame(); }
     else return;
     ev.preventDefault();
   });
+  canvas.addEventListener("focus", () => {
+    if (canvas.matches(":focus-visible")) { keyboardActive = true; setCursor(cursorItem() || startItem()); }
+  });
+  canvas.addEventListener("blur", () => { if (keyboardActive) { tooltip.hidden = true; drawDirty = true; requestFrame(); } });
+
+  // The cursor's node as drawn: a folded node stands as its "+N" mark.
+  function itemFor(key) {
+    if (key == null) return null;
+    if (layoutDirty) computeLayout();
+    if (foldOf.has(key)) return foldMarks.get(foldOf.get(key).parent) || null;
+    if (nodes.has(key)) return nodes.get(key);
+    if (key.charAt(0) === "+" && foldMarks.has(key.slice(1))) return foldMarks.get(key.slice(1));
+    return null;
+  }
+  function cursorItem() { return itemFor(cursorKey); }
+  function startItem() {
+    if (layoutDirty) computeLayout();
+    return itemFor(selectedKey) || layoutRoots[0] || null;
+  }
+
+  function setCursor(item) {
+    if (!item) return;
+    keyboardActive = true;
+    cursorKey = item.key;
+    keepInView(item);
+    const p = itemScreen(item), a = freeArea();
+    tooltip.textContent = describe(item).replace("click to show them", "Enter shows them") + (item.fold ? "" : " · Enter opens it");
+    tooltip.hidden = false;
+    // beside the node, inside the part of the pane that the toolbar and the legend leave free
+    const w = tooltip.offsetWidth, h = tooltip.offsetHeight;
+    const left = p.x + 16 + w <= a.right ? p.x + 16 : Math.max(a.left, p.x - 16 - w);
+    const top = p.y + 10 + h <= a.bottom ? p.y + 10 : Math.max(a.top, p.y - 10 - h);
+    tooltip.style.left = Math.round(left) + "px";
+    tooltip.style.top = Math.round(top) + "px";
+    drawDirty = true;
+    requestFrame();
+  }
+
+  function moveCursor(key) {
+    const cur = cursorItem() || startItem();
+    if (!cur) return;
+    if (!cursorItem()) return setCursor(cur);
+    const parentKey = cur.parent != null && (nodes.has(cur.parent)) ? cur.parent : null;
+    const siblings = parentKey != null ? layoutKids.get(parentKey) || [] : layoutRoots;
+    const at = siblings.indexOf(cur);
+    let next = null;
+    if (key === "ArrowLeft") next = parentKey != null ? nodes.get(parentKey) : null;
+    else if (key === "ArrowRight") next = (layoutKids.get(cur.key) || [])[0] || null;
+    else if (key === "ArrowUp") next = at > 0 ? siblings[at - 1] : null;
+    else if (key === "ArrowDown") next = at >= 0 && at < siblings.length - 1 ? siblings[at + 1] : null;
+    setCursor(next || cur);
+  }
+
+  function openCursor() {
+    const cur = cursorItem() || startItem();
+    if (!cur) return;
+    if (cur.fold) {
+      const first = cur.members[0];
+      unfold(cur.parent);
+      setCursor(first ? itemFor(first.key) : nodes.get(cur.parent));
+    } else {
+      setCursor(cur);
+      select(cur.key);
+    }
+  }
+
+  // Canvas pixels of a drawn node or mark (a mark's pill is centred right of its point).
+  function itemScreen(item) {
+    return { x: transform.x + (item.x + (item.fold ? NODE_R : 0)) * transform.k, y: transform.y + item.y * transform.k };
+  }
+  function keepInView(item) {
+    const a = freeArea(), p = itemScreen(item), m = 24;
+    if (p.x >= a.left + m && p.x <= a.right - m && p.y >= a.top + m && p.y <= a.bottom - m) return;
+    following = false;
+    transform = { k: transform.k, x: transform.x + (a.left + a.right) / 2 - p.x, y: transform.y + (a.top + a.bottom) / 2 - p.y };
+    drawDirty = true;
+    requestFrame();
+  }
 
   function describe(n) {
     if (n.fold) {
@@ -654,14 +819,43 @@
     return true;
   }
 
+  // A change pushed for the open node re-fetches the part of the panel it affects (views/explorer.py PANEL_PARTS).
+  const PARTS = { live: "panel-live", comments: "panel-comments", discovery: "panel-discovery-part" };
   const refreshTimers = {};
+  let discoveryWasOpen = null;
   function refreshPanel(part) {
     clearTimeout(refreshTimers[part]);
     refreshTimers[part] = setTimeout(() => {
       const shown = document.querySelector("#node-panel .panel");
-      const target = document.getElementById(part === "live" ? "panel-live" : "panel-comments");
-      if (shown && target && shown.dataset.node === selectedKey) htmx.trigger(target, "kl-refresh");
+      const target = document.getElementById(PARTS[part]);
+      if (!shown || !target || shown.dataset.node !== selectedKey) return;
+      if (part === "discovery") {
+        const details = target.querySelector("details");
+        discoveryWasOpen = details ? details.open : null;
+      }
+      htmx.trigger(target, "kl-refresh");
     }, 200);
+  }
+  document.addEventListener("htmx:afterSettle", ev => {
+    if (!ev.target || ev.target.id !== PARTS.discovery || discoveryWasOpen === null) return;
+    const details = ev.target.querySelector("details");
+    if (details && discoveryWasOpen) details.open = true;  // one the reader opened stays open
+    discoveryWasOpen = null;
+  });
+
+  // ?node= named a node this run does not have: nothing is selected, and the panel says so.
+  function showMissing(key) {
+    selectedKey = null;
+    const url = new URL(window.location.href);
+    url.searchParams.delete("node");
+    history.replaceState(null, "", url);
+    const panel = document.getElementById("node-panel");
+    if (panel.querySelector(".panel-missing")) return;
+    const sentence = document.createElement("p");
+    sentence.className = "msg error panel-missing";
+    sentence.setAttribute("role", "alert");
+    sentence.textContent = "No node " + key + " in this run.";
+    panel.prepend(sentence);
   }
 
   function refreshControls(payload) {
@@ -791,7 +985,9 @@
     drawDirty = true;
     requestFrame();
     connect();
-    if (selectedKey && nodes.has(selectedKey)) select(selectedKey);
+    if (root.dataset.missing) showMissing(root.dataset.missing);
+    if (selectedKey && nodes.has(selectedKey)) { cursorKey = selectedKey; select(selectedKey); }
+    else if (selectedKey) showMissing(selectedKey);
   }
 
   // Read-only handles for tests and benchmarks.
@@ -800,6 +996,7 @@
     get threshold() { return currentThreshold; },
     get size() { return nodes.size; },
     get selected() { return selectedKey; },
+    get cursor() { return cursorKey; },
     get transform() { return Object.assign({}, transform); },
     get connected() { return !!socket && socket.readyState === WebSocket.OPEN; },
     node: key => (nodes.has(key) ? Object.assign({}, nodes.get(key)) : null),
