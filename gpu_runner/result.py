@@ -127,15 +127,59 @@ class MeasurementResult:
     def from_dict(cls, data: dict[str, Any]) -> "MeasurementResult":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for key, kind in (("reference", TimingStats), ("candidate", TimingStats), ("energy", Energy),
-                          ("hardware", Hardware)):
+        notes = dict(values.get("observer_errors") or {})
+        for key, kind in (("reference", TimingStats), ("candidate", TimingStats)):
             if isinstance(values.get(key), dict):
                 values[key] = _build(kind, values[key])
+        values["energy"] = _energy(values.get("energy"), notes)
+        if isinstance(values.get("hardware"), dict):
+            hardware = values["hardware"]
+            values["hardware"] = _build_or_none(Hardware, hardware)
+            if values["hardware"] is None:
+                notes["hardware"] = f"the record names only part of its GPU: {_short(hardware)}"
         if isinstance(values.get("compiler"), dict):
             values["compiler"] = _build(CompilerFacts, values["compiler"])
+        if notes:
+            values["observer_errors"] = notes
         return cls(**values)
 
 
 def _build(kind, data: dict):
     names = {f.name for f in fields(kind)}
     return kind(**{k: v for k, v in data.items() if k in names})
+
+
+def _build_or_none(kind, data: dict):
+    try:
+        return _build(kind, data)
+    except (TypeError, ValueError):
+        return None
+
+
+def _short(value, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _energy(data, notes: dict[str, str]) -> Energy | None:
+    """A recorded energy entry, in either shape: flat {j_per_call, mean_w, ...} (the runner's), or paired
+    {"reference": {...}, "candidate": {...}} (a KernelBench record, pytorch_worker's evidence["energy"]),
+    where the measurement's energy is the candidate's. An entry that cannot be read leaves no energy and a
+    note in `notes["energy"]`; it never costs the result its timing."""
+    if data is None or isinstance(data, Energy):
+        return data
+    entry = data
+    if isinstance(data, dict) and ("candidate" in data or "reference" in data) and "j_per_call" not in data:
+        entry = data.get("candidate")
+        if entry is None:
+            notes["energy"] = "the record has the reference's energy only, none of the candidate's"
+            return None
+    if isinstance(entry, dict) and "error" in entry and "j_per_call" not in entry:
+        notes["energy"] = f"no energy reading: {str(entry['error'])[:200]}"
+        return None
+    energy = _build_or_none(Energy, entry) if isinstance(entry, dict) else None
+    if energy is None or not all(isinstance(getattr(energy, k), (int, float)) and not isinstance(getattr(energy, k), bool)
+                                 for k in ("j_per_call", "mean_w")):
+        notes["energy"] = f"unreadable energy entry, left out: {_short(data)}"
+        return None
+    return energy
