@@ -278,6 +278,31 @@ def search_check_backend(*, problem: Problem, backend: str, records: Path | None
     raise ServiceError(f"The {backend} backend cannot measure {problem.title}: {why}. Choose a backend that can.")
 
 
+def search_check_generator(*, problem: Problem, generator: str | None) -> None:
+    """Refuse a generator the run form would not offer for `problem` (its rule, RunCreateForm's generator
+    choices, asked rather than copied): a KernelBench task takes only replayed ModelNew programs, and the
+    other generators would search it forever, or spend LLM calls, for nothing."""
+    from kernellab.forms import RunCreateForm
+
+    if generator is None:
+        return
+    allowed = [name for name, _ in RunCreateForm(problem=problem).fields["generator"].choices]
+    if generator not in allowed:
+        raise ServiceError(f"The {generator} generator cannot search {problem.title}; "
+                           f"choose {' or '.join(allowed) if allowed else 'another problem'}.")
+
+
+class SearchInterrupted(Exception):
+    """The search was interrupted (Ctrl-C, SIGTERM): its run is paused; `report` is what it found so far."""
+
+    def __init__(self, report: "SearchReport"):
+        super().__init__(INTERRUPTED_REASON)
+        self.report = report
+
+
+INTERRUPTED_REASON = "the command-line search was interrupted"
+
+
 def search_create(
     *,
     problem: Problem,
@@ -304,12 +329,13 @@ def search_create(
     from kernellab.services.runs import run_create, run_defaults
 
     gpu_budget = search_budget(gpu_budget=gpu_budget, seconds=seconds)
-    search_check_backend(problem=problem, backend=backend, records=records)
     given = {"generator": generator, "surrogate": surrogate, "children_per_step": children_per_step,
              "parents_per_step": parents_per_step, "min_children_per_step": min_children_per_step,
              "compile_share_target": compile_share_target, "screening_width": screening_width,
              "max_gpu_per_step": max_gpu_per_step}
     chosen = {**run_defaults(problem=problem), **{k: v for k, v in given.items() if v is not None}}
+    search_check_generator(problem=problem, generator=chosen.get("generator"))
+    search_check_backend(problem=problem, backend=backend, records=records)
     return run_create(problem=problem, user=user, name=name or "command-line search", gpu_budget=gpu_budget,
                       approval_mode=ApprovalMode.AUTO, backend=backend, seed=seed, target_gpu=TARGET_GPU, start=False,
                       **chosen)
@@ -355,6 +381,16 @@ def search_run(*, run: SearchRun, user, seconds: float | None = None,
         # that never started goes, rather than stay behind as a created run nobody will start.
         SearchRun.objects.filter(pk=run.pk, status=RunStatus.CREATED).delete()
         raise
+    except KeyboardInterrupt:
+        # Nobody advances the run once this process stops: it is paused, to be resumed from the web app,
+        # rather than left running or waiting with nothing queued; what it found so far is reported.
+        current = SearchRun.objects.get(pk=run.pk)
+        if current.status in (RunStatus.RUNNING, RunStatus.WAITING):
+            run_transition(run=current, action="pause", reason=INTERRUPTED_REASON)
+        wall = time.perf_counter() - started
+        raise SearchInterrupted(search_report(run=SearchRun.objects.get(pk=run.pk), wall_s=wall,
+                                              compile_s=clock["compile_s"], measure_s=clock["measure_s"],
+                                              seconds=seconds)) from None
     wall = time.perf_counter() - started
     finished = SearchRun.objects.get(pk=run.pk)
     if on_progress is not None:

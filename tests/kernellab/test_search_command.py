@@ -331,3 +331,56 @@ def test_the_last_progress_line_shows_the_best_of_the_report(lab, tmp_path):
     assert last_best == f"{report['best_speedup']:.3f}x"
     assert progress[-1].startswith("100% done, ") and f"measured {report['measurements_requested']}/4" in progress[-1]
     assert f"best: {last_best} (node {report['best_node']})" in printed
+
+
+# ---- a generator the run form refuses; an interrupted search ---------------------------------------
+KERNELBENCH_RELU = '''import torch
+import torch.nn as nn
+
+N = 1024
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("generator", ["recipes", "llm", "transform", "template"])
+def test_a_kernelbench_task_refuses_the_generators_the_run_form_refuses_before_storing_a_run(lab, workspace, generator):
+    from kernellab.services.problems import problem_create_pytorch
+
+    problem_create_pytorch(workspace=workspace, user=None, name="kb_relu",
+                           program_source=KERNELBENCH_RELU)
+    with pytest.raises(CommandError, match=rf"The {generator} generator cannot search .*; choose replayed\.$"):
+        _search("kb_relu", "--backend", "replay", "--generator", generator)
+    assert not SearchRun.objects.exists()
+
+
+def test_an_interrupted_search_pauses_its_run_reports_and_exits_130(lab, tmp_path, monkeypatch):
+    from kernellab.management.commands import search as command
+
+    def interrupt(self):
+        def show(progress):
+            raise KeyboardInterrupt
+        return show
+
+    monkeypatch.setattr(command.Command, "_progress_printer", interrupt)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match=r"The search was interrupted; run \d+ is paused") as raised:
+        call_command("search", str(SAXPY), "--backend", "replay", "--budget", "6", "--surrogate", "roofline",
+                     "--out", str(tmp_path / "report"), stdout=out)
+    assert raised.value.returncode == 130
+    run = SearchRun.objects.get()
+    assert run.status == RunStatus.PAUSED and run.status_reason == "the command-line search was interrupted"
+    assert f"Search of saxpy (run {run.pk}" in out.getvalue() and "paused" in out.getvalue()
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["run_id"] == run.pk and report["status"] == "paused"

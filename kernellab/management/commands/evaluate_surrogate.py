@@ -50,6 +50,38 @@ def add_surrogate_arguments(parser) -> None:
     parser.add_argument("--price-out", type=float, help="llm: dollars per million output tokens")
 
 
+def _why(exc: BaseException) -> str:
+    """An exception's message, or its type's name where it has none (an empty pickle's EOFError)."""
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message}" if message and not isinstance(exc, (OSError, ValueError)) else \
+        message or type(exc).__name__
+
+
+def check_base_url(url: str) -> None:
+    """An LLM endpoint is an http(s) URL with a host: anything else fails only once every row has been asked."""
+    from urllib.parse import urlparse
+
+    try:
+        parsed = urlparse(url)
+        host = parsed.hostname
+    except ValueError:
+        parsed, host = None, None
+    if parsed is None or parsed.scheme not in ("http", "https") or not host:
+        raise CommandError(f"--base-url {url!r} is no http(s) URL with a host; give the endpoint as "
+                           "http://HOST[:PORT]/v1 or https://HOST/v1.")
+
+
+def check_arguments(options) -> None:
+    """What the arguments themselves can tell, before any row is loaded or forecast."""
+    if options.get("limit") is not None and options["limit"] < 1:
+        raise CommandError(f"--limit must be a positive number of rows, not {options['limit']}.")
+    fraction = options.get("calibration_fraction")
+    if fraction is not None and not 0 < fraction < 1:
+        raise CommandError(f"--calibration-fraction must be between 0 and 1 (exclusive), not {fraction:g}.")
+    if options.get("surrogate") == "llm" and options.get("base_url"):
+        check_base_url(options["base_url"])
+
+
 def build_surrogate(options) -> tuple[object, dict]:
     """(surrogate, description) from the command's options; a learned one may still need fit()."""
     from django.conf import settings
@@ -68,6 +100,7 @@ def build_surrogate(options) -> tuple[object, dict]:
         if not options.get("base_url") or not options.get("llm_model"):
             raise CommandError("The LLM surrogate needs an endpoint and a model: --base-url (or OPENAI_BASE_URL) "
                                "and --llm-model (or KERNELLAB_SURROGATE_MODEL).")
+        check_base_url(options["base_url"])
         client = LLMClient(base_url=options["base_url"], api_key=os.environ.get("OPENAI_API_KEY") or "none",
                            model=options["llm_model"], max_concurrency=max(1, options["concurrency"]),
                            max_tokens=options["max_tokens"], timeout_s=options["timeout"])
@@ -86,8 +119,8 @@ def build_surrogate(options) -> tuple[object, dict]:
     if options.get("model"):
         try:
             surrogate = LearnedSurrogate.load(options["model"])
-        except (OSError, ValueError, EOFError) as exc:
-            raise CommandError(f"Cannot load the learned surrogate {options['model']}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a pickle of anything may fail in any way; say what it was
+            raise CommandError(f"Cannot load the learned surrogate {options['model']}: {_why(exc)}") from None
         return surrogate, {"id": surrogate.id, "kind": kind, "settings": {
             "model": str(options["model"]), "trained_rows": surrogate.trained_rows, "temperature": surrogate.temperature}}
     surrogate = LearnedSurrogate(seed=options.get("seed") or 0)
@@ -141,7 +174,11 @@ class Command(BaseCommand):
         self.stderr.write(line)
 
     def _handle(self, options):
+        check_arguments(options)
         if options["heldout"]:
+            if options["dataset"] or options["pairs"]:
+                raise CommandError("--heldout scores the held-out KernelBench tasks, not a dataset: leave out "
+                                   "--dataset and --pairs, or leave out --heldout.")
             return self._heldout(options)
         if not options["dataset"]:
             raise CommandError("Name a --dataset to evaluate on, or score the held-out tasks with --heldout.")
@@ -184,7 +221,12 @@ class Command(BaseCommand):
             test_rows, test_forecasts = rows, forecasts
             protocol = f"leave one problem out ({len(dataset.problems)} problems)"
         else:
-            forecasts = forecast_rows(surrogate, rows, batch_size=options["batch_size"], progress=self._progress)
+            from search_engine.llm_client import LLMUnreachable
+
+            try:
+                forecasts = forecast_rows(surrogate, rows, batch_size=options["batch_size"], progress=self._progress)
+            except LLMUnreachable as exc:
+                raise CommandError(f"{exc} No report was saved.") from None
             protocol = "every row"
             test_rows, test_forecasts = rows, forecasts
             if options["recalibration"]:
@@ -242,6 +284,12 @@ class Command(BaseCommand):
                             protocol=protocol, evaluation=evaluation, cost=cost, recalibration_result=recal,
                             discovery=discovery, command="manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]))
         self.stdout.write(self._text(report))
+        if rows and not evaluation["answered"]:
+            # Nothing was forecast (an endpoint that never answered): the figures would be the tie-break's,
+            # so there is no report to save, as with --heldout.
+            why, count = next(iter(evaluation["abstain_reasons"].items()), ("no reason given", len(rows)))
+            raise CommandError(f"{description['id']} made no forecast: all {evaluation['rows']} rows abstained "
+                               f"({count} with: {why}). No report was saved.")
         if workspace is not None:
             report_id, report_path = report_save(workspace=workspace, report=report)
             self.stdout.write(f"\nSaved report {report_id} in {workspace.name} ({report_path}); "
@@ -275,8 +323,9 @@ class Command(BaseCommand):
 
             try:
                 surrogate = ProgramSurrogate.load(options["model"]) if options["model"] else ProgramSurrogate.shipped()
-            except (OSError, ValueError, ImportError) as exc:
-                raise CommandError(f"Cannot load the program surrogate: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - a pickle of anything may fail in any way; say what it was
+                raise CommandError(f"Cannot load the program surrogate {options['model'] or ''}: {_why(exc)}"
+                                   .replace(" :", ":")) from None
             description = {"id": surrogate.id, "kind": "learned", "settings": {
                 "model": options["model"] or "shipped", "trained_rows": surrogate.trained_rows,
                 "trained_tasks": surrogate.trained_tasks}}

@@ -23,6 +23,14 @@ from django.core.management.base import BaseCommand, CommandError
 from search_engine.lab.datasets import comparison_row, neighbour_pairs, pair_row, rows_from_records, write_dataset
 
 
+def check_out_file(value: str | None, option: str) -> None:
+    """An output file's path, checked before the export runs: a folder there would end it only once every
+    row was read. A folder is refused, not written into, so that the file is always the one named."""
+    if value and Path(value).expanduser().is_dir():
+        raise CommandError(f"{option} {value} is a folder; give a file name (.jsonl or .jsonl.gz), "
+                           f"e.g. {Path(value) / 'dataset.jsonl'}.")
+
+
 # ---- recorded datasets (gpu_runner renders; search_engine.lab stays pure) -------------------------
 
 def problem_context(spec) -> dict:
@@ -171,6 +179,8 @@ class Command(BaseCommand):
                             help="also export database measurements made by the replay backend")
 
     def handle(self, *args, out, sources, pairs, gpu, problems_dir, records_file, problem, include_replays, **options):
+        check_out_file(out, "The output")
+        check_out_file(pairs, "--pairs")
         wanted = {s.strip() for s in sources.split(",") if s.strip()}
         if not wanted or wanted - {"db", "records"}:
             raise CommandError("--from takes db, records or both (comma-separated).")

@@ -10,6 +10,7 @@ from collections import Counter
 
 from django.core.management.base import BaseCommand, CommandError
 
+from kernellab.management.commands.export_dataset import check_out_file
 from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from search_engine.lab.datasets import split_rows, write_dataset
 from search_engine.lab.rl import rl_examples
@@ -27,6 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
 
     def handle(self, *args, dataset, out, eval_out, eval_fraction, seed, workspace, **options):
+        check_out_file(out, "--out")
+        check_out_file(eval_out, "--eval-out")
         path, data = load_dataset(dataset, workspace=workspace)
         rows, held = data.rows, []
         if eval_out:

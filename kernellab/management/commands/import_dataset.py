@@ -40,7 +40,13 @@ class Command(BaseCommand):
         add_workspace_argument(parser)
 
     def handle(self, *args, file, name, source, replace, workspace, **options):
+        from search_engine.lab.datasets import DatasetError, file_format
+
         path = Path(file)
+        try:
+            file_format(path)  # the type first: a file of another type is no dataset, whatever its name
+        except DatasetError:
+            raise CommandError(f"{file}: unsupported file type; import a .jsonl, .jsonl.gz or .csv file.") from None
         name = name or re.sub(r"\.(jsonl|ndjson|json|csv)(\.gz)?$", "", path.name)
         try:
             lab_workspace = lab_workspace_for_command(workspace)

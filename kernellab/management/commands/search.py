@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -13,8 +15,10 @@ from django.db import transaction
 
 from kernellab.models import Membership, Role
 from kernellab.services.errors import ServiceError
-from kernellab.services.headless_search import (UNBOUNDED_GPU_BUDGET, SearchProgress, folder_records_copy, problem_find,
+from kernellab.services.headless_search import (UNBOUNDED_GPU_BUDGET, SearchInterrupted, SearchProgress,
+                                                folder_records_copy, problem_find,
                                                 problem_from_folder, problem_list, search_budget, search_check_backend,
+                                                search_check_generator,
                                                 search_create, search_run)
 from kernellab.services.lab import lab_workspace_for_command
 from kernellab.services.run_context import GENERATOR_BUILDERS
@@ -86,6 +90,7 @@ class Command(BaseCommand):
                     found = problem_from_folder(workspace=target, user=person, folder=folder, backend=backend)
                 else:
                     found = problem_find(workspace=target, key=problem)
+                    search_check_generator(problem=found, generator=generator)
                     search_check_backend(problem=found, backend=backend)
                 if auto_knobs and not found.family_source:
                     found = self._confirm_knobs(found, person)
@@ -98,7 +103,12 @@ class Command(BaseCommand):
                 folder_records_copy(problem=found, folder=folder)
             self.stdout.write(f"Searching {found.name} in {target.slug}"
                               + (f" for {seconds:g} s" if seconds else "") + (f", {budget} GPU measurements" if budget else ""))
-            report = search_run(run=run, user=person, seconds=seconds, on_progress=self._progress_printer())
+            interrupted = False
+            try:
+                with _sigterm_interrupts():
+                    report = search_run(run=run, user=person, seconds=seconds, on_progress=self._progress_printer())
+            except SearchInterrupted as exc:
+                report, interrupted = exc.report, True
         except ServiceError as exc:
             raise CommandError(str(exc)) from None
         if self.stdout.isatty():
@@ -108,6 +118,9 @@ class Command(BaseCommand):
         self.stdout.write(text, ending="")
         self.stdout.write(f"Explore it at /runs/{report.run_id}/")
         failed = f"The search failed: {report.status_reason}" if report.status == "failed" else ""
+        if interrupted:
+            failed = (f"The search was interrupted; run {report.run_id} is {report.status}"
+                      + (" (resume it from the web app)." if report.status == "paused" else "."))
         if out_folder is not None:
             try:
                 out_folder.mkdir(parents=True, exist_ok=True)
@@ -118,7 +131,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{failed.rstrip('.')}. {unwritten}" if failed else unwritten) from None
             self.stdout.write(f"Report written to {out_folder / 'report.json'} and {out_folder / 'report.txt'}")
         if failed:
-            raise CommandError(failed)
+            raise CommandError(failed, returncode=130 if interrupted else 1)
 
     def _list(self, workspace) -> None:
         problems = problem_list(workspace=workspace)
@@ -175,6 +188,23 @@ class Command(BaseCommand):
                 self.stdout.write(f"{100 * done:3.0f}% {numbers}")
 
         return show
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """SIGTERM stops the search as Ctrl-C does (a KeyboardInterrupt), so that its run is paused and reported."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _out_folder(out: str | None) -> Path | None:
