@@ -134,10 +134,17 @@ def run_create(
     screening_width = screening_width or 0
     if not 0 <= screening_width <= 4096:
         raise ServiceError("The screening width must be between 0 (off) and 4,096 candidates.")
+    if (generator == "llm" or surrogate == "llm") and not settings.KERNELLAB_LLM.configured:
+        # said first: a setting of the LLM's (the screening width below) is moot until there is one
+        raise ServiceError("No LLM endpoint is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY) to use an LLM generator or surrogate.")
     if generator == "llm" and screening_width > 64:
         raise ServiceError("With the LLM generator every screened candidate is an LLM call: keep the screening width at 64 or less.")
     if generator == "template" and not problem.family_source:
-        raise ServiceError(f"The template generator needs a problem with knobs; {problem.title} has none. Use the transformation or LLM generator.")
+        from gpu_runner.spec import reference_kind
+
+        instead = ("the replayed generator (LLM-written solutions of this task)" if reference_kind(problem.spec_toml) == "pytorch"
+                   else "the transformation or LLM generator")
+        raise ServiceError(f"The template generator needs a problem with knobs; {problem.title} has none. Use {instead}.")
     if objective == "time-energy-cap" and not energy_cap_j:
         raise ServiceError("An energy cap (joules per call) is needed for the time-with-energy-cap objective.")
     if generator == "llm" or surrogate == "llm":
