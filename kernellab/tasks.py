@@ -37,9 +37,13 @@ def verification_execute(self, verification_id: int) -> str:
 
 @shared_task(bind=True, acks_late=True, max_retries=3)
 def search_run_advance(self, run_id: int) -> str:
-    from kernellab.services.search import run_advance
+    from kernellab.services.search import run_advance, run_pause_for_time_limit
 
-    return run_advance(run_id=run_id)
+    try:
+        return run_advance(run_id=run_id)
+    except SoftTimeLimitExceeded as exc:  # past the step itself (taking the lease, enqueuing): still never left running
+        run_pause_for_time_limit(run_id=run_id, exc=exc)
+        return "timed out"
 
 
 @shared_task

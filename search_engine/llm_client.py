@@ -26,6 +26,44 @@ DEFAULT_MAX_ANSWER_CHARS = 256 * 1024
 _RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
               openai.InternalServerError)
 
+# What a malformed answer can raise while it is read: it becomes answer.error. Anything else (a worker's
+# time limit, celery's SoftTimeLimitExceeded among them, KeyboardInterrupt) propagates to the caller.
+_GARBLED = (ValueError, TypeError, AttributeError, KeyError, IndexError, LookupError, httpx.HTTPError)
+
+# Calls in a row that found nobody at the endpoint (each already retried max_retries times) before the
+# client gives up with LLMUnreachable: one refused call may be a server restarting, three in a row (twelve
+# connection attempts over several back-offs) is an address that is wrong or a server that is down, and
+# every further call only spends the run's LLM budget on the same error.
+UNREACHABLE_AFTER_CALLS = 3
+
+
+class LLMUnreachable(Exception):
+    """The endpoint refused or dropped the connection on several calls in a row: the run cannot go on."""
+
+    def __init__(self, base_url: str | None, detail: str) -> None:
+        self.base_url = base_url
+        self.detail = detail
+        super().__init__(f"The LLM endpoint {base_url or '(default)'} did not answer: {detail.rstrip('.')}. "
+                         "Check OPENAI_BASE_URL and resume.")
+
+
+def never_swallow(exc: BaseException) -> bool:
+    """Whether an exception must propagate even through a broad `except Exception`: a worker's time limit
+    (celery's SoftTimeLimitExceeded subclasses Exception; named so that this package needs no celery) or an
+    endpoint found unreachable."""
+    if isinstance(exc, LLMUnreachable) or not isinstance(exc, Exception):
+        return True
+    return any(k.__name__ in ("SoftTimeLimitExceeded", "TimeLimitExceeded", "Terminated") for k in type(exc).__mro__)
+
+
+def note_waiting_for(exc: BaseException, what: str) -> None:
+    """Record on an exception that interrupts a call what the call was waiting for (the innermost note wins)."""
+    if getattr(exc, "waiting_for", None) is None:
+        try:
+            exc.waiting_for = what
+        except AttributeError:  # pragma: no cover - an exception type without a __dict__
+            pass
+
 
 @dataclass
 class ChatAnswer:
@@ -115,7 +153,10 @@ class LLMClient:
     budget: LLMCallBudget | None = None
     sleep: Callable[[float], None] = time.sleep
     client: object | None = None
+    unreachable_after: int = UNREACHABLE_AFTER_CALLS  # calls in a row without a connection; 0: never give up
     _semaphore: threading.BoundedSemaphore = field(init=False, repr=False)
+    _unreachable_calls: int = field(default=0, init=False, repr=False)
+    _unreachable_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -130,8 +171,27 @@ class LLMClient:
     def chat(self, messages: list[dict], *, tool: dict | None = None, max_tokens: int | None = None,
              temperature: float | None = None, seed: int | None = None, force_tool: bool = True) -> ChatAnswer:
         """One chat completion; with a tool, the call is forced (tool_choice names the function) unless
-        `force_tool` is False, when the model may call it or answer in text."""
+        `force_tool` is False, when the model may call it or answer in text.
+
+        Raises LLMUnreachable once `unreachable_after` calls in a row found no connection; an exception
+        that interrupts the call (a worker's time limit) propagates, noting what it was waiting for."""
+        try:
+            answer, unreachable = self._chat(messages, tool=tool, max_tokens=max_tokens, temperature=temperature,
+                                             seed=seed, force_tool=force_tool)
+        except BaseException as exc:
+            note_waiting_for(exc, f"an answer from the LLM endpoint {self.base_url or '(default)'} (model {self.model})")
+            raise
+        with self._unreachable_lock:
+            self._unreachable_calls = self._unreachable_calls + 1 if unreachable else 0
+            give_up = bool(unreachable and self.unreachable_after and self._unreachable_calls >= self.unreachable_after)
+        if give_up:
+            raise LLMUnreachable(self.base_url, unreachable)
+        return answer
+
+    def _chat(self, messages, *, tool, max_tokens, temperature, seed, force_tool) -> tuple[ChatAnswer, str | None]:
+        """The answer, and the connection error when the endpoint could not be reached at all (else None)."""
         answer = ChatAnswer()
+        unreachable = None
         if self.fold_system:
             messages = fold_system_message(messages)
         use_tools = tool is not None
@@ -153,7 +213,8 @@ class LLMClient:
                 kwargs["tools"] = [tool]
                 kwargs["tool_choice"] = ({"type": "function", "function": {"name": tool["function"]["name"]}}
                                          if force_tool else "auto")
-            if self.budget is not None and not self.budget.take():
+            # One call takes one unit of the budget, however many attempts (retries, a fallback without tools) it makes.
+            if attempt == 1 and self.budget is not None and not self.budget.take():
                 answer.error = f"The run's budget of {self.budget.limit} LLM calls is spent."
                 attempt -= 1
                 break
@@ -178,6 +239,10 @@ class LLMClient:
                     break
                 if attempt > self.max_retries:
                     answer.error = f"The LLM endpoint did not answer after {attempt} attempts: {_short(exc)}"
+                    # A time-out means a server took the connection (slow, not absent): only refused or
+                    # dropped connections count towards LLMUnreachable.
+                    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+                        unreachable = _short(exc)
                     break
                 self.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
                 continue
@@ -187,14 +252,14 @@ class LLMClient:
             except RecursionError:
                 answer.error = "The LLM answer is nested too deeply to read."
                 break
-            except Exception as exc:  # a malformed response must not stop a search
+            except _GARBLED as exc:  # a malformed response must not stop a search
                 answer.error = f"The LLM answer could not be read: {type(exc).__name__}: {_short(exc)}"
                 break
             answer.used_tools = use_tools
             break
         answer.attempts = attempt
         answer.latency_s = time.monotonic() - started
-        return answer
+        return answer, unreachable
 
     def _read(self, response, answer: ChatAnswer) -> None:
         """Copy what the answer holds into `answer`; a field of the wrong shape becomes answer.error.
@@ -267,7 +332,9 @@ def _field(obj, name: str):
         return None
     try:
         return getattr(obj, name, None)
-    except Exception:
+    except Exception as exc:
+        if never_swallow(exc):
+            raise
         return None
 
 

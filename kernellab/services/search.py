@@ -12,10 +12,12 @@ import logging
 import time
 from datetime import timedelta
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from search_engine.llm_client import LLMUnreachable
 from search_engine.node_states import PENDING_STATES, SETTLED_STATES
 from search_engine.node_states import NodeState as SearchNodeState
 from search_engine.saved_state import SavedSearch
@@ -27,7 +29,7 @@ from kernellab.services.run_context import RunContext, llm_client
 from kernellab.services.search_port import DatabasePort
 
 __all__ = ["DatabasePort", "RunContext", "llm_client", "measurement_as_result", "node_add_human_child",
-           "objective_result", "reference_j_per_call", "run_advance"]
+           "objective_result", "reference_j_per_call", "run_advance", "run_pause_for_time_limit"]
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +240,7 @@ def _advance_leased(run_id: int) -> str:
     if run.status not in (RunStatus.RUNNING, RunStatus.WAITING):
         return f"run is {run.status}"
     report = None
+    budget = None
     try:
         port = DatabasePort(RunContext(run))
         with port.holding_writes():
@@ -264,6 +267,13 @@ def _advance_leased(run_id: int) -> str:
                 break
             if budget is not None and budget.spent:
                 return _llm_budget_spent(run, driver, budget)
+    except SoftTimeLimitExceeded as exc:
+        # Before `except Exception` (it is one): the step is abandoned where it waited and the run paused, saying
+        # on what, so that it never stays "running" with nobody advancing it once the hard limit kills the task.
+        return run_pause_for_time_limit(run_id=run_id, exc=exc, budget=budget)
+    except LLMUnreachable as exc:
+        # Retrying would only spend the LLM budget on the same error: paused, to resume once the endpoint is fixed.
+        return _pause(run_id, str(exc), budget)
     except ServiceError as exc:
         run_transition(run=run, action="fail", reason=str(exc))
         return "failed"
@@ -288,6 +298,26 @@ def _advance_leased(run_id: int) -> str:
     if run.status == RunStatus.RUNNING:
         run_transition(run=run, action="wait", reason="waiting for the last GPU measurements")
     return status
+
+
+def run_pause_for_time_limit(*, run_id: int, exc: BaseException | None = None, budget=None) -> str:
+    """The advance hit the worker's soft time limit: the run is paused with what the step was waiting for."""
+    waiting = getattr(exc, "waiting_for", None) or "the search step (generator, surrogate or database)"
+    log.warning("run %s: a step ran past its time limit waiting for %s", run_id, waiting)
+    return _pause(run_id, f"a step ran past its time limit: {waiting}", budget)
+
+
+def _pause(run_id: int, reason: str, budget=None) -> str:
+    """Pause a running or waiting run with `reason`, keeping count of the LLM calls the abandoned step made."""
+    from kernellab.services.runs import run_transition
+
+    if budget is not None:
+        SearchRun.objects.filter(pk=run_id).update(llm_calls=budget.used)
+    run = SearchRun.objects.get(pk=run_id)
+    if run.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+        return f"run is {run.status}"
+    run_transition(run=run, action="pause", reason=reason)
+    return "paused"
 
 
 def _llm_budget_spent(run: SearchRun, driver, budget) -> str:

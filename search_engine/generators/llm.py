@@ -2,7 +2,8 @@
 (or raw metrics, or nothing) and the search memory. The caller compiles what comes back.
 
 An answer without code, with a kernel that does not fit the launch plan, or garbled, becomes a failed
-proposal with the reason; an endpoint that does not answer too. Never fatal.
+proposal with the reason; an endpoint that does not answer too. Only an endpoint that refuses the
+connection on several calls in a row (LLMUnreachable) or a worker's time limit stops the step.
 
 Given a code search (`code_search(query) -> text`, the CUTLASS/CuTe index where the web app has one),
 the model is first offered the function `search_cutlass(query)`: if it calls it, the results are shown
@@ -17,7 +18,7 @@ from typing import Callable
 
 from search_engine.candidates import candidate_hash, make_candidate, signature_problem
 from search_engine.generators.base import Proposal, ProposalContext
-from search_engine.llm_client import LLMClient
+from search_engine.llm_client import LLMClient, never_swallow, note_waiting_for
 from search_engine.prompts import (AnswerError, code_search_messages, code_search_note, generator_messages,
                                    parse_generated)
 
@@ -41,8 +42,17 @@ class LLMGenerator:
         messages = generator_messages(context, feedback=self.feedback)
         # Seeds drawn from the run's random state keep a seeded run reproducible where the server honours seeds.
         seeds = [context.rng.randrange(2**31) for _ in range(n)]
-        with ThreadPoolExecutor(max_workers=max(1, min(n, self.client.max_concurrency))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(n, self.client.max_concurrency)))
+        try:
             proposals = list(pool.map(lambda seed: self._one(context, messages, seed), seeds))
+        except BaseException as exc:
+            # A time limit (or LLMUnreachable from one call) must end the step now: leaving the `with` block
+            # would wait for every call still out, which against an endpoint that never answers is past the
+            # worker's hard limit. The calls still out finish (or time out) in their threads, unread.
+            pool.shutdown(wait=False, cancel_futures=True)
+            note_waiting_for(exc, f"{n} proposal(s) from the LLM endpoint {self.client.base_url or '(default)'}")
+            raise
+        pool.shutdown(wait=True)
         seen = set(context.known_hashes)
         out = []
         for proposal in proposals:
@@ -77,6 +87,8 @@ class LLMGenerator:
         try:
             return self._read(context, answer, content, cost)
         except Exception as exc:  # whatever an answer holds, it becomes a failed proposal, never a crash
+            if never_swallow(exc):
+                raise
             return Proposal(None, failure=f"The answer could not be used ({type(exc).__name__}: {str(exc)[:200]}).",
                             raw_excerpt=content[:1000], **cost)
 

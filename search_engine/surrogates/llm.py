@@ -1,7 +1,8 @@
 """LLM surrogate: a chat model reads reference, candidate and hardware and forecasts the speedup bin.
 
 One forced tool call; a JSON object in the content as the fallback. A garbled, partial, out-of-range
-or refused answer, or an endpoint that does not answer, becomes an abstention with its reason.
+or refused answer, or an endpoint that does not answer, becomes an abstention with its reason; an endpoint
+that refuses the connection on several calls in a row raises LLMUnreachable, which stops the run.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from search_engine.bins import DEFAULT_BINS, BinTable
-from search_engine.llm_client import LLMClient
+from search_engine.llm_client import LLMClient, never_swallow, note_waiting_for
 from search_engine.prompts import AnswerError, forecast_messages, forecast_tool, parse_forecast
 from search_engine.surrogates.base import Forecast, ForecastRequest
 from search_engine.surrogates.cache import ForecastCache, MemoryCache
@@ -56,6 +57,8 @@ class LLMSurrogate:
                 reason += " The answer hit the token limit."
             return Forecast.abstention(reason, surrogate=self.id, reasoning=excerpt, **cost)
         except Exception as exc:  # whatever an answer holds, it becomes an abstention, never a crash
+            if never_swallow(exc):
+                raise
             reason = f"The answer could not be used ({type(exc).__name__}: {str(exc)[:200]})."
             return Forecast.abstention(reason, surrogate=self.id, reasoning=excerpt, **cost)
         # Only usable answers are cached: an abstention may be a passing fault worth asking again.
@@ -65,5 +68,12 @@ class LLMSurrogate:
     def forecast_many(self, requests: list[ForecastRequest]) -> list[Forecast]:
         if len(requests) <= 1:
             return [self.forecast(r) for r in requests]
-        with ThreadPoolExecutor(max_workers=max(1, self.client.max_concurrency)) as pool:
-            return list(pool.map(self.forecast, requests))
+        pool = ThreadPoolExecutor(max_workers=max(1, self.client.max_concurrency))
+        try:
+            forecasts = list(pool.map(self.forecast, requests))
+        except BaseException as exc:  # as in LLMGenerator.propose: never wait for calls still out
+            pool.shutdown(wait=False, cancel_futures=True)
+            note_waiting_for(exc, f"{len(requests)} forecast(s) from the LLM endpoint {self.client.base_url or '(default)'}")
+            raise
+        pool.shutdown(wait=True)
+        return forecasts

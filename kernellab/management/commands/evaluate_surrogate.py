@@ -332,11 +332,15 @@ class Command(BaseCommand):
         else:
             surrogate, description = build_surrogate(options)
         self._log(f"scoring {description['id']} on {len(test)} held-out rows of {len({r['task'] for r in test})} tasks")
+        from search_engine.llm_client import LLMUnreachable
+
         try:
             report = heldout_report(surrogate, test, roofline=RooflineSurrogate(), clear=program_features.clear_caches,
                                     clear_pool=program_features.clear_candidates, batch_size=options["batch_size"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        except LLMUnreachable as exc:   # (calls in a row refused: the rest would be too)
+            raise CommandError(f"{description['id']} made no forecast: {exc} Nothing was written.") from None
         if report["rows"] and report["abstained"] == report["rows"]:
             # Nothing was forecast (an endpoint that never answered, a model that cannot read these programs):
             # the ranking figures would be the random tie-break's, so there is no report to write.
