@@ -105,11 +105,19 @@ def unusable_endpoint():
     server.shutdown()
 
 
-def test_no_report_is_saved_when_no_forecast_was_answered(dataset, data_dir, workspace, unusable_endpoint):
-    with pytest.raises(CommandError, match=r"made no forecast: all 9 rows abstained .*No report was saved\."):
-        _evaluate("--dataset", str(dataset), "--surrogate", "llm", "--llm-model", "m", "--no-cache",
-                  "--base-url", unusable_endpoint, "--timeout", "5", "--concurrency", "2")
-    assert not list_reports(data_dir / "reports" / workspace.slug)
+def test_a_model_that_answered_unusably_keeps_its_report_of_cost_and_reasons(dataset, data_dir, workspace,
+                                                                            unusable_endpoint):
+    # (what it cost and why each answer was refused are the result; an endpoint that never answered saves nothing,
+    # below)
+    _evaluate("--dataset", str(dataset), "--surrogate", "llm", "--llm-model", "m", "--no-cache",
+              "--base-url", unusable_endpoint, "--timeout", "5", "--concurrency", "2")
+    from search_engine.lab.reports import load_report
+
+    reports = data_dir / "reports" / workspace.slug
+    [listed] = list_reports(reports)
+    report = load_report(reports, listed["id"])
+    assert report["evaluation"]["answered"] == 0 and report["evaluation"]["abstained"] == 9
+    assert report["cost"]["tokens_out"] == 9 * 5 and report["evaluation"]["abstain_reasons"]
 
 
 def test_an_endpoint_nobody_listens_on_is_a_sentence_not_a_traceback(dataset, data_dir, workspace):

@@ -187,8 +187,13 @@ def test_a_run_screens_its_screening_width_at_the_root_and_measures_only_a_few(s
     ({"screening_width": 5000}, r"between 0 \(off\) and 4,096"),
     ({"screening_width": 100, "generator": "llm"}, "every screened candidate is an LLM call"),
 ])
-def test_a_screening_width_out_of_range_is_refused(saxpy, members, kwargs, message):
+def test_a_screening_width_out_of_range_is_refused(saxpy, members, kwargs, message, settings):
+    from kernellab.config import LLMEndpoint
     from kernellab.services.errors import ServiceError
+
+    # (an LLM endpoint is configured: without one, that is what an LLM generator is refused for first)
+    settings.KERNELLAB_LLM = LLMEndpoint(base_url="http://127.0.0.1:9/v1", api_key="k", surrogate_model=None,
+                                         generator_model="m")
 
     with pytest.raises(ServiceError, match=message):
         run_create(problem=saxpy, user=members["engineer"], **{"generator": "template", **kwargs})

@@ -284,9 +284,10 @@ class Command(BaseCommand):
                             protocol=protocol, evaluation=evaluation, cost=cost, recalibration_result=recal,
                             discovery=discovery, command="manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]))
         self.stdout.write(self._text(report))
-        if rows and not evaluation["answered"]:
-            # Nothing was forecast (an endpoint that never answered): the figures would be the tie-break's,
-            # so there is no report to save, as with --heldout.
+        if rows and not evaluation["answered"] and not (cost["tokens_out"] or cost["cached"]):
+            # The endpoint never answered: nothing was forecast and nothing was spent, the figures would be the
+            # tie-break's, so there is no report to save, as with --heldout. (A model that answered, if unusably,
+            # keeps its report: what it cost and why each answer was refused are the result.)
             why, count = next(iter(evaluation["abstain_reasons"].items()), ("no reason given", len(rows)))
             raise CommandError(f"{description['id']} made no forecast: all {evaluation['rows']} rows abstained "
                                f"({count} with: {why}). No report was saved.")
