@@ -9,7 +9,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from klexpr import ExpressionError, parse_expression
 
 from .candidate import Candidate
-from .spec import ArgSpec, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError
+from .spec import ArgSpec, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError, check_launch_limits
 
 
 # How big a family may be. Its knobs' value counts multiply into the combinations the walk below may
@@ -82,6 +82,7 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
             in_others[depth].append(constraint)
     envs = [dict(case.sizes) for case in problem.sizes]
     chosen: dict[str, Any] = {}
+    over_limits: list[tuple[str, SpecError]] = []  # the first variant that CUDA could not launch, and why
 
     def holds(depth: int) -> bool:
         for index, env in enumerate(envs):
@@ -95,7 +96,11 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
 
     def walk(depth: int) -> Iterator[dict[str, Any]]:
         if depth == len(names):
-            yield dict(chosen)
+            broken = _launch_limit_broken(problem, envs)
+            if broken is None:
+                yield dict(chosen)
+            elif not over_limits:
+                over_limits.append((variant_id(chosen), broken))
             return
         name = names[depth]
         for value in family.knobs[name]:
@@ -108,12 +113,45 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
         for env in envs:
             env.pop(name, None)
 
+    count = 0
     for count, variant in enumerate(walk(0), start=1):
         if count > MAX_VARIANTS:
             raise SpecError("family.knobs", f"more than {MAX_VARIANTS:,} of the knobs' {combinations:,} combinations "
                                             f"satisfy the constraints, and a family may have at most {MAX_VARIANTS:,} "
                                             "variants; keep fewer values or constrain them")
         yield variant
+    if count == 0 and over_limits:
+        variant, broken = over_limits[0]
+        raise SpecError(broken.field, "every setting that satisfies the constraints breaks a CUDA launch limit, "
+                                      f"for instance {variant}: {broken.message}")
+
+
+def _launch_limit_broken(problem: Problem, envs: list[dict[str, Any]]) -> SpecError | None:
+    """Why CUDA would refuse to launch the variant whose knobs are set in `envs` (one per size case, sizes and
+    knobs), or None. A variant that asks for more threads, block or grid dimensions or dynamic shared memory
+    than the card allows fails at every launch, so it is left out of the family as a broken constraint is,
+    rather than offered to a search that would spend a compile and a GPU slot to learn it. The steps are those
+    render_variant keeps (their `when` read in the first size case); an expression that cannot be evaluated is
+    not judged here (the upload's checks name it)."""
+    steps = []
+    for index, step in enumerate(_family(problem).launch):
+        if not isinstance(step, KernelLaunch):
+            continue
+        try:
+            if step.when is None or step.when.evaluate(envs[0]):
+                steps.append((index, step))
+        except ExpressionError:
+            continue
+    for case, env in zip(problem.sizes, envs):
+        for index, step in steps:
+            try:
+                grid, block, shared = step.resolve(env)
+                check_launch_limits(grid, block, shared, f"family.launch[{index}]", case.name)
+            except ExpressionError:
+                continue
+            except SpecError as exc:
+                return exc
+    return None
 
 
 # Remembered as the knob names and a tuple of values per variant, about a third of the memory of a dict each.

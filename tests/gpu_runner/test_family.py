@@ -164,3 +164,26 @@ def test_every_bundled_family_is_within_the_limits():
               for folder in BUNDLED.glob("*/problem.toml") if "[family]" in folder.read_text()}
     assert counts and max(counts.values()) <= MAX_COMBINATIONS
     assert max(counts, key=counts.get) == "sgemm" and counts["sgemm"] == 1_244_160  # the limit is set above it
+
+
+def test_a_variant_that_cuda_could_not_launch_is_left_out_of_the_family():
+    # BLOCK = 2048 asks for more threads per block than the card allows: every launch of it would fail.
+    text = (PROBLEMS / "saxpy" / "problem.toml").read_text().replace(
+        "BLOCK = [128, 256, 512, 1024]", "BLOCK = [128, 2048]").replace("<= 4096", "<= 8192")
+    problem = parse_problem(text, REFERENCE, TEMPLATE)
+    variants = list(enumerate_variants(problem))
+    assert variants and {v["BLOCK"] for v in variants} == {128}
+    assert len(variants) == 3 * 2
+
+
+def test_a_family_whose_every_variant_breaks_a_launch_limit_says_which_limit():
+    from gpu_runner.family import check_family_size
+
+    text = (PROBLEMS / "saxpy" / "problem.toml").read_text().replace(
+        "BLOCK = [128, 256, 512, 1024]", "BLOCK = [2048, 4096]").replace("<= 4096", "<= 65536")
+    problem = parse_problem(text, REFERENCE, TEMPLATE)
+    with pytest.raises(SpecError, match=r"every setting that satisfies the constraints breaks a CUDA launch limit, "
+                                        r"for instance BLOCK=2048,ITEMS=1,VEC=1: gives block \(2048, 1, 1\), 2048 "
+                                        r"threads per block") as caught:
+        check_family_size(problem)
+    assert caught.value.field == "family.launch[0].block"

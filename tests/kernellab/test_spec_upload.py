@@ -255,6 +255,19 @@ def test_a_family_that_no_setting_of_its_knobs_satisfies_is_refused_at_upload(cl
     assert "[family]: No setting of these knobs satisfies the constraints in every size case." in body
 
 
+def test_a_family_whose_every_variant_breaks_a_launch_limit_is_refused_at_upload_with_the_limit(client, members,
+                                                                                               workspace):
+    # (refused before anything compiles: no nvcc needed)
+    spec = VADD_SPEC + VADD_FAMILY_TABLE.replace("block = [256]", 'block = ["256*A*8"]').replace(
+        'grid = ["ceil_div(N, 256)"]', 'grid = ["ceil_div(N, 256*A*8)"]')
+    body = refusal(upload(client, members["engineer"], spec_toml=spec, reference_source=VADD_REFERENCE,
+                          family_source=VADD_FAMILY))
+    assert ("every setting that satisfies the constraints breaks a CUDA launch limit, for instance A=1: gives block "
+            "(2048, 1, 1), 2048 threads per block, for size case 'default'; the limit is 1024 threads per block") in body
+    line = line_of(spec, 'block = ["256*A*8"]')
+    assert f'href="#spec-{line}">line {line}</a>' in body, body[body.find("every setting") - 400:][:900]
+
+
 @needs_nvcc
 def test_a_family_with_valid_variants_that_compile_is_saved(client, members, workspace):
     response = upload(client, members["engineer"], spec_toml=VADD_SPEC + VADD_FAMILY_TABLE,
