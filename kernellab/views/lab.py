@@ -104,7 +104,7 @@ def _columns(report: dict) -> list[tuple[str, dict]]:
 
 def _table(columns: list[tuple[str, dict]]) -> dict:
     labels = [label for label, _ in metric_lines(columns[0][1])]
-    values = [dict(metric_lines(block)) for _, block in columns]
+    values = [dict(_model_lines(block)) for _, block in columns]
     return {"titles": [t for t, _ in columns], "rows": [[label] + [v.get(label) for v in values] for label in labels]}
 
 
@@ -116,14 +116,61 @@ def _chart_data(report: dict) -> dict:
     }
 
 
+def answering(block: dict | None) -> dict:
+    """How many of an evaluation block's rows the model answered usably, and what that makes of its figures.
+
+    `none`: rows were asked and not one answer was usable (every one refused, unreadable, or an error). The
+    block's probability scores are then empty, but its recovered speedup is still a number: every row ranks
+    last together, in the tie-break order, which is no result of the model's and is not to be shown as one.
+    `partial`: some rows were answered; the probability scores cover only those, and recovered speedup, averaged
+    over the problems' pools, holds the tie-break's figure for each pool with no answered row (`empty_pools`).
+    A block without an `answered` count (a report older than the count) is taken as answered in full."""
+    block = block or {}
+    rows = int(block.get("rows") or 0)
+    answered = block.get("answered")
+    answered = rows if answered is None else int(answered)
+    empty_pools = sorted(name for name, p in (block.get("per_problem") or {}).items()
+                         if p.get("rows") and p.get("answered") == 0)
+    return {"rows": rows, "answered": answered, "unanswered": max(0, rows - answered),
+            "none": rows > 0 and answered == 0, "partial": 0 < answered < rows,
+            "empty_pools": empty_pools if 0 < answered < rows else []}
+
+
+def _model_lines(block: dict) -> list[tuple[str, float | None]]:
+    """metric_lines, with nothing where the model answered no row (its figures would be the tie-break's)."""
+    lines = metric_lines(block)
+    return [(label, None) for label, _ in lines] if answering(block)["none"] else lines
+
+
+def _pairs_answering(discovery: dict | None) -> dict | None:
+    """answering() for the discovery pairs, whose block counts its `pairs` and their forecasts' `evaluation`."""
+    if not discovery:
+        return None
+    evaluation = discovery.get("evaluation") or {}
+    pairs = int(discovery.get("pairs") or evaluation.get("rows") or 0)
+    answered = discovery.get("answered", evaluation.get("answered"))
+    return answering({"rows": pairs, "answered": answered})
+
+
 @login_required
 def report_detail(request, report_id: str):
     report = _report(request.user, report_id)
+    status = answering(report.get("evaluation"))
+    others = [r for r in lab_report_list(workspaces=lab_workspace_list(user=request.user)) if r["id"] != report_id]
+    common = {"report": report, "answering": status, "others": others,
+              "discovery_answering": _pairs_answering(report.get("discovery")),
+              "abstain_reasons": list(((report.get("evaluation") or {}).get("abstain_reasons") or {}).items())}
+    if status["none"]:
+        # No usable answer: no scores, no charts, no ranking; the page says so, with the reasons and the cost.
+        return render(request, "kernellab/lab/report_detail.html",
+                      {**common, "table": None, "charts": None, "figures": {}})
+    columns = _columns(report)
     charts = _chart_data(report)
+    table = _table(columns)
+    table["answered"] = [answering(block) for _, block in columns]
     return render(request, "kernellab/lab/report_detail.html", {
-        "report": report, "table": _table(_columns(report)), "charts": charts,
+        **common, "table": table, "charts": charts,
         "figures": lab_report_figures(bin_names=charts["bins"], series=charts["series"]),
-        "others": [r for r in lab_report_list(workspaces=lab_workspace_list(user=request.user)) if r["id"] != report_id],
     })
 
 
@@ -145,7 +192,8 @@ def report_compare(request):
     if not a_id or not b_id:
         return render(request, "kernellab/lab/compare.html", {"reports": reports, "a_id": a_id, "b_id": b_id})
     a, b = _report(request.user, a_id), _report(request.user, b_id)
-    la, lb = dict(metric_lines(a["evaluation"])), dict(metric_lines(b["evaluation"]))
+    # A report whose model answered no row has no figures to compare: its tie-break ranking is left out.
+    la, lb = dict(_model_lines(a["evaluation"])), dict(_model_lines(b["evaluation"]))
     rows = []
     for label, _ in metric_lines(a["evaluation"]):
         va, vb = la.get(label), lb.get(label)
@@ -159,5 +207,5 @@ def report_compare(request):
     return render(request, "kernellab/lab/compare.html", {
         "reports": reports, "a_id": a_id, "b_id": b_id, "a": a, "b": b, "rows": rows, "charts": charts,
         "figures": lab_report_figures(bin_names=charts["bins"], series=charts["series"]),
-        "same_rows": same_rows,
+        "same_rows": same_rows, "sides": [("A", a, answering(a["evaluation"])), ("B", b, answering(b["evaluation"]))],
     })

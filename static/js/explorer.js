@@ -935,6 +935,8 @@
       socket = null;
       if (ev.code === 4401 || ev.code === 4403) {
         setLive("closed", ev.code === 4401 ? "logged out: reload to log in" : "no access to this run");
+        // A session that ended while the socket was open is closed with 4403 too: ask once whether it was that.
+        checkSession();
         return;
       }
       const delay = Math.min(RECONNECT_MAX_MS, 500 * 2 ** attempt) * (0.5 + Math.random() / 2);
@@ -944,7 +946,56 @@
     };
   }
 
-  window.addEventListener("online", () => { if (!socket) { attempt = 0; connect(); } });
+  window.addEventListener("online", () => { if (!socket && !leaving) { attempt = 0; connect(); } });
+
+  // ---- an ended session -------------------------------------------------------------------
+  // The tree is asked for as htmx asks (HX-Request, and the page's address in HX-Current-URL). Once the
+  // session has ended (logged out in another tab, expired) the server answers such a request with 401 and
+  // HX-Redirect: the login page with next= this page (kernellab/views/htmx_login.py); the page goes there,
+  // as htmx would. Without the header fetch would follow the redirect to the login page, fail to read its
+  // HTML as JSON and retry for ever, the page saying only that the tree could not be loaded.
+  let leaving = false;
+
+  function fetchTree() {
+    return fetch(root.dataset.treeUrl, {
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "HX-Request": "true", "HX-Current-URL": window.location.href },
+    });
+  }
+
+  // The login page to go to when `response` says the session ended, or null.
+  function loginTarget(response) {
+    let target = response.status === 401 ? response.headers.get("HX-Redirect") : null;
+    if (!target && response.redirected && !(response.headers.get("Content-Type") || "").includes("json")) {
+      // No middleware in front (another deployment): fetch followed the login redirect, ?next= the tree.
+      const login = new URL(response.url);
+      if (login.origin === window.location.origin && login.searchParams.has("next")) {
+        login.searchParams.set("next", window.location.pathname + window.location.search);
+        target = login.href;
+      }
+    }
+    if (!target) return null;
+    const url = new URL(target, window.location.href);
+    return url.protocol === "https:" || url.protocol === "http:" ? url.href : null;
+  }
+
+  function goToLogin(target) {
+    leaving = true;
+    clearTimeout(reconnectTimer);
+    if (socket) { const ws = socket; socket = null; ws.close(1000, "session ended"); }
+    setLive("closed", "session ended: opening the login page…");
+    window.location.assign(target);
+  }
+
+  async function checkSession() {
+    if (leaving) return;
+    try {
+      const target = loginTarget(await fetchTree());
+      if (target) goToLogin(target);
+    } catch (error) {
+      // offline: the socket's own message stands
+    }
+  }
 
   // ---- start ----------------------------------------------------------------------------------
   // A busy server (a search step, a restart) must not leave a dead page: the snapshot is retried
@@ -954,7 +1005,12 @@
       setLive("connecting", attempt ? "loading tree (attempt " + (attempt + 1) + ")…" : "loading tree…");
       let status = 0;
       try {
-        const response = await fetch(root.dataset.treeUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
+        const response = await fetchTree();
+        const login = loginTarget(response);
+        if (login) {
+          goToLogin(login);
+          return null;
+        }
         if (response.ok) return await response.json();
         status = response.status;
       } catch (error) {
