@@ -24,6 +24,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
+from kernellab.management.database import require_migrated_database
 from kernellab.services.errors import ServiceError
 from kernellab.services.lab import lab_workspace_for_command, report_save
 from search_engine.lab import recalibration
@@ -195,6 +196,7 @@ class Command(BaseCommand):
         surrogate, description = build_surrogate(options)
         workspace = None
         if not options["no_save"]:
+            require_migrated_database()
             try:
                 workspace = lab_workspace_for_command(options["workspace"])
             except ServiceError as exc:

@@ -20,6 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from kernellab.management.database import require_migrated_database
 from search_engine.lab.datasets import comparison_row, neighbour_pairs, pair_row, rows_from_records, write_dataset
 
 
@@ -196,6 +197,10 @@ class Command(BaseCommand):
         log = lambda line: self.stderr.write(line)  # noqa: E731
         rows, pair_rows = [], []
         if "db" in wanted:
+            try:
+                require_migrated_database()
+            except CommandError as exc:
+                raise CommandError(f"{exc} (Or export only the recorded datasets: --from records.)") from None
             db_rows, db_pairs = database_rows(include_replays=include_replays, problems=only, log=log)
             rows += db_rows
             pair_rows += db_pairs

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from kernellab.management.database import require_migrated_database
 from kernellab.services.errors import ServiceError
-from kernellab.services.lab import DatasetRejected, dataset_import, dataset_load, lab_workspace_for_command
+from kernellab.services.lab import (DATASET_NAME, DatasetRejected, dataset_import, dataset_load,
+                                    lab_workspace_for_command)
 
 
 def add_workspace_argument(parser) -> None:
@@ -22,6 +24,8 @@ def add_workspace_argument(parser) -> None:
 
 def load_dataset(value: str, *, workspace: str | None = None, kind: str | None = None):
     """A file path, or the name of a dataset imported into the workspace's lab; CommandError if neither."""
+    if not Path(value).is_file() and DATASET_NAME.fullmatch(value):
+        require_migrated_database()  # a name is looked up in a workspace (a file is read without the database)
     try:
         return dataset_load(value=value, workspace_slug=workspace, kind=kind)
     except ServiceError as exc:
@@ -40,6 +44,7 @@ class Command(BaseCommand):
         add_workspace_argument(parser)
 
     def handle(self, *args, file, name, source, replace, workspace, **options):
+        require_migrated_database()
         from search_engine.lab.datasets import DatasetError, file_format
 
         path = Path(file)

@@ -7,6 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from kernellab.management.database import require_migrated_database
 from kernellab.services.errors import ServiceError
 from kernellab.services.lab import lab_workspace_for_command
 from kernellab.services.problems import problem_import_kernelbench
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--workspace", help="the workspace to import into (default: the only workspace)")
 
     def handle(self, *args, path, level, workspace, **options):
+        require_migrated_database()
         folder = Path(path) if path else default_kernelbench_dir()
         try:
             target = lab_workspace_for_command(workspace)

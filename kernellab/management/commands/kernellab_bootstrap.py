@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from kernellab.management.database import require_migrated_database
 from kernellab.models import Membership, Role, Workspace
 from kernellab.services.problems import problem_load_bundled
 
@@ -19,8 +20,12 @@ class Command(BaseCommand):
         parser.add_argument("--username", default="demo")
         parser.add_argument("--workspace", default="Demo")
 
-    @transaction.atomic
     def handle(self, *args, username: str, workspace: str, **options):
+        require_migrated_database()
+        with transaction.atomic():
+            self._bootstrap(username=username, workspace=workspace)
+
+    def _bootstrap(self, *, username: str, workspace: str) -> None:
         ws, _ = Workspace.objects.get_or_create(slug=workspace.lower(), defaults={"name": workspace})
         credentials = settings.DATA_DIR / "demo-credentials.txt"
         User = get_user_model()

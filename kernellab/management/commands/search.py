@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from kernellab.management.database import require_migrated_database
 from kernellab.models import Membership, Role
 from kernellab.services.errors import ServiceError
 from kernellab.services.headless_search import (UNBOUNDED_GPU_BUDGET, SearchInterrupted, SearchProgress,
@@ -70,6 +71,7 @@ class Command(BaseCommand):
     def handle(self, *args, problem, budget, seconds, backend, generator, surrogate, children, parents,
                min_children, compile_share, gpu_per_step, screening_width, seed, workspace, user, out, auto_knobs,
                list_problems, **options):
+        require_migrated_database()
         try:
             target = lab_workspace_for_command(workspace)
             if list_problems:

@@ -1,16 +1,20 @@
 """Start KernelLab: the ASGI web server and, unless told otherwise, a local Celery worker."""
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from kernellab.config import StartupError, check_services
+from kernellab.management.database import require_migrated_database
 
 
 def local_gpu_queue() -> str | None:
@@ -68,6 +72,133 @@ def web_commands(host: str, port: int, count: int) -> tuple[list[tuple[list[str]
     return [([sys.executable, "-m", "daphne", "--fd", str(s.fileno()), app], (s.fileno(),)) for s in listeners], listeners
 
 
+class ChildProcesses:
+    """The processes serve starts, each the leader of its own session and process group, so that stopping
+    reaches everything a child started: a Celery worker's pool processes and its embedded beat (`-B`),
+    which outlive a worker whose shutdown went wrong (a pool process killed at a task's hard time limit and
+    replaced, then a stop) and would keep sending the schedule's tasks forever; a web process's compile
+    servers. Ctrl-C in a terminal reaches serve alone (the children are in other process groups); serve
+    stops them.
+
+    stop(): SIGTERM to each leader (the worker's warm shutdown, daphne's close), up to `timeout` seconds
+    for them to exit; then SIGTERM to whatever is left in their groups and `grace` seconds; then SIGKILL
+    to the groups. Safe to call more than once and from an atexit hook."""
+
+    def __init__(self, *, timeout: float = 20.0, grace: float = 3.0):
+        self.timeout = timeout
+        self.grace = grace
+        self.processes: list[subprocess.Popen] = []
+        self._stopping = False
+
+    def start(self, command: list[str], **popen_kwargs) -> subprocess.Popen:
+        process = subprocess.Popen(command, start_new_session=True, preexec_fn=_exit_with_parent, **popen_kwargs)
+        self.processes.append(process)
+        return process
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def groups_alive(self) -> list[int]:
+        """The process groups of our children that still have a live (not zombie) process."""
+        return [p.pid for p in self.processes if group_alive(p.pid)]
+
+    def signal_groups(self, signum: int) -> None:
+        for process in self.processes:
+            _killpg(process.pid, signum)
+
+    def request_stop(self) -> None:
+        """From a signal handler: the first request asks the leaders to stop, the next kills the groups."""
+        if self._stopping:
+            self.signal_groups(signal.SIGKILL)
+            return
+        self._stopping = True
+        for process in self.processes:
+            if process.poll() is None:
+                _kill(process, signal.SIGTERM)
+
+    def stop(self) -> None:
+        self._stopping = True
+        for process in self.processes:
+            if process.poll() is None:
+                _kill(process, signal.SIGTERM)
+        deadline = time.monotonic() + self.timeout
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        if self.groups_alive():
+            self.signal_groups(signal.SIGTERM)
+            deadline = time.monotonic() + self.grace
+            while self.groups_alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for pgid in self.groups_alive():
+            _killpg(pgid, signal.SIGKILL)
+        for process in self.processes:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # in uninterruptible sleep (D): the kernel ends it eventually
+                pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group `pgid` has a process that is not a zombie (a killed process that no one
+    has reaped yet still counts for killpg(pgid, 0), and the leader is reaped only by our wait())."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in {"Z", "X"}:
+            return True
+    return False
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(process: subprocess.Popen, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _libc_prctl():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()  # looked up here, not in the forked child (no imports between fork and exec)
+
+
+def _exit_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when serve dies, even by SIGKILL (Linux; elsewhere nothing)."""
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 class Command(BaseCommand):
     help = "Serve KernelLab at http://HOST:PORT with a local worker (search, replay and the local GPU's queue)."
 
@@ -83,6 +214,7 @@ class Command(BaseCommand):
             check_services()
         except StartupError as exc:
             raise CommandError(str(exc)) from None
+        require_migrated_database()
         from gpu_runner.compile_sandbox import SandboxUnavailable, sandbox_status
 
         try:
@@ -91,35 +223,34 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         style = self.style.SUCCESS if status.mode == "bwrap" else self.style.WARNING
         self.stdout.write(style(f"Compiles: {status.reason}."))
-        processes: list[subprocess.Popen] = []
-        if not no_worker:
-            queues = ["search", "replay"]
-            gpu_queue = local_gpu_queue()
-            if gpu_queue:
-                queues.append(gpu_queue)
-            processes.append(subprocess.Popen(worker_command(queues)))
-            self.stdout.write(f"Local worker consuming {', '.join(queues)}.")
-        count = web_processes or int(os.environ.get("KERNELLAB_WEB_PROCESSES", "1") or 1)
-        self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"
-                                             + (f" ({count} web processes)" if count > 1 else "")))
-        webs, listeners = web_commands(host, port, count)  # the sockets stay open while they serve
-        for command, fds in webs:
-            processes.append(subprocess.Popen(command, pass_fds=fds, env=web_environment(dict(os.environ))))
-        web = processes[-1]
+        children = ChildProcesses()
+        atexit.register(children.stop)  # whatever way serve ends, short of SIGKILL (PR_SET_PDEATHSIG covers that)
 
         def stop(signum, frame):
-            for process in processes:
-                if process.poll() is None:
-                    process.terminate()
+            children.request_stop()
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, stop)  # SIGHUP: the terminal closed, which the children in their sessions miss
         try:
-            web.wait()
-        finally:
-            stop(None, None)
-            for process in processes:
+            if not no_worker:
+                queues = ["search", "replay"]
+                gpu_queue = local_gpu_queue()
+                if gpu_queue:
+                    queues.append(gpu_queue)
+                children.start(worker_command(queues))
+                self.stdout.write(f"Local worker consuming {', '.join(queues)}.")
+            count = web_processes or int(os.environ.get("KERNELLAB_WEB_PROCESSES", "1") or 1)
+            self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"
+                                                 + (f" ({count} web processes)" if count > 1 else "")))
+            webs, listeners = web_commands(host, port, count)  # the sockets stay open while they serve
+            for command, fds in webs:
+                web = children.start(command, pass_fds=fds, env=web_environment(dict(os.environ)))
+            while not children.stopping:  # until a signal (the web may not stop by itself) or the web ends
                 try:
-                    process.wait(timeout=20)
+                    web.wait(timeout=0.5)
+                    break
                 except subprocess.TimeoutExpired:
-                    process.kill()
+                    pass
+        finally:
+            children.stop()
+            atexit.unregister(children.stop)
