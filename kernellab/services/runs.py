@@ -211,12 +211,14 @@ def run_transition(*, run: SearchRun, action: str, user=None, reason: str = "") 
     run.status_reason = reason[:2000]
     run.save(update_fields=["status", "status_reason", "updated_at"])
     change_record(run=run, kind="run", payload={"status": run.status, "reason": run.status_reason})
-    if target == RunStatus.CANCELLED:
-        from kernellab.services.verifications import run_gpu_use
+    if target in (RunStatus.FINISHED, RunStatus.CANCELLED, RunStatus.FAILED):
+        from kernellab.services.verifications import run_gpu_recount
 
-        # The search, never advanced again, cannot give back what its cancelled requests reserved: released here,
-        # so that the run list (which reads gpu_used) shows what was measured, not what was only asked for.
-        run_gpu_use(run=run)
+        # The run is never advanced again: its count is stored now, by the ended run's rule (run_gpu_use), not when a
+        # page reads it. The search cannot give back what its cancelled requests reserved (released here, so that
+        # the run list, which reads gpu_used, shows what was measured, not what was only asked for), nor count
+        # what people measured that it was never told of.
+        run_gpu_recount(run=run)
     if target == RunStatus.RUNNING:
         from kernellab.tasks import search_run_advance
 

@@ -27,6 +27,14 @@ from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
 from kernellab.services.run_context import RunContext, llm_client
 from kernellab.services.search_port import DatabasePort
+from kernellab.services.verifications import (
+    GPU_TAKEN_STATES,
+    HAND_COUNTED_KEY,
+    RUN_ENDED_STATES,
+    SEARCHING_STATES,
+    hand_requested,
+    run_gpu_recount,
+)
 
 __all__ = ["DatabasePort", "RunContext", "llm_client", "measurement_as_result", "node_add_human_child",
            "objective_result", "reference_j_per_call", "run_advance", "run_pause_for_time_limit"]
@@ -146,14 +154,49 @@ def _outside_event(node_state: SearchNodeState, verification_state: str) -> bool
     return False
 
 
-def _feed_outside_events(driver, run: SearchRun) -> int:
+def _hand_counted(run: SearchRun, driver) -> set[int]:
+    """The verifications people asked for that the search has counted (HAND_COUNTED_KEY, saved beside its state).
+    A state saved before the search kept that record: the measurements people asked for that the driver already
+    took in (their node is settled for it) are taken as counted, as they were then, and are not counted again."""
+    state = run.driver_state or {}
+    record = state.get(HAND_COUNTED_KEY)
+    if isinstance(record, list):
+        return {int(pk) for pk in record}
+    if not state:
+        return set()
+    taken = hand_requested(Verification.objects.filter(node__run=run, state__in=GPU_TAKEN_STATES))
+    return {pk for pk, key in taken.values_list("pk", "node__key") if driver.node_state(int(key)) in SETTLED_STATES}
+
+
+def _measured_again(node_state: SearchNodeState | None, verification_state: str, by_hand: bool) -> bool:
+    """Whether a verification is a person's measurement, done or failed (it took the GPU), of a node the search had
+    settled: the search learns nothing from it (the node keeps what it has), but it counts against the budget."""
+    return by_hand and node_state in SETTLED_STATES and verification_state in GPU_TAKEN_STATES
+
+
+def _feed_outside_events(driver, run: SearchRun, counted: set[int] | None = None) -> int:
     """Tell the driver about approvals, rejections, finished measurements and measurements that
-    people asked for themselves. Returns how many events were fed."""
+    people asked for themselves. Returns how many events were fed.
+
+    Each measurement a person asked for is counted in the search's budget use once, when it has taken the GPU:
+    of a node the search had not measured through SearchDriver.measure_outside, again of one it had settled here.
+    `counted` (from _hand_counted; saved with the state by _save) says which are counted already, and takes the
+    new ones in."""
+    if counted is None:
+        counted = _hand_counted(run, driver)
     fed = 0
     rows = Verification.objects.filter(node__run=run).select_related("node", "measurement").order_by("pk")
     for verification in rows:
         node_id = int(verification.node.key)
         state = driver.node_state(node_id)
+        by_hand = not verification.requested_by_policy
+        if by_hand and verification.pk in counted:
+            continue
+        if _measured_again(state, verification.state, by_hand):
+            driver.counters.measurements_requested += 1
+            counted.add(verification.pk)
+            fed += 1
+            continue
         if state is None or not _outside_event(state, verification.state):
             continue
         if state == SearchNodeState.AWAITING_APPROVAL:
@@ -168,6 +211,8 @@ def _feed_outside_events(driver, run: SearchRun) -> int:
             driver.on_measurement(node_id, objective_result(run, measurement_as_result(verification.measurement)))
         elif verification.state == VerificationState.FAILED:
             driver.on_measurement(node_id, {"status": "failed-runtime", "reason": verification.reason or "the GPU worker failed"})
+        if by_hand:  # measure_outside counted it (or, the node awaiting the search's own request, that one did)
+            counted.add(verification.pk)
         fed += 1
     return fed
 
@@ -202,10 +247,18 @@ def objective_result(run: SearchRun, result: dict) -> dict:
 
 
 def _outside_events_waiting(run: SearchRun) -> bool:
-    saved = SavedSearch(SearchRun.objects.filter(pk=run.pk).values_list("driver_state", flat=True).first())
+    saved_state = SearchRun.objects.filter(pk=run.pk).values_list("driver_state", flat=True).first()
+    saved = SavedSearch(saved_state)
     node_states = {str(node_id): state for node_id, state in saved.node_states().items()}
-    rows = Verification.objects.filter(node__run=run).values_list("node__key", "state")
-    return any(_outside_event(node_states.get(key, SearchNodeState.MEASURED), vstate) for key, vstate in rows)
+    record = (saved_state or {}).get(HAND_COUNTED_KEY)
+    counted = set(record) if isinstance(record, list) else None
+    rows = Verification.objects.filter(node__run=run).values_list("pk", "node__key", "state", "requested_by_policy")
+    for pk, key, vstate, policy in rows:
+        if _outside_event(node_states.get(key, SearchNodeState.MEASURED), vstate):
+            return True
+        if counted is not None and pk not in counted and _measured_again(node_states.get(key), vstate, not policy):
+            return True  # a person's measurement again of a settled node, not counted yet
+    return False
 
 
 def run_advance(*, run_id: int) -> str:
@@ -218,6 +271,10 @@ def run_advance(*, run_id: int) -> str:
     finally:
         _release(run_id)
     run = SearchRun.objects.get(pk=run_id)
+    if run.status in RUN_ENDED_STATES:
+        # The run ended (in this advance, or beside it: cancelled while it stepped): its count is the ended run's,
+        # over whatever this advance saved of the search's own.
+        run_gpu_recount(run=run)
     # Enqueued only once the lease is let go: a follow-up that started while it was held would find
     # it taken and stop, leaving the run in "running" with nobody advancing it.
     if run.status in (RunStatus.RUNNING, RunStatus.WAITING) and (outcome == "stepped" or _outside_events_waiting(run)):
@@ -245,10 +302,11 @@ def _advance_leased(run_id: int) -> str:
         port = DatabasePort(RunContext(run))
         with port.holding_writes():
             driver = _load_driver(run, port)
-            _feed_outside_events(driver, run)
+            counted = _hand_counted(run, driver)
+            _feed_outside_events(driver, run, counted)
         with transaction.atomic():
             port.flush()
-            _save(run, driver, port.context.llm_budget)
+            _save(run, driver, port.context.llm_budget, counted)
         budget = port.context.llm_budget
         if budget is not None and budget.spent:
             return _llm_budget_spent(run, driver, budget)
@@ -261,7 +319,7 @@ def _advance_leased(run_id: int) -> str:
                 report = driver.step()
             with transaction.atomic():
                 port.flush()
-                _save(run, driver, budget)
+                _save(run, driver, budget, counted)
             _renew(run_id)
             if report.status != "expanded":
                 break
@@ -334,14 +392,22 @@ def _llm_budget_spent(run: SearchRun, driver, budget) -> str:
     return "finished"
 
 
-def _save(run: SearchRun, driver, budget=None) -> None:
+def _save(run: SearchRun, driver, budget=None, counted: set[int] | None = None) -> None:
+    """The driver's state, with the search's record of the measurements people asked for that it counted
+    (`counted`, HAND_COUNTED_KEY); while the search advances the run, its count is the run's gpu_used."""
     best = driver.best()
-    updates = {"driver_state": driver.state_dict()}
+    state = driver.state_dict()
+    state[HAND_COUNTED_KEY] = sorted(counted if counted is not None else _hand_counted(run, driver))
+    updates = {"driver_state": state}
     if budget is not None and run.llm_calls != budget.used:
         run.llm_calls = updates["llm_calls"] = budget.used
     if best is not None:
         updates["best_speedup"] = best.speedup
     SearchRun.objects.filter(pk=run.pk).update(**updates)
+    # A count the feed changed (a person's measurement) shows now, not at the next step that publishes its counters;
+    # an ended run's count is run_gpu_recount's.
+    SearchRun.objects.filter(pk=run.pk, status__in=SEARCHING_STATES).update(
+        gpu_used=driver.counters.measurements_requested)
     existing = set(run.lessons.values_list("text", flat=True))
     for lesson in driver.memory.lessons:
         text = f"[{lesson.kind}] {lesson.change} → {lesson.effect}"
@@ -394,8 +460,9 @@ def node_add_human_child(*, node: Node, user, source: str, launch: list | None =
             raise ServiceError("This candidate is already in the tree.")
         with transaction.atomic():
             port.flush()
-            _save(run, driver, context.llm_budget)
+            _save(run, driver, context.llm_budget, _hand_counted(run, driver))
             child = Node.objects.get(run=run, key=str(child_id))
     finally:
         _release(run.pk)
+    run_gpu_recount(run=run)  # a finished run's count takes the child's request in now (a running one's is the search's)
     return child

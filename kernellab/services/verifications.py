@@ -203,6 +203,8 @@ def verification_reject(*, verification: Verification, user, reason: str = "") -
     verification.save()
     _node_set(verification.node, NodeState.REJECTED, reason or f"GPU verification rejected by {user.get_username()}.")
     _verification_changed(verification)
+    # After the end no search hears of it: an ended run gives the reservation of the search's request back now.
+    run_gpu_recount(run=SearchRun.objects.defer("driver_state").get(pk=verification.node.run_id))
     _wake_run(verification.node.run_id)
     return verification
 
@@ -352,50 +354,88 @@ def _released_after_the_end(run: SearchRun, ended) -> int:
     return asked_by_search.filter(cancelled | rejected_late).count()
 
 
+# The search's record, in SearchRun.driver_state beside the driver's own keys (services.search keeps it; the driver
+# never reads it), of the verifications people asked for that it counted in its `measurements_requested`: a
+# measurement of a node it had not measured (SearchDriver.measure_outside) or a re-measurement of one it had. A
+# person's measurement that took the GPU and is not in it was never counted by the search.
+HAND_COUNTED_KEY = "counted_by_hand"
+SEARCHING_STATES = (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PAUSED)
+
+
+def hand_requested(verifications):
+    """The verifications a person asked for (a request of the search's says why: `requested_by_policy`)."""
+    return verifications.filter(requested_by_policy="")
+
+
+def _gpu_count(run: SearchRun) -> dict:
+    """What gpu_used is by the rules of run_gpu_use, from the rows (read only): `used`, `by_hand`, `released`."""
+    if run.status in SEARCHING_STATES:
+        return {"used": run.gpu_used, "by_hand": 0, "released": 0}
+    counted, record = (SearchRun.objects.filter(pk=run.pk).values_list(
+        "driver_state__counters__measurements_requested", f"driver_state__{HAND_COUNTED_KEY}").first() or (None, None))
+    taken = Verification.objects.filter(node__run=run, state__in=GPU_TAKEN_STATES)
+    if not isinstance(counted, int):  # the search never saved a step: it counted nothing
+        return {"used": taken.count(), "by_hand": 0, "released": 0}
+    ended = run_ended_at(run)
+    released = min(counted, _released_after_the_end(run, ended))
+    if isinstance(record, list):
+        outside = hand_requested(taken).exclude(pk__in=record)
+    else:  # a run whose search saved no record (before it kept one): what people asked for after the end
+        outside = taken.filter(created_at__gt=ended) if ended is not None else taken.none()
+    by_hand = outside.count()
+    return {"used": counted - released + by_hand, "by_hand": by_hand, "released": released}
+
+
+def run_gpu_recount(*, run: SearchRun) -> int:
+    """Store an ended run's gpu_used by the rules of run_gpu_use (where it differs) and return it; a run a search
+    still advances is left to the search. Called where the count of an ended run can change: when the run ends
+    (services.runs.run_transition, and services.search after an advance that saved the search's state of a run
+    that has ended), when a measurement ends, when an approver rejects a request, when a person adds a candidate
+    to a finished run. Idempotent."""
+    if run.status in SEARCHING_STATES:
+        return run.gpu_used
+    used = _gpu_count(run)["used"]
+    SearchRun.objects.filter(pk=run.pk).exclude(gpu_used=used).update(gpu_used=used)
+    run.gpu_used = used
+    return used
+
+
 def run_gpu_use(*, run: SearchRun) -> dict:
-    """The run's GPU budget use and how it splits, as every page shows them; `used` is SearchRun.gpu_used.
+    """The run's GPU budget use and how it splits, as every page shows them; `used` is SearchRun.gpu_used. It only
+    reads: a page never writes the count (run_gpu_recount keeps it, where the count changes).
 
     `used` is the budget's use, not a count of measurements: a request reserves budget when it is made. While a
-    search advances the run, the search keeps gpu_used: every measurement it asked for, and those people asked for
-    (SearchDriver.measure_outside), requests awaiting approval or a GPU included. An ended run (finished, cancelled,
-    failed) is never advanced again, so here gpu_used becomes the search's own count (its saved counters) less the
-    reservations it can no longer give back itself (its requests cancelled with the run, or rejected after the end:
-    `released`), plus the measurements people asked for after the end that took the GPU (done or failed); it is
-    stored where it differs. A run whose search never saved a step (created, or ended before its first) counted
-    nothing: every measurement of it that took the GPU is counted this way. Called when a measurement ends, when a
-    run is cancelled and when a run's pages read it, so rows counted before this rule heal too.
+    search advances the run, the search keeps gpu_used: every measurement it asked for, requests awaiting approval
+    or a GPU included, and those people asked for once they took the GPU (done or failed), of a node it had not
+    measured (SearchDriver.measure_outside) or again of one it had (services.search._feed_outside_events), each
+    once (it records which: HAND_COUNTED_KEY). An ended run (finished, cancelled, failed) is never advanced again,
+    so there gpu_used becomes the search's own count (its saved counters) less the reservations it can no longer
+    give back itself (its requests cancelled with the run, or rejected after the end: `released`), plus the
+    measurements people asked for that took the GPU and that the search never counted (asked for after the end, or
+    before it and not yet fed to the search when it ended; a run whose search kept no record of them, from before
+    it did: those asked for after the end). A run whose search never saved a step (created, or ended before its
+    first) counted nothing: every measurement of it that took the GPU is counted this way. run_gpu_recount stores
+    it when the run ends and whenever it changes after the end (a migration recounted the runs ended before).
 
     The split comes from the rows (run_verification_counts): `measured`, `pending` (awaiting approval), `queued`
     (approved, queued or measuring), `reserved` (the two: budget held, no measurement yet), `cancelled`, `rejected`.
-    `by_hand` is the part of `used` asked for after the end, `by_search` the rest, `over` how far `used` went past
-    the budget (a search stops at its budget; a person's request is measured whatever the budget says)."""
-    used, by_hand, released = run.gpu_used, 0, 0
-    searching = run.status in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.PAUSED)
-    counted = None if searching else (
-        SearchRun.objects.filter(pk=run.pk).values_list("driver_state__counters__measurements_requested", flat=True).first())
-    if not searching:
-        outside = Verification.objects.filter(node__run=run, state__in=GPU_TAKEN_STATES)
-        if isinstance(counted, int):
-            ended = run_ended_at(run)
-            outside = outside.filter(created_at__gt=ended) if ended is not None else outside.none()
-            released = min(counted, _released_after_the_end(run, ended))
-        by_search = counted - released if isinstance(counted, int) else 0
-        outside_count = outside.count()
-        if by_search + outside_count != used:
-            used = by_search + outside_count
-            SearchRun.objects.filter(pk=run.pk).update(gpu_used=used)
-            run.gpu_used = used
-        by_hand = outside_count if isinstance(counted, int) else 0
+    `by_hand` is the part of `used` that people asked for and the search never counted, `by_search` the rest,
+    `over` how far `used` went past the budget (a search stops at its budget; a person's request is measured
+    whatever the budget says)."""
+    searching = run.status in SEARCHING_STATES
+    used = run.gpu_used
+    count = _gpu_count(run) if not searching else {"by_hand": 0, "released": 0}
+    by_hand = min(count["by_hand"], used)
     rows = run_verification_counts(run=run)
     return {"used": used, "budget": run.gpu_budget, "by_search": used - by_hand, "by_hand": by_hand,
-            "over": max(0, used - run.gpu_budget), "released": released, "searching": searching,
+            "over": max(0, used - run.gpu_budget), "released": count["released"], "searching": searching,
             **rows, "reserved": rows["pending"] + rows["queued"]}
 
 
 def _count_if_outside_search(verification: Verification) -> None:
     """A measurement has taken the GPU: where no search will count it (an ended run), count it now."""
     run = SearchRun.objects.defer("driver_state").get(pk=verification.node.run_id)
-    run_gpu_use(run=run)
+    run_gpu_recount(run=run)
 
 
 @transaction.atomic

@@ -44,7 +44,7 @@ def run_explorer(request, run_id: int):
     can_run = user_can(user=request.user, workspace=workspace, action="run")
     if request.GET.get("part") == "controls":
         return render(request, "kernellab/runs/controls.html", {"run": run, "can_run": can_run, "wait_reason": run_wait_reason(run=run)})
-    gpu = run_gpu_use(run=run)  # before the page reads run.gpu_used: it counts what people measured after the end
+    gpu = run_gpu_use(run=run)  # reads only: an ended run's count was stored where it changed (run_gpu_recount)
     # ?node= opens that node's panel; a key this run does not have selects nothing and says so.
     selected = request.GET.get("node", "").strip()
     missing_node = ""

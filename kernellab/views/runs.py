@@ -133,7 +133,7 @@ def _energy_coverage(run) -> dict:
 @login_required
 def run_dashboard_page(request, run_id: int):
     run = run_for(request, run_id)
-    gpu = run_gpu_use(run=run)  # the count the run's other pages show, not this page's own count of finished rows
+    gpu = run_gpu_use(run=run)  # the count the run's other pages show, not this page's own count of finished rows (reads only)
     dashboard = run_dashboard(run=run)
     times = _times_shown(dashboard["times"], _answered_from_records(run))
     figures = run_dashboard_figures(dashboard, energy_coverage=_energy_coverage(run))
