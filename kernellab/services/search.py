@@ -25,6 +25,7 @@ from search_engine.saved_state import SavedSearch
 from kernellab.models import Measurement, Node, RunStatus, SearchLesson, SearchRun, Verification, VerificationState
 from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
+from kernellab.services.changes import change_record
 from kernellab.services.run_context import RunContext, llm_client
 from kernellab.services.search_port import DatabasePort
 from kernellab.services.verifications import (
@@ -406,8 +407,9 @@ def _save(run: SearchRun, driver, budget=None, counted: set[int] | None = None) 
     SearchRun.objects.filter(pk=run.pk).update(**updates)
     # A count the feed changed (a person's measurement) shows now, not at the next step that publishes its counters;
     # an ended run's count is run_gpu_recount's.
-    SearchRun.objects.filter(pk=run.pk, status__in=SEARCHING_STATES).update(
-        gpu_used=driver.counters.measurements_requested)
+    used = driver.counters.measurements_requested
+    if SearchRun.objects.filter(pk=run.pk, status__in=SEARCHING_STATES).exclude(gpu_used=used).update(gpu_used=used):
+        change_record(run=run, kind="gpu", payload={"used": used})  # a step publishes its counters; this did not step
     existing = set(run.lessons.values_list("text", flat=True))
     for lesson in driver.memory.lessons:
         text = f"[{lesson.kind}] {lesson.change} → {lesson.effect}"

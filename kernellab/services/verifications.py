@@ -395,7 +395,8 @@ def run_gpu_recount(*, run: SearchRun) -> int:
     if run.status in SEARCHING_STATES:
         return run.gpu_used
     used = _gpu_count(run)["used"]
-    SearchRun.objects.filter(pk=run.pk).exclude(gpu_used=used).update(gpu_used=used)
+    if SearchRun.objects.filter(pk=run.pk).exclude(gpu_used=used).update(gpu_used=used):
+        change_record(run=run, kind="gpu", payload={"used": used})  # the explorer's counter moves now
     run.gpu_used = used
     return used
 

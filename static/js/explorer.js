@@ -153,6 +153,8 @@
       } else if (change.kind === "step") {
         if (p.counters) setGpuCounter(p.counters.measurements_requested);
         setThreshold(p.threshold);
+      } else if (change.kind === "gpu") {  // the budget use changed between steps (a measurement people asked for)
+        setGpuCounter(p.used);
       } else if (change.kind === "verification") {
         verifications.set(p.node, p);
         if (p.node === selectedKey) refreshPanel("live");

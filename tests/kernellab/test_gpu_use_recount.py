@@ -43,6 +43,13 @@ def _counted_by_search(run) -> int:
     return SearchRun.objects.get(pk=run.pk).driver_state["counters"]["measurements_requested"]
 
 
+def _gpu_changes(run) -> list[int]:
+    """The budget uses the explorer was told of between steps (change kind "gpu"), in order."""
+    from kernellab.models import RunChange
+
+    return [c.payload["used"] for c in RunChange.objects.filter(run=run, kind="gpu").order_by("seq")]
+
+
 def _measured_node(run) -> Node:
     return Node.objects.filter(run=run, state=NodeState.MEASURED).exclude(key="0").order_by("pk").first()
 
@@ -141,6 +148,7 @@ def test_measuring_again_by_hand_while_the_search_runs_is_counted_once_also_afte
         verification_approve(verification=again, user=members["approver"])  # eager: measured, the run advanced
         assert Verification.objects.get(pk=again.pk).state == VerificationState.DONE
         assert _stored(manual) == _counted_by_search(manual) == used + 1
+    assert _gpu_changes(manual) == [7, 8]  # the explorer's counter moved with each, without a step
     run = SearchRun.objects.get(pk=manual.pk)
     assert run.status == RunStatus.WAITING  # the search still waits for its own two requests
     assert run.gpu_used == _counted_by_search(run) == 8  # its 6 and the 2 measured again: the budget is spent
@@ -173,6 +181,7 @@ def test_measured_again_by_hand_while_the_search_runs_and_ended_after_the_run_is
         assert _stored(manual) == 4  # the 2 requests awaiting approval cancelled; the one on the GPU not done yet
         assert verification_fail(verification=claimed, reason="the worker lost its GPU")
     assert _stored(manual) == 5
+    assert _gpu_changes(manual)[-1] == 5  # the explorer's counter moved when the late measurement ended
     assert run_advance(run_id=manual.pk) == "run is cancelled"
     run = SearchRun.objects.get(pk=manual.pk)
     gpu = run_gpu_use(run=run)
