@@ -24,6 +24,14 @@ def embedded_setup(settings):
 
 
 @pytest.fixture
+def data_dir(settings, tmp_path):
+    """settings.DATA_DIR as a fresh, empty folder "data" in the test's tmp_path."""
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
+    return settings.DATA_DIR
+
+
+@pytest.fixture
 def workspace(db):
     from kernellab.models import Workspace
 

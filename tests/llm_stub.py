@@ -1,7 +1,9 @@
-"""A stub OpenAI-compatible server on loopback that answers every chat call with a seeded draw from a
-catalogue of malformed answers (and some good ones, so that runs grow and reach the surrogate).
+"""Stub OpenAI-compatible servers on loopback. ChatServer answers each request with what a function of the
+request says (a text, or an Answer: any body, status or delay); the tests that need an endpoint answering one
+way use it. StubServer answers every chat call with a seeded draw from a catalogue of malformed answers (and
+some good ones, so that runs grow and reach the surrogate).
 
-Used by the fuzz test (tests/kernellab/test_llm_fuzz.py) and its benchmark (benchmarks/llm_fuzz.py).
+StubServer is used by the fuzz test (tests/kernellab/test_llm_fuzz.py) and its benchmark (benchmarks/llm_fuzz.py).
 A request that offers tools is the surrogate's, except one offering only search_cutlass, the generator's
 (answered by the catalogue's `code_search()` where it has one); one without is the generator's. Every answer served
 is logged with its kind and whether the search can use it ("use") or must record it as a failure
@@ -13,7 +15,8 @@ import json
 import random
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -55,6 +58,16 @@ def _content(text) -> dict:
     return {"role": "assistant", "content": text}
 
 
+def text_answer(text: str, *, usage: dict | None = None) -> Answer:
+    """A chat completion whose message says `text`."""
+    return Answer("text", "use", _completion(_content(text), usage=usage))
+
+
+def forecast_answer(arguments: str | dict, *, usage: dict | None = None) -> Answer:
+    """A chat completion calling submit_forecast with `arguments` (a JSON string, or anything else as it is)."""
+    return Answer("forecast", "use", _completion(_tool_message(arguments), usage=usage, finish="tool_calls"))
+
+
 GOOD_PROBS = [0.0, 0.02, 0.05, 0.13, 0.4, 0.3, 0.1, 0.0]
 
 
@@ -62,8 +75,8 @@ GOOD_PROBS = [0.0, 0.02, 0.05, 0.13, 0.4, 0.3, 0.1, 0.0]
 class Answer:
     """What the stub sends: a JSON body (or raw bytes), an HTTP status, an optional delay."""
 
-    kind: str
-    outcome: str  # "use" or "fail"
+    kind: str = ""
+    outcome: str = ""  # "use" or "fail"
     body: dict | None = None
     raw: bytes | None = None
     status: int = 200
@@ -229,16 +242,17 @@ class ServedAnswer:
     outcome: str
 
 
-@dataclass
-class StubServer:
-    """A threaded HTTP server on 127.0.0.1 serving the catalogue; `served` lists every answer."""
+class ChatServer:
+    """A small OpenAI-compatible server on 127.0.0.1 (port 0: a free one), serving in a thread from `with` to the
+    block's end. Every POST (/v1/chat/completions or any other path) is answered by `answer(request)`, given the
+    request's JSON: the text of a chat completion (see text_answer), or an Answer (any body or raw bytes, an HTTP
+    status, a delay before answering). `requests` lists the requests it got, in order."""
 
-    catalogue: AnswerCatalogue
-    served: list[ServedAnswer] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
+    def __init__(self, answer: Callable[[dict], Answer | str]) -> None:
+        self.answer = answer
+        self.requests: list[dict] = []
         self._lock = threading.Lock()
-        stub = self
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -249,16 +263,11 @@ class StubServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
-                tools = [t.get("function", {}).get("name") for t in request.get("tools") or [] if isinstance(t, dict)]
-                path = "generator" if not tools or tools == ["search_cutlass"] else "surrogate"
-                with stub._lock:
-                    if path == "surrogate":
-                        answer = stub.catalogue.surrogate()
-                    elif tools and hasattr(stub.catalogue, "code_search"):
-                        answer = stub.catalogue.code_search()
-                    else:   # the generator offered search_cutlass and the model answers without it
-                        answer = stub.catalogue.generator()
-                    stub.served.append(ServedAnswer(path, answer.kind, answer.outcome))
+                with server._lock:  # one answer at a time: a seeded catalogue draws in the order served
+                    server.requests.append(request)
+                    answer = server.answer(request)
+                if isinstance(answer, str):
+                    answer = text_answer(answer)
                 if answer.delay_s:
                     time.sleep(answer.delay_s)
                 payload = answer.payload()
@@ -283,13 +292,35 @@ class StubServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "StubServer":
+    def __enter__(self):
         self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class StubServer(ChatServer):
+    """A ChatServer answering from a catalogue (generator(), surrogate(), optionally code_search()); `served`
+    lists every answer with its path, kind and outcome."""
+
+    def __init__(self, catalogue) -> None:
+        self.catalogue = catalogue
+        self.served: list[ServedAnswer] = []
+        super().__init__(self._from_catalogue)
+
+    def _from_catalogue(self, request: dict) -> Answer:
+        tools = [t.get("function", {}).get("name") for t in request.get("tools") or [] if isinstance(t, dict)]
+        path = "generator" if not tools or tools == ["search_cutlass"] else "surrogate"
+        if path == "surrogate":
+            answer = self.catalogue.surrogate()
+        elif tools and hasattr(self.catalogue, "code_search"):
+            answer = self.catalogue.code_search()
+        else:  # the generator offered search_cutlass and the model answers without it
+            answer = self.catalogue.generator()
+        self.served.append(ServedAnswer(path, answer.kind, answer.outcome))
+        return answer
 
 
 # ---- fuzzing real runs ------------------------------------------------------------------------------

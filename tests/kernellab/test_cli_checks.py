@@ -1,10 +1,7 @@
 """The lab's command-line tools check what their arguments can tell before doing the work."""
 from __future__ import annotations
 
-import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.core.management import call_command
@@ -13,13 +10,7 @@ from django.core.management.base import CommandError
 from search_engine.lab.datasets import write_dataset
 from search_engine.lab.reports import list_reports
 from tests.lab.helpers import synthetic_rows
-
-
-@pytest.fixture
-def data_dir(settings, tmp_path):
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
+from tests.llm_stub import ChatServer, text_answer
 
 
 @pytest.fixture
@@ -77,40 +68,24 @@ def test_heldout_with_a_dataset_is_refused(dataset):
         _evaluate("--heldout", "--dataset", str(dataset))
 
 
-class _Unusable(BaseHTTPRequestHandler):
-    """An OpenAI-compatible endpoint that answers every request with text and no forecast."""
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                  "choices": [{"index": 0, "finish_reason": "stop",
-                               "message": {"role": "assistant", "content": "I cannot tell."}}],
-                  "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def unusable_endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unusable)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    """An OpenAI-compatible endpoint that answers every request with text and no forecast."""
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    with ChatServer(lambda request: text_answer("I cannot tell.", usage=usage)) as server:
+        yield server.base_url
 
 
 def test_a_model_that_answered_unusably_keeps_its_report_of_cost_and_reasons(dataset, data_dir, workspace,
-                                                                            unusable_endpoint):
+                                                                            unusable_endpoint, capsys):
     # (what it cost and why each answer was refused are the result; an endpoint that never answered saves nothing,
     # below)
     _evaluate("--dataset", str(dataset), "--surrogate", "llm", "--llm-model", "m", "--no-cache",
               "--base-url", unusable_endpoint, "--timeout", "5", "--concurrency", "2")
+    printed = capsys.readouterr().out
+    # No figures: a ranking of rows none of which was answered is the tie-break's order, not the model's.
+    assert "No answer was usable: no figures" in printed and "abstentions: 9x" in printed
+    assert "recovered" not in printed and "Brier" not in printed
     from search_engine.lab.reports import load_report
 
     reports = data_dir / "reports" / workspace.slug

@@ -156,16 +156,3 @@ def test_a_replayed_search_from_start_to_end_gives_an_honest_dashboard(client, m
         "answered from recorded data that has no energy reading, so there is nothing to draw.")}
 
 
-@pytest.fixture
-def saxpy(settings, workspace, tmp_path):
-    from kernellab.services.problems import problem_load_bundled
-    from tests.kernellab.test_search_run import RECORDED
-
-    settings.KERNELLAB_PROBLEMS_DIR = str(RECORDED)
-    settings.DATA_DIR = tmp_path
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from kernellab.celery import app
-
-    app.conf.task_always_eager = True
-    yield next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")
-    app.conf.task_always_eager = False

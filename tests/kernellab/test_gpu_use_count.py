@@ -10,26 +10,11 @@ from django.db.models import Count
 from kernellab.models import Measurement, Node, NodeState, RunStatus, SearchRun, Verification, VerificationState
 from kernellab.selectors.explorer import run_dashboard, run_tree_snapshot
 from kernellab.services.runs import run_create
-from kernellab.services.problems import problem_load_bundled
 from kernellab.services.verifications import run_gpu_use, verification_request
-from tests.kernellab.test_search_run import RECORDED
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedded_setup")]
 
 BUDGET = 4
-
-
-@pytest.fixture
-def saxpy(settings, workspace, tmp_path):
-    """The recorded saxpy problem with eager Celery, as in test_search_run: the replay answers at once."""
-    settings.KERNELLAB_PROBLEMS_DIR = str(RECORDED)
-    settings.DATA_DIR = tmp_path
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from kernellab.celery import app
-
-    app.conf.task_always_eager = True
-    yield next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")
-    app.conf.task_always_eager = False
 
 
 @pytest.fixture

@@ -29,7 +29,6 @@ from tests.kernellab.test_gpu_use_count import (  # noqa: F401 - fixtures
     _verify_by_hand,
     finished,
     manual,
-    saxpy,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedded_setup")]

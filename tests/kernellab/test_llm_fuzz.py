@@ -1,35 +1,17 @@
 """Real runs (LLM generator and LLM surrogate, replay backend, bundled saxpy) against a stub
 OpenAI-compatible server that answers with malformed answers: no answer may end a run or escape a
 worker, and every unusable answer leaves a readable reason on its node."""
-from pathlib import Path
-
 import pytest
 from django.utils.html import escape
 from search_engine.saved_state import SavedSearch
 
 from kernellab.config import LLMEndpoint
 from kernellab.models import Forecast, Node, RunStatus
-from kernellab.services.problems import problem_load_bundled
 from kernellab.services.runs import run_create
 from kernellab.services.search import run_advance
 from tests.llm_stub import AnswerCatalogue, StubServer, fuzz_runs, readable, recorded_saxpy_variants
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
-
-RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems"
-
-
-@pytest.fixture
-def saxpy(settings, workspace, tmp_path):
-    settings.KERNELLAB_PROBLEMS_DIR = str(RECORDED)
-    settings.DATA_DIR = tmp_path
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from kernellab.celery import app
-
-    app.conf.task_always_eager = True
-    yield next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")
-    app.conf.task_always_eager = False
-    app.conf.task_eager_propagates = False
 
 
 @pytest.fixture

@@ -1,33 +1,16 @@
 """A run whose LLM endpoint is unreachable, or whose step runs past the worker's soft time limit, is paused
 with the reason on the run (never left "running" with nothing queued, never burning its LLM budget)."""
-from pathlib import Path
-
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
 from kernellab.config import LLMEndpoint
 from kernellab.models import RunStatus, SearchRun
-from kernellab.services.problems import problem_load_bundled
 from kernellab.services.runs import run_create, run_transition
 from kernellab.services.search import run_advance
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
-RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems"
 DEAD = "http://127.0.0.1:9"
-
-
-@pytest.fixture
-def saxpy(settings, workspace, tmp_path):
-    settings.KERNELLAB_PROBLEMS_DIR = str(RECORDED)
-    settings.DATA_DIR = tmp_path
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from kernellab.celery import app
-
-    app.conf.task_always_eager = True
-    yield next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")
-    app.conf.task_always_eager = False
-    app.conf.task_eager_propagates = False
 
 
 @pytest.fixture

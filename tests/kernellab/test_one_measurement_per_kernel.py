@@ -13,7 +13,6 @@ from kernellab.services.verifications import (
     verification_pending_for_policy,
     verification_request,
 )
-from tests.kernellab.test_search_run import saxpy  # noqa: F401 - the recorded saxpy problem, eager Celery
 from tests.llm_stub import recorded_saxpy_variants
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,21 +16,6 @@ def no_broker(monkeypatch):
     monkeypatch.setattr("kernellab.tasks.verification_execute.apply_async", lambda *a, **k: None)
 
 
-@pytest.fixture
-def recorded(problem, settings, tmp_path):
-    """The problem as a bundled one with recorded measurements (what replay needs), as in test_views_runs."""
-    import gzip
-
-    folder = tmp_path / "problems" / problem.name / "records"
-    folder.mkdir(parents=True)
-    with gzip.open(folder / "h200.jsonl.gz", "wt") as handle:
-        handle.write("")
-    settings.KERNELLAB_PROBLEMS_DIR = str(tmp_path / "problems")
-    problem.bundled = True
-    problem.save()
-    return problem
-
-
 def _form_defaults(client, problem) -> dict:
     form = client.get(reverse("run-new", args=[problem.pk])).context["form"]
     data = {name: field.initial for name, field in form.fields.items() if field.initial is not None}

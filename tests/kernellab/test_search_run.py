@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from kernellab.models import ApprovalMode, Measurement, Node, NodeState, RunStatus, Verification, VerificationState
-from kernellab.services.problems import problem_load_bundled
 from kernellab.services.runs import run_create
 from kernellab.services.search import node_add_human_child, run_advance
 from kernellab.services.verifications import verification_approve
@@ -13,18 +12,6 @@ from kernellab.services.verifications import verification_approve
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedded_setup")]
 
 RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "problems"
-
-
-@pytest.fixture
-def saxpy(settings, workspace, tmp_path):
-    settings.KERNELLAB_PROBLEMS_DIR = str(RECORDED)
-    settings.DATA_DIR = tmp_path
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from kernellab.celery import app
-
-    app.conf.task_always_eager = True
-    yield next(p for p in problem_load_bundled(workspace=workspace) if p.name == "saxpy")
-    app.conf.task_always_eager = False
 
 
 def test_an_automatic_run_measures_on_replay_and_reports_a_measured_best(saxpy, members):

@@ -13,13 +13,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def data_dir(settings, tmp_path):
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
-
-
-@pytest.fixture
 def other_engineer(django_user_model):
     other = Workspace.objects.create(name="Other team", slug="other")
     user = django_user_model.objects.create_user(username="other-engineer", password="pw-other-123")

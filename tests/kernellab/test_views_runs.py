@@ -23,21 +23,6 @@ def no_broker(monkeypatch):
     return sent
 
 
-@pytest.fixture
-def recorded(problem, settings, tmp_path):
-    """The problem as a bundled one with recorded H200 measurements (what replay needs)."""
-    import gzip
-
-    folder = tmp_path / "problems" / problem.name / "records"
-    folder.mkdir(parents=True)
-    with gzip.open(folder / "h200.jsonl.gz", "wt") as handle:
-        handle.write("")
-    settings.KERNELLAB_PROBLEMS_DIR = str(tmp_path / "problems")
-    problem.bundled = True
-    problem.save()
-    return problem
-
-
 def _defaults(form) -> dict:
     data = {name: field.initial for name, field in form.fields.items() if field.initial is not None}
     data["start"] = "on"

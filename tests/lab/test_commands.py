@@ -4,8 +4,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,13 +16,6 @@ from search_engine.lab.reports import list_reports, load_report
 from search_engine.lab.datasets import row_request
 from search_engine.prompts import forecast_messages
 from tests.lab.helpers import SAXPY_DIR, SAXPY_RECORDS, synthetic_rows
-
-
-@pytest.fixture
-def data_dir(settings, tmp_path):
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
 
 
 @pytest.fixture
@@ -154,55 +145,18 @@ def test_train_then_evaluate_a_learned_surrogate_and_leave_one_problem_out(tmp_p
         call_command("evaluate_surrogate", "--dataset", str(tmp_path / "syn.jsonl"))
 
 
-class _FakeChat(BaseHTTPRequestHandler):
-    """An OpenAI-compatible endpoint that forecasts bin 5 with a forced tool call."""
-    requests = 0
-    lock = threading.Lock()
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with _FakeChat.lock:
-            _FakeChat.requests += 1
-        arguments = json.dumps({"reasoning": "fine", "probabilities": [0, 0, 0, 0.2, 0.6, 0.2, 0, 0], "predicted_bin": 5})
-        answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                  "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                      "role": "assistant", "content": None,
-                      "tool_calls": [{"id": "c", "type": "function",
-                                      "function": {"name": "submit_forecast", "arguments": arguments}}]}}],
-                  "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}}
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def fake_endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeChat)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _FakeChat.requests = 0
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-
-
 def test_evaluate_an_llm_endpoint_counts_tokens_and_cost_and_caches(saxpy_dataset, tmp_path, data_dir, fake_endpoint,
                                                                      workspace, capsys):
     args = ["evaluate_surrogate", "--dataset", str(saxpy_dataset), "--surrogate", "llm", "--llm-model", "fake",
-            "--base-url", fake_endpoint, "--concurrency", "4", "--price-in", "0.5", "--price-out", "2",
+            "--base-url", fake_endpoint.base_url, "--concurrency", "4", "--price-in", "0.5", "--price-out", "2",
             "--cache", str(tmp_path / "cache.sqlite3")]
     call_command(*args)
     out = capsys.readouterr()
-    assert _FakeChat.requests == 22
+    assert len(fake_endpoint.requests) == 22
     assert "22000 tokens in, 1100 out, $0.0132" in out.out
     assert "forecast 22/22" in out.err
     call_command(*args)
-    assert _FakeChat.requests == 22  # all from the cache the second time
+    assert len(fake_endpoint.requests) == 22  # all from the cache the second time
     reports = [load_report(data_dir / "reports" / "team", r["id"]) for r in list_reports(data_dir / "reports" / "team")]
     costs = sorted((r["cost"]["cached"], r["cost"]["tokens_in"]) for r in reports)
     assert costs == [(0, 22000), (22, 0)]

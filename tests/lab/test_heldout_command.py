@@ -11,7 +11,6 @@ from django.core.management.base import CommandError
 
 from search_engine.heldout import is_held_out
 from search_engine.lab.heldout_eval import HEADLINE
-from tests.lab.test_commands import _FakeChat, fake_endpoint  # noqa: F401  (the fixture)
 
 
 @pytest.fixture
@@ -36,13 +35,13 @@ def test_the_shipped_program_surrogate_is_scored_on_held_out_pools_beside_random
     assert all(is_held_out(task) for task in report["report"]["ranking"]["spearman_by_task"])
 
 
-def test_an_llm_endpoint_is_scored_the_same_way_with_its_tokens_counted(cuda_l1, tmp_path, fake_endpoint):  # noqa: F811
+def test_an_llm_endpoint_is_scored_the_same_way_with_its_tokens_counted(cuda_l1, tmp_path, fake_endpoint):
     out = tmp_path / "llm.json"
     call_command("evaluate_surrogate", "--heldout", "--surrogate", "llm", "--llm-model", "fake",
-                 "--base-url", fake_endpoint, "--no-cache", "--limit", "6", "--out", str(out))
+                 "--base-url", fake_endpoint.base_url, "--no-cache", "--limit", "6", "--out", str(out))
     report = json.loads(out.read_text())
     assert report["surrogate"]["kind"] == "llm" and report["rows"] <= 6
-    assert _FakeChat.requests >= report["rows"] and report["cost"]["tokens_in"] > 0
+    assert len(fake_endpoint.requests) >= report["rows"] and report["cost"]["tokens_in"] > 0
     assert report["brier"] is not None and report["cold_forecasts_per_s"] > 0
 
 

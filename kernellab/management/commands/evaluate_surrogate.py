@@ -371,13 +371,22 @@ class Command(BaseCommand):
         if report["recalibration"]:
             columns += [(f"+{m}", block["evaluation"]) for m, block in report["recalibration"]["methods"].items()]
         lines = [report["title"], f"protocol: {report['protocol']}",
-                 f"rows {ev['rows']}, answered {ev['answered']}, abstained {ev['abstained']}", "",
-                 format_table(columns)]
+                 f"rows {ev['rows']}, answered {ev['answered']}, abstained {ev['abstained']}", ""]
+        if ev["rows"] and not ev["answered"]:
+            # Every row ranks last together, in the tie-break order: its figures are no result of the model's.
+            lines.append("No answer was usable: no figures (a ranking of unanswered rows is the tie-break's order).")
+        else:
+            if ev["answered"] < ev["rows"]:
+                lines.append(f"The probability scores cover the {ev['answered']} answered rows of {ev['rows']}; "
+                             "unanswered rows rank last for recovered speedup.")
+            lines.append(format_table(columns))
         if ev["abstain_reasons"]:
             lines.append("abstentions: " + "; ".join(f"{n}x {why}" for why, n in ev["abstain_reasons"].items()))
         ref = ev["reference_scores"]
-        lines.append(f"reference: uniform forecast Brier {ref['uniform']['brier']:.3f}, CRPS {ref['uniform']['crps']:.3f}, "
-                     f"NLL {ref['uniform']['nll']:.3f}; always bin {ref['majority_bin']}: accuracy {ref['majority_accuracy']:.3f}")
+        if ev["answered"]:
+            lines.append(f"reference: uniform forecast Brier {ref['uniform']['brier']:.3f}, CRPS "
+                         f"{ref['uniform']['crps']:.3f}, NLL {ref['uniform']['nll']:.3f}; always bin "
+                         f"{ref['majority_bin']}: accuracy {ref['majority_accuracy']:.3f}")
         cost = report["cost"]
         if cost["tokens_in"] or cost["tokens_out"] or cost["cached"]:
             usd = f", ${cost['usd']:.4f}" if cost.get("usd") is not None else ""
