@@ -139,7 +139,8 @@ def _constants(tree: ast.Module) -> tuple[dict[str, Any], list[str]]:
 
 
 def _literal(node: ast.AST, known: dict[str, Any]) -> Any:
-    """A number, string, bool, tuple or list made of literals, earlier constants and + - * / // %."""
+    """A number, string, bool, tuple or list made of literals, earlier constants and + - * / // % ** << >>.
+    Raises ValueError for what it cannot evaluate (the caller skips that constant)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
         return node.value
     if isinstance(node, ast.Name) and node.id in known:
@@ -153,13 +154,16 @@ def _literal(node: ast.AST, known: dict[str, Any]) -> Any:
         value = _literal(node.operand, known)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)):
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod,
+                                                            ast.Pow, ast.LShift, ast.RShift)):
         left, right = _literal(node.left, known), _literal(node.right, known)
         if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and 0 <= right <= 64:
             return left * right
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
             if abs(left) > 2**62 or abs(right) > 2**62:
                 raise ValueError("too large")
+            if isinstance(node.op, (ast.Pow, ast.LShift, ast.RShift)):
+                return _power_or_shift(node.op, left, right)
             try:
                 return {ast.Add: lambda: left + right, ast.Sub: lambda: left - right,
                         ast.Mult: lambda: left * right, ast.Div: lambda: left / right,
@@ -167,3 +171,37 @@ def _literal(node: ast.AST, known: dict[str, Any]) -> Any:
             except ZeroDivisionError:
                 raise ValueError("division by zero") from None
     raise ValueError("not a literal")
+
+
+# The largest magnitude `**` and `<<` may give, and the largest exponent or shift: sizes are written as
+# `10**9` or `1 << 20`; `10**10**10` in a program shown on the web tier must not hang it or fill its memory.
+MAX_POWER_RESULT = 2**64
+MAX_EXPONENT = 64
+
+
+def _power_or_shift(op: ast.operator, left: int | float, right: int | float) -> int | float:
+    """`left ** right`, `left << right` or `left >> right`, refused (ValueError) before it is computed
+    when the exponent or shift is beyond MAX_EXPONENT or the result beyond MAX_POWER_RESULT."""
+    if isinstance(op, (ast.LShift, ast.RShift)):
+        if not (isinstance(left, int) and isinstance(right, int)) or not 0 <= right <= MAX_EXPONENT:
+            raise ValueError("not a shift of integers")
+        if isinstance(op, ast.RShift):
+            return left >> right
+        if abs(left).bit_length() + right > MAX_POWER_RESULT.bit_length():
+            raise ValueError("too large")
+        result = left << right
+    else:
+        if abs(right) > MAX_EXPONENT:
+            raise ValueError("exponent too large")
+        if isinstance(left, int) and isinstance(right, int) and right > 0 and \
+                (abs(left).bit_length() - 1) * right > MAX_POWER_RESULT.bit_length():
+            raise ValueError("too large")
+        try:
+            result = left ** right
+        except (OverflowError, ZeroDivisionError):
+            raise ValueError("not a finite number") from None
+        if isinstance(result, complex):
+            raise ValueError("not a real number")
+    if abs(result) > MAX_POWER_RESULT:
+        raise ValueError("too large")
+    return result

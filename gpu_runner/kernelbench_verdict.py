@@ -150,6 +150,9 @@ def judge_solution(evidence: dict[str, Any], settings: MeasureSettings | None = 
         return SolutionVerdict("rejected-guard", evidence["refusal"])
     if evidence.get("build_error"):
         return SolutionVerdict("failed-compile", f"The solution does not build: {_build_error(evidence['build_error'])}")
+    if evidence.get("memory_refusal"):
+        # The problem, not the solution, is too large for the cap: nothing ran (pytorch_worker._memory_precheck).
+        return SolutionVerdict("unavailable", str(evidence["memory_refusal"]))
     if evidence.get("reference_error"):
         return SolutionVerdict("unavailable", f"The reference failed: {_last_line(evidence['reference_error'])}")
     if evidence.get("runtime_error"):

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import math
 import os
 import site
 import statistics
@@ -28,6 +29,7 @@ from .kernelbench_verdict import (BUILD_FAILED_MARK, FALLBACK_MESSAGE, KERNEL_RU
                                   split_kernels)
 from .runtime_ops import derive_seed
 from .settings import MeasureSettings
+from .spec import MAX_PROBLEM_BYTES_VARIABLE, describe_bytes, max_problem_bytes
 from .timing import Timer, summarize, time_sides
 
 BUILT_MARK = "KL-EXTENSION-BUILT"
@@ -439,6 +441,107 @@ def _aten_ops(call, torch) -> Counter:
     return ops
 
 
+@dataclasses.dataclass(frozen=True)
+class MemoryNeed:
+    """What a PyTorch problem keeps on the GPU before any output is made (see memory_need)."""
+    total: int
+    inputs: int              # one draw of get_inputs()
+    parameters: int          # one model's parameters and buffers
+    input_copies: int
+    model_copies: int
+    largest: str             # the largest single tensor: its name, shape and bytes
+    largest_shape: tuple[int, ...]
+    largest_bytes: int
+
+
+def tensor_bytes(items: list) -> list[tuple[str, tuple[int, ...], int]]:
+    """(name, shape, bytes) of each item: a (name, shape, element_size) triple, a (name, tensor) pair or a bare
+    tensor (anything with numel() and element_size(), named by its position). Torch-free, so that the
+    arithmetic of the memory precheck is tested without a GPU."""
+    return [_item_bytes(index, item) for index, item in enumerate(items)]
+
+
+def _item_bytes(index: int, item) -> tuple[str, tuple[int, ...], int]:
+    if isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], str):
+        name, shape, element_size = item
+        shape = tuple(int(dim) for dim in shape)
+        return name, shape, math.prod(shape) * int(element_size)
+    name, tensor = item if isinstance(item, tuple) and len(item) == 2 else (f"#{index}", item)
+    shape = tuple(int(dim) for dim in getattr(tensor, "shape", ()))
+    return name, shape, int(tensor.numel()) * int(tensor.element_size())
+
+
+def memory_need(inputs: list, parameters: list, *, input_copies: int = 1, model_copies: int = 1) -> MemoryNeed:
+    """The bytes a problem needs at once: one draw of inputs times the copies the worker keeps alive, plus
+    one model's parameters and buffers times the models it holds (items as tensor_bytes takes them)."""
+    drawn, held = tensor_bytes(inputs), tensor_bytes(parameters)
+    one_draw, one_model = sum(b for _, _, b in drawn), sum(b for _, _, b in held)
+    name, shape, largest = max(drawn + held, key=lambda entry: entry[2], default=("none", (), 0))
+    return MemoryNeed(total=one_draw * input_copies + one_model * model_copies, inputs=one_draw,
+                      parameters=one_model, input_copies=input_copies, model_copies=model_copies,
+                      largest=name, largest_shape=shape, largest_bytes=largest)
+
+
+def memory_refusal(need: MemoryNeed, cap: int) -> str | None:
+    """The sentence a user reads when the problem needs more than the cap, naming what takes the memory;
+    None when it fits."""
+    if need.total <= cap:
+        return None
+    models = "Model and ModelNew" if need.model_copies == 2 else \
+        f"{need.model_copies} models" if need.model_copies != 1 else "Model"
+    return (f"The problem needs {describe_bytes(need.total)} of GPU memory before any output is made: get_inputs() "
+            f"gives {describe_bytes(need.inputs)}, kept {need.input_copies} times (the validation draws and a "
+            f"working copy), and the parameters and buffers of {models} take {describe_bytes(need.parameters)}"
+            f"{' each' if need.model_copies > 1 else ''}; the largest tensor is {need.largest} of shape "
+            f"{list(need.largest_shape)} ({describe_bytes(need.largest_bytes)}). That is more than the per-problem "
+            f"memory cap of {describe_bytes(cap)} ({MAX_PROBLEM_BYTES_VARIABLE}), so nothing was measured.")
+
+
+def _memory_precheck(reference, seed: int, settings: MeasureSettings, has_solution: bool, cap: int, torch) -> dict:
+    """Evidence on the memory the reference asks for, found on the meta device (no allocation), so that a
+    get_inputs() of 200 GB is refused with a sentence rather than met by an out-of-memory error on the GPU.
+    A program that cannot run on meta (.item(), numpy, an op meta lacks) is measured as before; the
+    evidence only says the precheck was not done."""
+    try:
+        inputs, parameters = _meta_tensors(reference, seed, torch)
+    except Exception as exc:  # noqa: BLE001 - the real run reports the program's own errors
+        return {"memory_precheck": {"skipped": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}}
+    # Alive at once in _measure_solution: every validation draw, plus the inputs' clone before the
+    # solution's call (validation) or the working copy (timing); the reference's model and the solution's.
+    need = memory_need(inputs, parameters, input_copies=settings.validation_sets + 1,
+                       model_copies=2 if has_solution else 1)
+    evidence: dict[str, Any] = {"memory_precheck": {**dataclasses.asdict(need), "cap": cap}}
+    refusal = memory_refusal(need, cap)
+    if refusal:
+        evidence["memory_refusal"] = refusal
+    return evidence
+
+
+def _meta_tensors(reference, seed: int, torch) -> tuple[list, list]:
+    """(name, tensor) pairs of one draw of inputs and of the model's parameters and buffers, made under the
+    meta device (shapes and dtypes only), seeded as the measured ones are."""
+    with torch.device("meta"):
+        torch.manual_seed(derive_seed(seed, "draw", 0))
+        inputs = _named_tensors("get_inputs()", reference.get_inputs(), torch)
+        torch.manual_seed(seed)
+        model = reference.Model(*reference.get_init_inputs())
+    held = [(f"Model.{name}", t) for name, t in [*model.named_parameters(), *model.named_buffers()]]
+    return inputs, held
+
+
+def _named_tensors(name: str, value, torch, depth: int = 0) -> list[tuple[str, Any]]:
+    """The tensors in an input value, inside lists, tuples and dicts too, named by where they are."""
+    if isinstance(value, torch.Tensor):
+        return [(name, value)]
+    if depth >= 4:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [pair for i, v in enumerate(value) for pair in _named_tensors(f"{name}[{i}]", v, torch, depth + 1)]
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in _named_tensors(f"{name}[{k!r}]", v, torch, depth + 1)]
+    return []
+
+
 def measure_solution(reference_source: str, solution_source: str | None, *, extensions: Path | None, seed: int = 0,
                      settings: MeasureSettings, tolerance: float = 1e-2, baselines: tuple[str, ...] = ()) -> dict:
     """Evidence for one solution (None: the reference and its baselines alone). Plain dict, see
@@ -466,8 +569,12 @@ def _measure_solution(guard: "_SettingsGuard", reference_source: str, solution_s
 
     evidence: dict[str, Any] = {"tolerance": tolerance, "draws": [], "phase_s": {}}
     started = time.perf_counter()
+    cap = max_problem_bytes()   # a malformed KERNELLAB_MAX_PROBLEM_BYTES is the worker's error, not the reference's
     try:
         reference_module, _ = _load_program(reference_source, "kernelbench_reference", None)
+        evidence.update(_memory_precheck(reference_module, seed, settings, solution_source is not None, cap, torch))
+        if evidence.get("memory_refusal"):
+            return evidence
         torch.manual_seed(seed)
         model = reference_module.Model(*reference_module.get_init_inputs()).cuda().eval()
     except Exception:  # noqa: BLE001 - the reference's own failure: nothing to say about the solution

@@ -103,6 +103,8 @@ class TorchBackend(Backend):
         return result
 
     def _reference_result(self, evidence: dict, base: dict, started: float) -> MeasurementResult:
+        if evidence.get("memory_refusal"):  # over the per-problem memory cap: nothing was made on the GPU
+            return MeasurementResult(status="unavailable", reason=evidence["memory_refusal"], **base)
         if evidence.get("unavailable") or evidence.get("reference_error") or evidence.get("runtime_error"):
             reason = evidence.get("unavailable") or (evidence.get("reference_error") or evidence["runtime_error"])
             return MeasurementResult(status="unavailable", reason=f"The reference failed: {reason.strip()[-300:]}",
