@@ -45,6 +45,14 @@ class KernelBenchProgram:
 
 def parse_program(source: str, *, model_class: str = "Model") -> KernelBenchProgram:
     """Read a program's shape; raise ProgramError with a sentence if it is not a KernelBench program."""
+    try:
+        return _parse_program(source, model_class=model_class)
+    except RecursionError:  # Python's parser, or the walk over an expression thousands of terms deep
+        raise ProgramError("The program nests too deeply to be read (an expression or a bracket thousands of levels "
+                           "deep); write it with fewer levels.") from None
+
+
+def _parse_program(source: str, *, model_class: str) -> KernelBenchProgram:
     if "\x00" in source:
         raise ProgramError("The program is not a text file.")
     if not source.strip():

@@ -93,6 +93,10 @@ def problem_upload(request, slug: str):
     except ServiceError as exc:
         context["rejection"] = _sentence(str(exc))
         return render(request, "kernellab/problems/upload.html", context, status=403 if not can_upload else 400)
+    except RecursionError:  # (a RuntimeError, but the upload's fault, not the server's): TOML nested thousands deep
+        context["rejection"] = ("The upload nests too deeply to be read (brackets or tables thousands of levels deep); "
+                                "nothing was saved.")
+        return render(request, "kernellab/problems/upload.html", context, status=400)
     except (ImportError, RuntimeError, OSError) as exc:  # the runner or nvcc is missing on this server
         log.exception("problem check could not run")
         context["rejection"] = f"The compile check cannot run on this server ({exc}); nothing was saved."

@@ -98,3 +98,9 @@ def test_every_kernelbench_task_of_levels_one_to_three_reads():
     assert len(files) == 250
     for file in files:
         assert parse_program(file.read_text()).forward_params, file
+
+
+def test_a_program_nested_thousands_deep_is_a_sentence_not_a_crash():
+    deep = "x = " + " + ".join(["1"] * 3000) + "\n"  # the walk over the sizes would recurse 3,000 deep
+    with pytest.raises(ProgramError, match="nests too deeply to be read"):
+        parse_program(deep + RELU)

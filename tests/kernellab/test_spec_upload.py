@@ -302,3 +302,10 @@ def test_a_spec_file_with_a_byte_order_mark_is_read(client, members, workspace):
                       spec_file=SimpleUploadedFile("problem.toml", b"\xef\xbb\xbf" + VADD_SPEC.encode()))
     assert response.status_code == 302
     assert Problem.objects.get().spec_toml == VADD_SPEC
+
+
+def test_a_spec_nested_thousands_deep_is_the_uploads_fault_not_the_servers(client, members, workspace):
+    spec = "deep = " + "[" * 3000 + "]" * 3000 + "\n" + VADD_SPEC  # tomllib recurses once per bracket
+    body = refusal(upload(client, members["engineer"], spec_toml=spec, reference_source=VADD_REFERENCE))
+    assert "The upload nests too deeply to be read" in body and "nothing was saved" in body
+    assert "cannot run on this server" not in body
