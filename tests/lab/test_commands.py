@@ -75,6 +75,34 @@ def test_export_from_the_database_takes_ok_measurements_and_measured_pairs(node,
     assert pair["parent_code"] == child.parent.kernel.source
 
 
+def test_export_from_a_database_of_several_teams_takes_the_workspace_named(node, tmp_path, data_dir):
+    from django.core.management.base import CommandError
+
+    from kernellab.models import Measurement, Problem, Workspace
+
+    other = Workspace.objects.create(name="Other", slug="other")
+    theirs = Problem.objects.create(workspace=other, name="vector_scale", title="Theirs", spec_toml=node.run.problem.spec_toml,
+                                    reference=node.run.problem.reference)
+    common = dict(hardware={"name": "NVIDIA H200"}, reference_stats={"median_ms": 0.5})
+    ours = Measurement.objects.create(kernel=node.kernel, problem=node.run.problem, status="ok", speedup=1.8,
+                                      backend="cupy", **common)
+    secret = Measurement.objects.create(kernel=node.kernel, problem=theirs, status="ok", speedup=1.2, backend="cupy",
+                                        **common)
+    out = tmp_path / "db.jsonl"
+    # Two teams' kernel sources are not exported together unless asked: an import puts them in one team's lab.
+    with pytest.raises(CommandError, match=r"holds 2 workspaces \(other, team\): name the one to export"):
+        call_command("export_dataset", str(out), "--from", "db")
+    with pytest.raises(CommandError, match="No workspace 'nope'"):
+        call_command("export_dataset", str(out), "--from", "db", "--workspace", "nope")
+    call_command("export_dataset", str(out), "--from", "db", "--workspace", "team")
+    rows = read_dataset(out).rows
+    assert [r["comparison_id"] for r in rows] == [f"kernellab-db:measurement:{ours.pk}"] and rows[0]["pack"] == "vector_scale"
+    call_command("export_dataset", str(out), "--from", "db", "--all-workspaces")
+    packs = {r["comparison_id"]: r["pack"] for r in read_dataset(out).rows}
+    assert packs == {f"kernellab-db:measurement:{ours.pk}": "team/vector_scale",
+                     f"kernellab-db:measurement:{secret.pk}": "other/vector_scale"}
+
+
 def test_import_refuses_a_bad_file_whole_and_stores_a_good_one(tmp_path, data_dir, workspace):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,problem,reference_code,candidate_code,gpu,speedup\n"

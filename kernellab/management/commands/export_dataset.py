@@ -97,8 +97,11 @@ def records_dataset(*, problems_dir: Path, gpu: str | None, extra_files: list[tu
 
 # ---- the database ------------------------------------------------------------------------------
 
-def database_rows(*, include_replays: bool = False, problems: set[str] | None = None, log=None
-                  ) -> tuple[list[dict], list[dict]]:
+def database_rows(*, include_replays: bool = False, problems: set[str] | None = None, log=None,
+                  workspaces: list[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """The database's measurements and measured parent -> child pairs, of the workspaces named (their slugs; None:
+    every workspace, each problem's pack then named "<workspace>/<problem>" so that two teams' problems of one name
+    stay apart)."""
     from kernellab.models import Measurement, Node
     from kernellab.services.problems import problem_spec
 
@@ -120,13 +123,21 @@ def database_rows(*, include_replays: bool = False, problems: set[str] | None = 
         measurements = measurements.exclude(backend="replay")
     if problems:
         measurements = measurements.filter(problem__name__in=problems)
+    if workspaces is not None:
+        measurements = measurements.filter(problem__workspace__slug__in=workspaces)
+
+    def pack(problem) -> str:
+        return problem.name if workspaces is not None and len(workspaces) == 1 else \
+            f"{problem.workspace.slug}/{problem.name}"
+
+    measurements = measurements.select_related("problem__workspace")
     rows = []
     latest: dict[tuple[int, int], object] = {}
     for m in measurements:
         problem = m.problem
         latest[(m.kernel_id, problem.pk)] = m
         rows.append(comparison_row(
-            comparison_id=f"kernellab-db:measurement:{m.pk}", pack=problem.name,
+            comparison_id=f"kernellab-db:measurement:{m.pk}", pack=pack(problem),
             anchor=problem.reference.as_candidate(), candidate=m.kernel.as_candidate(),
             hardware=m.hardware or {"name": m.gpu_model or "unknown GPU"}, speedup=m.speedup, source="kernellab-db",
             source_id=f"measurement {m.pk} ({m.backend}, kernel {m.kernel.content_hash[:12]})",
@@ -140,6 +151,9 @@ def database_rows(*, include_replays: bool = False, problems: set[str] | None = 
              .select_related("kernel", "parent__kernel", "run__problem__reference").order_by("pk"))
     if problems:
         nodes = nodes.filter(run__problem__name__in=problems)
+    if workspaces is not None:
+        nodes = nodes.filter(run__problem__workspace__slug__in=workspaces)
+    nodes = nodes.select_related("run__problem__workspace")
     for node in nodes:
         problem = node.run.problem
         measured = latest.get((node.kernel_id, problem.pk))
@@ -147,7 +161,7 @@ def database_rows(*, include_replays: bool = False, problems: set[str] | None = 
             continue  # measured only by replay (left out above) or not at all
         parent_measured = latest.get((node.parent.kernel_id, problem.pk))
         pairs.append(pair_row(
-            pair_id=f"kernellab-db:run:{node.run_id}:{node.parent.key}->{node.key}", problem_id=problem.name,
+            pair_id=f"kernellab-db:run:{node.run_id}:{node.parent.key}->{node.key}", problem_id=pack(problem),
             parent=node.parent.kernel.as_candidate(), child=node.kernel.as_candidate(),
             hardware=measured.hardware or {"name": measured.gpu_model or "unknown GPU"},
             parent_speedup=node.parent.speedup, child_speedup=node.speedup, source="kernellab-db",
@@ -160,6 +174,30 @@ def database_rows(*, include_replays: bool = False, problems: set[str] | None = 
     if log:
         log(f"database: {len(rows)} measurements, {len(pairs)} measured parent -> child pairs")
     return rows, pairs
+
+
+def _workspaces(named: list[str], every: bool) -> list[str] | None:
+    """The workspaces whose measurements an export reads: those named, or every one with --all-workspaces. Without
+    either, the database's only workspace; a database of several teams is not exported together by default, since
+    the rows carry each team's kernel sources and an import puts them all in one team's lab."""
+    from kernellab.models import Workspace
+
+    slugs = list(Workspace.objects.order_by("slug").values_list("slug", flat=True))
+    if named and every:
+        raise CommandError("Give --workspace SLUG or --all-workspaces, not both.")
+    if every:
+        return None
+    unknown = [slug for slug in named if slug not in slugs]
+    if unknown:
+        raise CommandError(f"No workspace {', '.join(map(repr, unknown))}; the database has: "
+                           f"{', '.join(slugs) or 'none'}.")
+    if named:
+        return sorted(set(named))
+    if len(slugs) > 1:
+        raise CommandError(f"The database holds {len(slugs)} workspaces ({', '.join(slugs)}): name the one to export "
+                           "with --workspace SLUG, or export every team's measurements together with "
+                           "--all-workspaces.")
+    return slugs
 
 
 class Command(BaseCommand):
@@ -178,8 +216,14 @@ class Command(BaseCommand):
         parser.add_argument("--problem", action="append", default=[], help="only these problems (repeatable)")
         parser.add_argument("--include-replays", action="store_true",
                             help="also export database measurements made by the replay backend")
+        parser.add_argument("--workspace", action="append", default=[], metavar="SLUG",
+                            help="the database's measurements of this workspace only (repeatable); needed when the "
+                                 "database holds more than one workspace")
+        parser.add_argument("--all-workspaces", action="store_true",
+                            help="every workspace's measurements together, each pack named WORKSPACE/PROBLEM")
 
-    def handle(self, *args, out, sources, pairs, gpu, problems_dir, records_file, problem, include_replays, **options):
+    def handle(self, *args, out, sources, pairs, gpu, problems_dir, records_file, problem, include_replays,
+               workspace, all_workspaces, **options):
         check_out_file(out, "The output")
         check_out_file(pairs, "--pairs")
         wanted = {s.strip() for s in sources.split(",") if s.strip()}
@@ -201,7 +245,8 @@ class Command(BaseCommand):
                 require_migrated_database()
             except CommandError as exc:
                 raise CommandError(f"{exc} (Or export only the recorded datasets: --from records.)") from None
-            db_rows, db_pairs = database_rows(include_replays=include_replays, problems=only, log=log)
+            db_rows, db_pairs = database_rows(include_replays=include_replays, problems=only, log=log,
+                                              workspaces=_workspaces(workspace, all_workspaces))
             rows += db_rows
             pair_rows += db_pairs
         if "records" in wanted:
