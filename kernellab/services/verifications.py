@@ -343,15 +343,24 @@ def run_verification_counts(*, run: SearchRun) -> dict:
     }
 
 
-def _released_after_the_end(run: SearchRun, ended) -> int:
+def _released_after_the_end(run: SearchRun) -> int:
     """The search's reservations that an ended run gives back: requests the search made (`requested_by_policy`; the
-    search counted each when it made it) that were never measured and that the search could not hear of any more:
-    cancelled with the run, or rejected by an approver after the end (a rejection before it was fed to the search,
-    which gave the budget back itself)."""
+    search counted each when it made it) that were never measured and that the search never heard the end of:
+    cancelled with the run, or rejected by an approver while the search's saved state still has the node awaiting
+    approval (rejected after the end, or while the run was paused, or before the search stepped again). A rejection
+    the search was told of (the node no longer awaits approval in its state) it gave back itself."""
+    from search_engine.node_states import NodeState as SearchNodeState
+    from search_engine.saved_state import SavedSearch
+
     asked_by_search = Verification.objects.filter(node__run=run).exclude(requested_by_policy="")
-    cancelled = Q(state=VerificationState.CANCELLED)
-    rejected_late = Q(state=VerificationState.REJECTED, decided_at__gt=ended) if ended is not None else Q(pk__in=[])
-    return asked_by_search.filter(cancelled | rejected_late).count()
+    cancelled = asked_by_search.filter(state=VerificationState.CANCELLED).count()
+    rejected = list(asked_by_search.filter(state=VerificationState.REJECTED).values_list("node__key", flat=True))
+    if not rejected:  # (the saved state, the whole tree, is read only where a rejection asks for it)
+        return cancelled
+    state = SearchRun.objects.filter(pk=run.pk).values_list("driver_state", flat=True).first()
+    awaiting = {str(node_id) for node_id, node_state in SavedSearch(state).node_states().items()
+                if node_state == SearchNodeState.AWAITING_APPROVAL}
+    return cancelled + sum(1 for key in rejected if key in awaiting)
 
 
 # The search's record, in SearchRun.driver_state beside the driver's own keys (services.search keeps it; the driver
@@ -377,7 +386,7 @@ def _gpu_count(run: SearchRun) -> dict:
     if not isinstance(counted, int):  # the search never saved a step: it counted nothing
         return {"used": taken.count(), "by_hand": 0, "released": 0}
     ended = run_ended_at(run)
-    released = min(counted, _released_after_the_end(run, ended))
+    released = min(counted, _released_after_the_end(run))
     if isinstance(record, list):
         outside = hand_requested(taken).exclude(pk__in=record)
     else:  # a run whose search saved no record (before it kept one): what people asked for after the end

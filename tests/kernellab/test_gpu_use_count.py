@@ -199,3 +199,21 @@ def test_a_request_rejected_after_the_run_ended_is_given_back_and_one_approved_i
     verification_approve(verification=second, user=members["approver"])  # eager: measured now, reserved before
     gpu = run_gpu_use(run=SearchRun.objects.get(pk=manual.pk))
     assert (gpu["used"], gpu["measured"], gpu["by_hand"], gpu["released"]) == (5, 5, 0, 1)
+
+
+def test_a_request_rejected_while_the_run_was_paused_is_given_back_when_it_is_cancelled(client, manual, members):
+    # QA: pause, reject one of the search's two requests (the paused search never hears of it), cancel: the run had
+    # measured 4, and both reservations go back, the rejected one too.
+    from kernellab.services.runs import run_cancel, run_transition
+    from kernellab.services.verifications import verification_reject
+
+    run_transition(run=manual, user=members["engineer"], action="pause")
+    first = Verification.objects.filter(node__run=manual, state=VerificationState.PENDING).order_by("pk").first()
+    verification_reject(verification=first, user=members["approver"], reason="not worth it")
+    run_cancel(run=SearchRun.objects.get(pk=manual.pk), user=members["engineer"])
+    run = SearchRun.objects.get(pk=manual.pk)
+    gpu = run_gpu_use(run=run)
+    assert (run.gpu_used, gpu["measured"], gpu["cancelled"], gpu["rejected"], gpu["released"]) == (4, 4, 1, 1, 2)
+    client.force_login(members["viewer"])
+    pages = _counts_on_pages(client, manual)
+    assert {pages[k] for k in ("explorer", "dashboard", "list", "snapshot")} == {4}
