@@ -37,7 +37,7 @@ from gpu_runner import Runner, compiler, nvrtc  # noqa: E402
 from gpu_runner.candidate import Candidate  # noqa: E402
 from gpu_runner.compile_sandbox import sandbox_status  # noqa: E402
 from gpu_runner.family import render_variant, valid_variants  # noqa: E402
-from gpu_runner.spec import Problem, load_problem  # noqa: E402
+from gpu_runner.spec import Problem, SpecError, load_problem  # noqa: E402
 
 
 def cuda_problems() -> list[Problem]:
@@ -49,8 +49,9 @@ def cuda_problems() -> list[Problem]:
     return [load_problem(f) for f in folders if reference_kind((f / "problem.toml").read_text()) == "cuda"]
 
 
-def candidates(n: int) -> list[tuple[Problem, Candidate]]:
-    """Up to `n` distinct variants, taken round-robin over the bundled families NVRTC compiles."""
+def candidates(n: int, refused: list[str] | None = None) -> list[tuple[Problem, Candidate]]:
+    """Up to `n` distinct variants, taken round-robin over the bundled families NVRTC compiles
+    (`refused`: as for recipe_cures)."""
     per_problem: list[list[tuple[Problem, Candidate]]] = []
     for problem in cuda_problems():
         try:
@@ -61,7 +62,7 @@ def candidates(n: int) -> list[tuple[Problem, Candidate]]:
         rendered = [(p, c) for p, c in rendered if nvrtc.source_engine(c.source).name == "nvrtc"]
         if rendered:
             per_problem.append(rendered)
-    per_problem.extend(recipe_cures())
+    per_problem.extend(recipe_cures(refused=refused))
     out, seen = [], set()
     for i in range(max(len(r) for r in per_problem)):
         for rendered in per_problem:
@@ -71,10 +72,12 @@ def candidates(n: int) -> list[tuple[Problem, Candidate]]:
     return out
 
 
-def recipe_cures(per_recipe: int = 12) -> list[list[tuple[Problem, Candidate]]]:
+def recipe_cures(per_recipe: int = 12, refused: list[str] | None = None) -> list[list[tuple[Problem, Candidate]]]:
     """What a search of a user's own kernel compiles most: each recipe's cure of each own naive kernel
     (tests/gpu_runner/own_kernels) at up to `per_recipe` points of its knobs, its start first, those
-    NVRTC compiles."""
+    NVRTC compiles. A knob point whose candidate the spec's checks refuse (a launch over the GPU's limits,
+    such as more than 1,024 threads a block) is no candidate, as in a search: it is skipped, and named in
+    `refused` when a list is given."""
     import itertools
 
     from gpu_runner import reference_candidate
@@ -93,7 +96,13 @@ def recipe_cures(per_recipe: int = 12) -> list[list[tuple[Problem, Candidate]]]:
             step = max(1, len(points) // per_recipe)
             # the cure's start first (what the search measures first), then knob points evenly spread
             points = [family.start] + [k for k in points[::step] if k != family.start]
-            rendered = [(problem, Candidate.from_dict(family.render(knobs), problem)) for knobs in points]
+            rendered = []
+            for knobs in points:
+                try:
+                    rendered.append((problem, Candidate.from_dict(family.render(knobs), problem)))
+                except SpecError as exc:
+                    if refused is not None:
+                        refused.append(f"{problem.name} {recipe.name} {knobs}: {exc}")
             rendered = [(p, c) for p, c in rendered if nvrtc.source_engine(c.source).name == "nvrtc"]
             if rendered:
                 groups.append(rendered[:per_recipe])
@@ -157,7 +166,7 @@ def run_engine(engine: str, items: list[tuple[Problem, Candidate]], sass_n: int)
     return result
 
 
-def parity_sources(per_family: int) -> list[tuple[str, str, list[str]]]:
+def parity_sources(per_family: int, refused: list[str] | None = None) -> list[tuple[str, str, list[str]]]:
     items = []
     for problem in cuda_problems():
         folder = problem.folder
@@ -172,7 +181,7 @@ def parity_sources(per_family: int) -> list[tuple[str, str, list[str]]]:
             items.append((f"{folder.name}/{json.dumps(knobs)}", cand.source, list(cand.compile_options)))
     for path in sorted((ROOT / "tests" / "gpu_runner" / "own_kernels").glob("*/reference.cu")):
         items.append((f"own/{path.parent.name}", path.read_text(), []))
-    for group in recipe_cures(per_recipe=2):
+    for group in recipe_cures(per_recipe=2, refused=refused):
         for problem, cand in group:
             name = cand.source.split("\n", 1)[0].removeprefix("// Written by KernelLab's ").split(" recipe")[0]
             items.append((f"own/{problem.name}/{name}", cand.source, list(cand.compile_options)))
@@ -180,10 +189,10 @@ def parity_sources(per_family: int) -> list[tuple[str, str, list[str]]]:
 
 
 def parity(per_family: int) -> dict:
-    rows, nvcc_only = [], []
+    rows, nvcc_only, refused = [], [], []
     with tempfile.TemporaryDirectory(prefix="kl-compile-parity-") as cache:
         os.environ["KERNELLAB_CACHE"] = cache
-        for name, source, options in parity_sources(per_family):
+        for name, source, options in parity_sources(per_family, refused):
             if nvrtc.source_engine(source).name != "nvrtc":
                 nvcc_only.append(name)
                 continue
@@ -211,7 +220,7 @@ def parity(per_family: int) -> dict:
             "registers_differ": sum(r["registers"]["nvrtc"] != r["registers"]["nvcc"] for r in compared),
             "spills_differ": sum(r["spill_bytes"]["nvrtc"] != r["spill_bytes"]["nvcc"] for r in compared),
             "identical_by_family": {k: f"{v[0]}/{v[1]}" for k, v in sorted(families.items())},
-            "nvcc_only": nvcc_only, "rows": rows}
+            "nvcc_only": nvcc_only, "recipe_points_refused": len(refused), "rows": rows}
 
 
 def main() -> None:
@@ -223,7 +232,8 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
 
-    items = candidates(args.n)
+    refused: list[str] = []
+    items = candidates(args.n, refused)
     library, problem = nvrtc.find_nvrtc()
     if library is None:
         sys.exit(f"NVRTC is unavailable: {problem}")
@@ -231,6 +241,7 @@ def main() -> None:
                "sandbox": sandbox_status().mode, "nvcc": compiler.nvcc_version(), "nvrtc": library.version,
                "nvrtc_library": library.path, "candidates": len(items),
                "problems": sorted({p.name for p, _ in items}), "cache": "empty (a fresh folder per engine)",
+               "recipe_points_refused": len(refused),
                "engines": [run_engine(engine, items, args.sass_n) for engine in ("nvcc", "nvrtc")]}
     nvcc_r, nvrtc_r = results["engines"]
     results["speedup_serial"] = nvcc_r["serial"]["median_s"] / nvrtc_r["serial"]["median_s"]
@@ -241,6 +252,8 @@ def main() -> None:
 
     print(f"{len(items)} candidates from {', '.join(results['problems'])}; nvcc {results['nvcc']}, "
           f"NVRTC {results['nvrtc']}; sandbox: {results['sandbox']}")
+    print(f"skipped {len(refused)} knob points of the recipes' cures that the spec's checks refuse (SpecError)"
+          + (f", e.g. {refused[0]}" if refused else ""))
     print(f"{'engine':<8}{'serial median':>15}{'serial p90':>12}{'checks/s':>10}{'+SASS median':>14}"
           f"{'parallel median':>17}{'parallel p90':>14}{'checks/s':>10}")
     for r in results["engines"]:
@@ -253,6 +266,7 @@ def main() -> None:
           f"{results['speedup_parallel_checks_per_s']:.1f}x")
     if args.parity:
         par = results["parity"]
+        print(f"parity sample: skipped {par['recipe_points_refused']} refused knob points of the recipes' cures")
         print(f"same code (registers, spills, every SASS opcode count) from both engines: {par['identical']} of "
               f"{par['compared']}; registers differ in {par['registers_differ']}, spills in {par['spills_differ']}; "
               f"by family {par['identical_by_family']}")

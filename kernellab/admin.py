@@ -20,6 +20,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
 
 @admin.register(models.Kernel)
 class KernelAdmin(admin.ModelAdmin):
+    # A Kernel's name is the one its first writer gave (any workspace); a node's own name is Node.name.
     list_display = ("name", "content_hash", "created_at")
     search_fields = ("name", "content_hash")
 
@@ -39,7 +40,7 @@ class SearchRunAdmin(admin.ModelAdmin):
 
 @admin.register(models.Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("key", "run", "state", "speedup", "forecast_bin", "forecast_confidence", "is_discovery")
+    list_display = ("key", "name", "run", "state", "speedup", "forecast_bin", "forecast_confidence", "is_discovery")
     list_filter = ("state", "is_discovery")
     raw_id_fields = ("parent", "kernel", "run")
 

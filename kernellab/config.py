@@ -185,6 +185,43 @@ def secret_key(debug: bool, data: Path) -> str:
     return key_file.read_text().strip()
 
 
+def _one_of(values) -> str:
+    return ", ".join(values[:-1]) + f" or {values[-1]}"
+
+
+def runner_backend() -> str:
+    """KERNELLAB_RUNNER_BACKEND: the backend a run set to `auto` measures with, one of those gpu_runner's
+    Runner accepts (its backends, or `auto`: a GPU -> cupy, else replay where there are records, else static)."""
+    from gpu_runner.runner import BACKENDS
+
+    raw = os.environ.get("KERNELLAB_RUNNER_BACKEND", "")
+    value = raw.strip().lower() or "auto"
+    allowed = ("auto", *BACKENDS)
+    if value not in allowed:
+        raise StartupError(f"KERNELLAB_RUNNER_BACKEND must be {_one_of(allowed)}, not {raw!r}.")
+    return value
+
+
+# What gpu_runner.nvrtc.choose_engine accepts (it reads the variable itself at every compile; checking it here
+# stops start-up on a bad value instead of failing the first compile). tests/kernellab/test_config_variables.py
+# checks that nvrtc accepts exactly these.
+COMPILE_ENGINES = ("auto", "nvcc")
+
+
+def compile_engine() -> str:
+    """KERNELLAB_COMPILE_ENGINE, normalised as gpu_runner.nvrtc reads it."""
+    raw = os.environ.get("KERNELLAB_COMPILE_ENGINE", "")
+    value = raw.strip().lower() or "auto"
+    if value not in COMPILE_ENGINES:
+        raise StartupError(f"KERNELLAB_COMPILE_ENGINE must be {_one_of(COMPILE_ENGINES)}, not {raw!r}.")
+    return value
+
+
+def web_processes() -> int:
+    """KERNELLAB_WEB_PROCESSES: daphne processes `manage.py serve` starts (its --web-processes wins)."""
+    return env_int("KERNELLAB_WEB_PROCESSES", 1, minimum=1)
+
+
 @dataclass(frozen=True)
 class LLMEndpoint:
     base_url: str | None

@@ -6,6 +6,8 @@ import hashlib
 
 from django.conf import settings
 from django.db import models
+from django.db.models.signals import post_delete, post_save, pre_delete
+from django.dispatch import receiver
 
 
 class Role(models.TextChoices):
@@ -78,7 +80,11 @@ def kernel_content_hash(source: str, launch: object = None, compile_options: obj
 
 
 class Kernel(models.Model):
-    """CUDA source with its launch plan; identical content is stored once."""
+    """CUDA source with its launch plan; identical content is stored once.
+
+    One row serves every node, of any run in any workspace, with the same content, so its `name` is
+    only the name its first writer gave it (maybe "by <someone>" of another workspace): pages show a
+    node's own name (Node.name), never this one."""
 
     content_hash = models.CharField(max_length=64, unique=True)
     source = models.TextField()
@@ -250,6 +256,11 @@ class Node(models.Model):
     rationale = models.TextField(blank=True)
     origin = models.CharField(max_length=20, default="generator")  # generator | human | root
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The node's own name, what the tree and every page listing the node show (empty: its key): its generator's name
+    # for the candidate (a template variant's recipe and setting, an LLM child's "llm-<parent>"), "by <author>" for a
+    # hand-written one, "<problem> reference" for the root. Set when the node is made (see save), never read from the
+    # shared Kernel row, whose name is whichever node of whichever workspace stored that content first.
+    name = models.CharField(max_length=200, blank=True)
     depth = models.PositiveIntegerField(default=0)
     value = models.FloatField(null=True, blank=True)
     state = models.CharField(max_length=24, choices=NodeState.choices, default=NodeState.PROPOSED)
@@ -271,6 +282,20 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.key} of run {self.run_id}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self._state.adding and not self.name:
+            self.name = self.own_name()[:200]
+        super().save(*args, **kwargs)
+
+    def own_name(self) -> str:
+        """The name a node is made with when its maker gave none (services.search_port names every node the search
+        makes): the root is its problem's reference, a hand-written one "by <author>"."""
+        if self.origin == "root":
+            return f"{self.run.problem.name} reference"
+        if self.origin == "human" and self.author_id is not None:
+            return f"by {self.author.get_username()}"
+        return ""
 
 
 class Forecast(models.Model):
@@ -395,12 +420,21 @@ class WorkerHeartbeat(models.Model):
 
 class Comment(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="comments")
-    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # A deleted account's comments stay, by "a removed user" (REMOVED_USER), like everything else a person wrote.
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     body = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at"]
+
+    @property
+    def author_name(self) -> str:
+        return self.author.get_username() if self.author_id is not None else REMOVED_USER
+
+
+# What pages and change payloads say in place of a deleted account's name.
+REMOVED_USER = "a removed user"
 
 
 class Discovery(models.Model):
@@ -442,3 +476,35 @@ class SearchLesson(models.Model):
     text = models.TextField()
     effect = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+# Every write to a comment, wherever it comes from (the panel, Django admin, a shell), records a "comment" change
+# about its node: live viewers reload the node's comments, and the node's change number, which names the cached
+# story a panel shows (selectors.explorer.node_story), moves on, so a deleted or edited comment is gone at once.
+# Receivers live here, not in a service module, so that every process that loads the models has them.
+
+
+@receiver(post_save, sender=Comment, dispatch_uid="kernellab.comment_saved")
+def _comment_saved(sender, instance: Comment, created: bool, raw: bool = False, **kwargs) -> None:
+    if raw:  # loaddata: the fixture's rows, no change to tell
+        return
+    from kernellab.services.comments import comment_changed
+
+    comment_changed(comment=instance, what="added" if created else "edited")
+
+
+@receiver(post_delete, sender=Comment, dispatch_uid="kernellab.comment_deleted")
+def _comment_deleted(sender, instance: Comment, origin=None, **kwargs) -> None:
+    # Only a deletion of comments themselves: one that cascades from its node, run or workspace takes the node too.
+    if isinstance(origin, Comment) or (isinstance(origin, models.QuerySet) and origin.model is Comment):
+        from kernellab.services.comments import comment_changed
+
+        comment_changed(comment=instance, what="deleted")
+
+
+@receiver(pre_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="kernellab.comment_authors_deleted")
+def _comment_author_deleted(sender, instance, **kwargs) -> None:
+    # The account's comments stay (SET_NULL) and now read "a removed user": their nodes' panels are told so.
+    from kernellab.services.comments import comments_of_removed_author
+
+    comments_of_removed_author(user=instance)

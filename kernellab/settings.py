@@ -28,7 +28,12 @@ try:
     KERNELLAB_POLL_INTERVAL_S = config.env_float("KERNELLAB_POLL_INTERVAL_S", 0.3, minimum=0.05)
     KERNELLAB_PROBLEMS_DIR = __import__("os").environ.get("KERNELLAB_PROBLEMS_DIR", str(BASE_DIR / "kernellab" / "problems"))
     KERNELLAB_SERVE_STATIC = config.env_bool("KERNELLAB_SERVE_STATIC", True)
-    KERNELLAB_RUNNER_BACKEND = __import__("os").environ.get("KERNELLAB_RUNNER_BACKEND", "auto")
+    KERNELLAB_RUNNER_BACKEND = config.runner_backend()
+    # gpu_runner reads the compile engine itself at every compile, serve the web processes and asgi the trim
+    # interval; reading them here stops start-up on a bad value with one sentence instead of a later traceback.
+    KERNELLAB_COMPILE_ENGINE = config.compile_engine()
+    KERNELLAB_WEB_PROCESSES = config.web_processes()
+    config.env_float("KERNELLAB_MALLOC_TRIM_S", 5.0)  # read by kernellab/asgi.py in each web process
 except config.StartupError as exc:
     # One sentence and no traceback: the operator sees what to fix.
     sys.stderr.write(f"KernelLab cannot start: {exc}\n")

@@ -20,7 +20,6 @@ def run_group_name(run_id: int) -> str:
 
 
 def node_payload(node: Node) -> dict:
-    kernel = node.kernel
     return {
         "id": node.pk,
         "key": node.key,
@@ -33,7 +32,8 @@ def node_payload(node: Node) -> dict:
         "forecast_confidence": node.forecast_confidence,
         "discovery": node.is_discovery,
         "depth": node.depth,
-        "name": (kernel.name if kernel else "") or node.key,
+        # The node's own name, never its (shared, cross-workspace) Kernel row's.
+        "name": node.name or node.key,
         "origin": node.origin,
     }
 

@@ -6,7 +6,10 @@ from kernellab.models import Kernel, kernel_content_hash
 
 
 def kernel_get_or_create(*, candidate: dict, compiler_facts: dict | None = None, compile_errors: list | None = None) -> Kernel:
-    """Store a candidate once per content; later facts fill in what an earlier save lacked."""
+    """Store a candidate once per content; later facts fill in what an earlier save lacked.
+
+    The row is shared by every node with this content, in any workspace, and keeps the first writer's name: a node
+    keeps its own (Node.name, set where the node is made); never show `Kernel.name` for a node."""
     digest = kernel_content_hash(candidate["source"], candidate.get("launch"), candidate.get("compile_options"))
     kernel = Kernel.objects.filter(content_hash=digest).first()
     if kernel is None:

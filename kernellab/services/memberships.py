@@ -101,6 +101,26 @@ def _refuse_losing_the_last_admin(membership: Membership, *, verb: str) -> None:
         )
 
 
+def _account_named(username: str):
+    """The active account with exactly this user name, or, when none has it exactly, the one whose name differs
+    only in capitals. When several do (Carol and CAROL for carol: only an operator can make such a pair), which
+    one was meant is not guessed. An exact match that is deactivated is no one: another account is never chosen
+    in its place."""
+    User = get_user_model()
+    # Compared here as well: a database whose collation ignores case answers `=` like iexact.
+    person = next((found for found in User.objects.filter(username=username) if found.get_username() == username), None)
+    if person is not None:
+        return person if person.is_active else None
+    matches = list(User.objects.filter(username__iexact=username)[:2])
+    if len(matches) > 1:
+        raise ServiceError(
+            f"More than one account has the user name {username!r} in different capitals; "
+            "enter the user name exactly as it is written, capitals included."
+        )
+    person = matches[0] if matches else None
+    return person if person is not None and person.is_active else None
+
+
 @transaction.atomic
 def membership_add(*, workspace: Workspace, user, username: str, role: str) -> Membership:
     """An admin adds a person who already has an account, by user name."""
@@ -110,7 +130,7 @@ def membership_add(*, workspace: Workspace, user, username: str, role: str) -> M
     username = (username or "").strip()
     if not username:
         raise ServiceError("Enter the user name of the person to add.")
-    person = get_user_model().objects.filter(username__iexact=username, is_active=True).first()
+    person = _account_named(username)
     if person is None:
         raise ServiceError(f"No one has the user name {username!r}; create an invitation link for them instead.")
     existing = Membership.objects.filter(workspace=workspace, user=person).first()

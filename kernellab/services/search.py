@@ -99,7 +99,7 @@ def _load_driver(run: SearchRun, port: DatabasePort):
         port=port,
         generator=context.generator(),
         surrogate=context.surrogate(),
-        reference={**reference, "name": reference.get("name") or "reference"},
+        reference={**reference, "name": f"{run.problem.name} reference"},  # not the shared Kernel row's name
         hardware=context.hardware,
         problem=context.problem_dict(),
         settings=context.search_settings(),

@@ -191,6 +191,8 @@ class DatabasePort:
                 rationale=(event.get("rationale") or "")[:4000],
                 origin=origin,
                 author_id=event.get("author_id"),
+                # the node's own name (the shared Kernel row keeps whichever workspace's name stored it first)
+                name=(f"{self.run.problem.name} reference" if parent is None else candidate.get("name") or "")[:200],
                 depth=event.get("depth", 0),
                 state=NodeState.MEASURED if parent is None else db_state(event["state"]),
                 speedup=1.0 if parent is None else None,
