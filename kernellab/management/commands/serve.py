@@ -239,7 +239,7 @@ class Command(BaseCommand):
                     queues.append(gpu_queue)
                 children.start(worker_command(queues))
                 self.stdout.write(f"Local worker consuming {', '.join(queues)}.")
-            count = web_processes or int(os.environ.get("KERNELLAB_WEB_PROCESSES", "1") or 1)
+            count = web_processes or settings.KERNELLAB_WEB_PROCESSES  # (checked at start: kernellab.config)
             self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"
                                                  + (f" ({count} web processes)" if count > 1 else "")))
             webs, listeners = web_commands(host, port, count)  # the sockets stay open while they serve
