@@ -5,10 +5,12 @@ constants, and `#pragma unroll N` factors.
 The reference is read with tree-sitter's CUDA grammar (as in signature.py); a family template is
 the reference with each knob's literal replaced by the knob's name, and a `[family]` table whose
 launch is the reference's with the block size (and the grid and shared-memory expressions that
-repeat it) written in terms of the knob. A constant equal to the block size is that knob: always
-where the kernel reads blockDim, and where it does not, when the kernel counts its threads with the
-constant rather than the bare number (a `#define THREADS 256` stride launched with 256 threads). What
-cannot safely become a knob is reported with the reason, never silently dropped.
+repeat it) written in terms of the knob. A constant equal to the block size is that knob where the
+code counts the block's threads with it (_counts_threads), and, in a kernel that never reads
+blockDim, where it is the only such constant the code uses. Constants that cannot safely change (the
+warp size, a number an argument's shape repeats, the size of a table indexed by data, a constexpr in
+a namespace) are not offered, and values whose static shared memory is over what ptxas accepts are
+not proposed. What cannot safely become a knob is reported with the reason, never silently dropped.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from typing import Sequence
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser
 
+from klexpr import ExpressionError, parse_expression
+
 from .family import check_combinations
 from .spec import CudaReference, KernelLaunch, MemsetStep, Problem
 
@@ -32,6 +36,21 @@ MAX_THREADS_PER_BLOCK = 1024
 INTEGER_TYPES = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "unsigned long",
                            "unsigned long long", "short", "size_t", "int32_t", "int64_t", "uint32_t", "uint64_t"})
 _INTEGER_LITERAL = re.compile(r"(0|[1-9][0-9]*)[uUlL]*")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+# ptxas refuses a kernel whose static __shared__ arrays take more than 48 KiB (more is dynamic shared memory only).
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+# Bytes of the element types a __shared__ array is commonly declared with.
+ELEMENT_BYTES = {
+    "char": 1, "signed char": 1, "unsigned char": 1, "bool": 1, "int8_t": 1, "uint8_t": 1, "char2": 2, "uchar2": 2,
+    "short": 2, "unsigned short": 2, "int16_t": 2, "uint16_t": 2, "half": 2, "__half": 2, "__nv_bfloat16": 2,
+    "nv_bfloat16": 2, "char4": 4, "uchar4": 4,
+    "int": 4, "unsigned": 4, "unsigned int": 4, "int32_t": 4, "uint32_t": 4, "float": 4, "half2": 4, "__half2": 4,
+    "__nv_bfloat162": 4, "nv_bfloat162": 4,
+    "long long": 8, "unsigned long long": 8, "long": 8, "unsigned long": 8, "int64_t": 8, "uint64_t": 8,
+    "size_t": 8, "double": 8, "float2": 8, "int2": 8, "uint2": 8,
+    "float3": 12, "int3": 12, "uint3": 12,
+    "float4": 16, "int4": 16, "uint4": 16, "double2": 16,
+}
 # Where render_source puts "#define UNROLL 4", the pragma needs a C++ constant: nvcc does not
 # expand macros in "#pragma unroll" (it looks the name up as an identifier).
 UNROLL_CONSTANT = "{knob}_factor"
@@ -111,6 +130,13 @@ def family_from_knobs(problem: Problem, chosen: dict[str, list[int]], constraint
     return "\n".join(lines) + "\n", template
 
 
+def template_prelude_lines(problem: Problem, chosen) -> int:
+    """The lines family_from_knobs puts before the reference in the template (one constant per chosen
+    unroll knob); the rest of the template keeps the reference's lines, so a compiler's line less
+    these (and render_source's #define lines) is the reference's."""
+    return sum(1 for k in _derive(problem)[0].knobs if k.kind == "unroll" and k.name in chosen)
+
+
 def split_constraints(problem: Problem, chosen, constraints: list[str]) -> tuple[list[str], list[str]]:
     """`constraints` as (kept, dropped): a constraint that names a knob this kernel offers but `chosen`
     leaves out is dropped, since that knob keeps its original value. A name that is neither a knob
@@ -122,7 +148,11 @@ def _split_constraints(problem: Problem, proposal: KnobProposal, chosen, constra
     offered = {k.name for k in proposal.knobs}
     kept, dropped = [], []
     for constraint in constraints:
-        names = constraint_names(constraint)
+        try:
+            names = set(parse_expression(constraint, None, boolean=True).names)
+        except ExpressionError as exc:
+            shown = constraint if len(constraint) <= 60 else f"{constraint[:57]}... ({len(constraint):,} characters)"
+            raise ValueError(f"The constraint {shown!r} cannot be read: {_short_error(exc, constraint)}.") from None
         unknown = sorted(names - offered - set(problem.size_names))
         if unknown:
             raise ValueError(f"The constraint {constraint!r} names {unknown[0]}, which is neither a knob of this "
@@ -130,6 +160,18 @@ def _split_constraints(problem: Problem, proposal: KnobProposal, chosen, constra
                              f"({', '.join(sorted(problem.size_names))}).")
         (kept if names <= set(chosen) | set(problem.size_names) else dropped).append(constraint)
     return kept, dropped
+
+
+def _short_error(exc: ExpressionError, text: str) -> str:
+    """klexpr's sentence without the expression it quotes at its start (the caller quotes it, shortened)."""
+    message = str(exc).rstrip(".")
+    text = text.strip()
+    for quoted in (f"'{text}'", f"'{text[:57]}...'"):
+        if message.startswith(quoted):
+            message = "it" + message[len(quoted):] if not message[len(quoted):].startswith(":") \
+                else message[len(quoted) + 1:].strip()
+            break
+    return message if len(message) <= 200 else message[:197] + "..."
 
 
 # ---- finding knobs ----------------------------------------------------------------------------
@@ -145,15 +187,47 @@ def _derive(problem: Problem):
     constants: dict[int, list[str]] = {}   # value -> the constant knobs that hold it (ties a block size to one)
     definitions: dict[str, Node] = {}      # constant knob -> its #define or constexpr
 
-    for node, name, value, what in _integer_constants(root):
+    every_constant = list(_integer_constants(root))
+    known_values = {name: value for _, name, value, _ in every_constant}   # for reading shared arrays' sizes
+    qualified = _qualified_names(root)
+    argument_dims = _literal_argument_dims(problem)
+    for node, name, value, what in every_constant:
         if declared.count(name) > 1:
             proposal.skipped.append(f"{name} ({what}) is declared more than once, so it stays as written.")
             continue
         if value <= 0 or name in taken:
             continue
+        where = f"{what} at line {_line(node)}"
+        scope = _enclosing_scope(node)
+        if scope is not None or name in qualified:
+            # The knob would be a #define of the name, which the preprocessor puts wherever the name is written.
+            reason = f"it is declared inside {scope}" if scope is not None else "the code names it with a scope"
+            example = f" ({qualified[name]} would become {qualified[name][:-len(name)]}{value})" if name in qualified else ""
+            proposal.skipped.append(f"{name} ({where}) stays {value}: {reason}, which a knob's #define of {name} "
+                                    f"cannot stand for{example}.")
+            continue
+        uses = _uses([root], name, node)
+        warp = _warp_size_use(root, name, node) if value == 32 else None
+        if warp is not None:
+            proposal.skipped.append(f"{name} ({where}) stays 32: it is the warp size ({warp}), which is 32 on every "
+                                    "CUDA GPU.")
+            continue
+        if uses and value in argument_dims:
+            arg, shape = argument_dims[value]
+            proposal.skipped.append(f"{name} ({where}) stays {value}: the argument {arg} has {value} elements along a "
+                                    f"dimension (shape {shape}), which {name} likely counts; changed apart from {arg}, "
+                                    "the kernel would read or write past it or leave part of it out.")
+            continue
+        indexed = _indexed_by_data(root, name, node)
+        if indexed is not None:
+            array, access = indexed
+            proposal.skipped.append(f"{name} ({where}) stays {value}: it sizes {array}, which the kernel indexes with "
+                                    f"values it reads ({access}); {name} must cover every such value.")
+            continue
         taken.add(name)
-        proposal.knobs.append(ProposedKnob(name, "constant", value, _around(value), f"{what} at line {_line(node)}"))
-        edits[name] = [_Edit(node.start_byte, node.end_byte, "\n" if node.type == "preproc_def" else "")]
+        proposal.knobs.append(ProposedKnob(name, "constant", value, _around(value), where))
+        # Blank lines in place of the definition, as many as it had, so the template keeps the reference's lines.
+        edits[name] = [_Edit(node.start_byte, node.end_byte, "\n" * _text(node).count("\n"))]
         constants.setdefault(value, []).append(name)
         definitions[name] = node
 
@@ -172,55 +246,92 @@ def _derive(problem: Problem):
     block_knobs: dict[tuple[int, int], str] = {}   # (launch step, dimension) -> knob
     kernels = _kernel_bodies(root)
     functions = _function_bodies(root)
+    codes: dict[str, list[Node]] = {}              # kernel -> its body and its helpers' (for the shared memory)
+    strides: list[tuple[str, str]] = []            # (extent, stride knob): a loop over extent rows, stride at a time
     for index, step in enumerate(problem.reference.launch):
         if not isinstance(step, KernelLaunch):
             continue
         literal_dims = [(d, int(e.text)) for d, e in enumerate(step.block) if e.text.strip().isdigit() and int(e.text) > 1]
-        if not literal_dims:
-            continue
         body = kernels.get(step.kernel)
         code = _code_of(body, functions) if body is not None else []
+        if body is not None:
+            codes[step.kernel] = code
+        if not literal_dims:
+            continue
 
         def offered(value: int) -> list[str]:
             """The constant knobs still offered that hold `value`, those the kernel's code uses first."""
             names = [c for c in constants.get(value, []) if proposal.knob(c) is not None]
             return sorted(names, key=lambda c: not _uses(code, c, definitions[c]))
 
-        ties: dict[int, str] | None = None   # dimension -> constant, for a kernel that never reads blockDim
-        if body is None or not _reads(body, "blockDim"):
+        def leave(name: str, why: str) -> None:
+            knob = proposal.knob(name)
+            proposal.knobs.remove(knob)
+            del edits[name]
+            proposal.skipped.append(f"{name} ({knob.where}) stays {knob.original}: {why}")
+
+        reads_block_dim = body is not None and _reads(body, "blockDim")
+        ties: dict[int, str] = {}   # dimension -> the constant that is its thread count
+        if not reads_block_dim:
             # Such a kernel counts its threads with a number of its own. Where that number is a constant equal
             # to the block size, used by the kernel's code while the bare number is not, the constant is the
             # thread count: it becomes the block size knob, so that the two always change together. Any other
             # constant equal to the block size that the code uses stays as written: changed apart from the
             # block, the kernel would count its threads wrongly.
-            ties = {}
+            # Where several such constants hold the number, the one the code shows counting threads
+            # (_counts_threads) is it; with none shown, no guess is made.
+            aliases = _thread_aliases(code)
             for dim, value in literal_dims:
                 used = [c for c in offered(value) if _uses(code, c, definitions[c])]
-                if used and value not in _literals(code, [definitions[c] for c in used]):
-                    ties[dim] = used[0]
+                if not used or value in _literals(code, [definitions[c] for c in used]):
+                    continue
+                shown = [c for c in used if _counts_threads(code, body, c, "xyz"[dim], aliases, False)]
+                if shown or len(used) == 1:
+                    ties[dim] = (shown or used)[0]
             for dim, value in literal_dims:
                 for name in offered(value):
                     knob = proposal.knob(name)
                     if name in ties.values() or knob.kind == "block" or not _uses(code, name, definitions[name]):
                         continue
-                    proposal.knobs.remove(knob)
-                    del edits[name]
-                    proposal.skipped.append(
-                        f"{name} ({knob.where}) stays {value}: it equals the block size of {step.kernel}, which never "
-                        f"reads blockDim, so changing {name} apart from the block would make the kernel count its "
-                        "threads wrongly.")
+                    leave(name, f"it equals the block size of {step.kernel}, which never reads blockDim, so changing "
+                                f"{name} apart from the block would make the kernel count its threads wrongly.")
             if not ties:
                 proposal.skipped.append(f"The block size of {step.kernel} stays {_dims(step)}: the kernel never reads "
                                         "blockDim, so its threads' work depends on that number.")
                 continue
+        else:
+            # A kernel that reads blockDim may still count its threads with a constant as well: such a constant
+            # is tied to the block only where the code shows it (_counts_threads). One that the code only walks
+            # over with blockDim-strided loops is a length of its own and stays a free knob; one the code shows
+            # nothing of either way stays as written, since changed apart from the block it may be wrong.
+            aliases = _thread_aliases(code)
+            unsure: dict[str, int] = {}
+            one_d = all(not e.text.strip().isdigit() or int(e.text) == 1 for d, e in enumerate(step.block) if d > 0)
+            for dim, value in literal_dims:
+                for name in offered(value):
+                    knob = proposal.knob(name)
+                    if not _uses(code, name, definitions[name]):
+                        continue  # not this kernel's: a knob of its own
+                    counts = _counts_threads(code, body, name, "xyz"[dim], aliases, dim == 0 and one_d)
+                    if counts and not _strided_by_block(code, name) and dim not in ties:
+                        ties[dim] = name
+                    elif knob.kind != "block" and (counts or not _strided_by_block(code, name)):
+                        unsure.setdefault(name, value)
+            for name, value in unsure.items():
+                if name not in ties.values() and proposal.knob(name).kind != "block":
+                    leave(name, f"it equals the block size of {step.kernel}, but the code does not show that it "
+                                f"counts the block's threads (as blockIdx.x * {name} + threadIdx.x, a shared array "
+                                f"of {name} indexed by threadIdx.x, a loop stepping by {name} from threadIdx.x or "
+                                f"__launch_bounds__({name}) would), nor that it is a length of its own (a loop "
+                                f"over {name} stepping by blockDim would); rather than guess, it stays as written.")
         two_d = len(literal_dims) > 1
         # Threads that cooperate through shared memory usually halve their count in a tree: powers of two only.
         sizes_1d = tuple(v for v in BLOCK_SIZES if v & (v - 1) == 0) if _cooperates(body) else BLOCK_SIZES
         names = []
         fixed = []    # dimensions that stay as written, in the thread limit as numbers
         for dim, value in literal_dims:
-            tied = next(iter(offered(value)), None) if ties is None else ties.get(dim)
-            if ties is not None and tied is None:
+            tied = ties.get(dim)
+            if not reads_block_dim and tied is None:
                 fixed.append(str(value))
                 continue
             if tied is not None:
@@ -253,6 +364,81 @@ def _derive(problem: Problem):
             proposal.constraints.append(f"{threads} <= {MAX_THREADS_PER_BLOCK}")
             if two_d:
                 proposal.constraints.append(f"{threads} >= 32")
+            for dim, value in literal_dims:
+                tied = block_knobs.get((index, dim))
+                if tied is not None and tied in definitions:
+                    strides += [(extent, tied) for extent in _row_loops(code, tied, "xyz"[dim], _thread_aliases(code))]
+
+    # A loop that covers `extent` rows `stride` threads at a time, each thread at threadIdx + j, reaches row
+    # extent - 1 exactly when the stride divides the extent; past it the threads read and write beyond the tile.
+    for extent, stride in dict.fromkeys(strides):
+        if not extent.isdigit() and proposal.knob(extent) is None:
+            if extent not in known_values:
+                continue
+            extent = str(known_values[extent])  # a constant that stays as written
+        if extent == stride:
+            continue
+        constraint = f"{extent} % {stride} == 0"
+        if constraint not in proposal.constraints:
+            proposal.constraints.append(constraint)
+
+    # A grid dimension that repeats the number of a constant tied to the block (the tile of a transpose, the
+    # grid's y dimension counting tiles of TILE_DIM rows with a block of BLOCK_ROWS) is written with it in any
+    # dimension; only where no other constant or block dimension holds the same number.
+    cross: dict[int, dict[int, str]] = {}
+    for index, step in enumerate(problem.reference.launch):
+        if not isinstance(step, KernelLaunch):
+            continue
+        mine = {d: n for (i, d), n in block_knobs.items() if i == index}
+        claims: dict[int, set[str]] = {}
+        for d, e in enumerate(step.block):
+            if e.text.strip().isdigit():
+                claims.setdefault(int(e.text), set()).add(mine.get(d, f"dimension {'xyz'[d]} of the block"))
+        for name, value in known_values.items():
+            claims.setdefault(value, set()).add(name)
+        cross[index] = {}
+        for d, name in mine.items():
+            if name not in definitions:
+                continue  # BLOCK_X and the like: a number in the grid's own dimension only
+            value = proposal.knob(name).original
+            holders = sorted(claims.get(value, set()))
+            repeated = [g for g, e in enumerate(step.grid) if g != d and value in _numbers(e.text)
+                        and not (mine.get(g) is not None and proposal.knob(mine[g]).original == value)]
+            if holders == [name]:
+                cross[index][value] = name
+            elif repeated:
+                proposal.skipped.append(
+                    f"The grid of {step.kernel} writes {value} in dimension {'xyz'[repeated[0]]}, but "
+                    f"{' and '.join(holders)} all hold {value}; it stays {value} rather than a guess at which it "
+                    "counts.")
+
+    # Static shared memory: a block may have at most 48 KiB of it (ptxas refuses more). Where the kernel's
+    # __shared__ arrays are sized by knobs, the values that take more with the other knobs as in the reference
+    # are left out of the proposal, and a constraint keeps every combination within the limit.
+    originals = {k.name: k.original for k in proposal.knobs}
+    for kernel, code in codes.items():
+        bytes_expression = _static_shared_bytes(code, set(originals), known_values)
+        if bytes_expression is None:
+            continue
+        constraint = f"{bytes_expression} <= {MAX_STATIC_SHARED_BYTES}"
+        expression = parse_expression(constraint, None, boolean=True)
+        named = [k for k in proposal.knobs if k.name in expression.names]
+        if not named:
+            continue
+        if constraint not in proposal.constraints:
+            proposal.constraints.append(constraint)
+        for knob in named:
+            too_big = [v for v in knob.values if not _holds(expression, {**originals, knob.name: v})]
+            kept = tuple(v for v in knob.values if v not in too_big)
+            if not too_big or not kept:
+                continue
+            proposal.knobs[proposal.knobs.index(knob)] = ProposedKnob(knob.name, knob.kind, knob.original, kept, knob.where)
+            biggest = _evaluate(parse_expression(bytes_expression, None), {**originals, knob.name: too_big[0]})
+            proposal.skipped.append(
+                f"{knob.name} is not proposed at {', '.join(map(str, too_big))}: the shared arrays of {kernel} would "
+                f"take {biggest:,} bytes at {knob.name}={too_big[0]}, more than the {MAX_STATIC_SHARED_BYTES:,} "
+                f"(48 KiB) of static shared memory a block may have; the constraint {constraint} keeps every "
+                "setting within it.")
 
     def launch_for(index: int, chosen: set[str]):
         step = problem.reference.launch[index]
@@ -268,6 +454,9 @@ def _derive(problem: Problem):
             if dim < len(grid):
                 grid[dim] = _replace_number(grid[dim], value, name)
             shared = _replace_number(shared, value, name)
+        for value, name in cross.get(index, {}).items():
+            if name in chosen:
+                grid = [_replace_number(g, value, name) if value in _numbers(g) else g for g in grid]
         return grid, block, shared
 
     return proposal, edits, launch_for
@@ -282,7 +471,10 @@ def _integer_constants(root: Node):
             value_node = node.child_by_field_name("value")
             if name_node is None or value_node is None:
                 continue
-            match = _INTEGER_LITERAL.fullmatch(_text(value_node).strip())
+            # A comment after the value ("#define TILE 16  // tile edge") is part of the preprocessor's argument
+            # in tree-sitter's reading (a /* */ one may be too), as is a line continuation.
+            value = _COMMENT.sub(" ", _text(value_node)).replace("\\\n", " ").strip()
+            match = _INTEGER_LITERAL.fullmatch(value)
             if match:
                 yield node, _text(name_node), int(match.group(1)), f"#define {_text(name_node)}"
         elif node.type == "declaration" and any(c.type == "type_qualifier" and _text(c) == "constexpr" for c in node.children):
@@ -394,6 +586,411 @@ def _literals(code: Node | list[Node], skip: Sequence[Node] = ()) -> set[int]:
     return found
 
 
+# ---- what the code does with a constant ----------------------------------------------------------
+def _qualified_names(root: Node) -> dict[str, str]:
+    """Each name the code writes with a scope (`cfg::kItems`, `::TILE`), with one such use: a #define of
+    that name would turn `cfg::kItems` into `cfg::4`."""
+    found: dict[str, str] = {}
+    for node in _walk(root):
+        if node.type != "qualified_identifier" or (node.parent is not None and node.parent.type == "qualified_identifier"):
+            continue
+        name = node
+        while name is not None and name.type == "qualified_identifier":
+            name = name.child_by_field_name("name")
+        if name is not None:
+            found.setdefault(_text(name), _text(node))
+    return found
+
+
+def _enclosing_scope(node: Node) -> str | None:
+    """The named namespace, class or struct a constexpr is declared in (a #define of its name could not
+    stand for `scope::name`), or None. A constant local to a function, or in an anonymous namespace,
+    is reached by its bare name."""
+    if node.type == "preproc_def":
+        return None
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "function_definition":
+            return None
+        if parent.type == "namespace_definition":
+            name = parent.child_by_field_name("name")
+            if name is not None:
+                return f"namespace {_text(name)}"
+        if parent.type in ("class_specifier", "struct_specifier", "union_specifier"):
+            name = parent.child_by_field_name("name")
+            return f"{parent.type.split('_')[0]} {_text(name)}" if name is not None else f"an unnamed {parent.type.split('_')[0]}"
+        parent = parent.parent
+    return None
+
+
+def _literal_argument_dims(problem: Problem) -> dict[int, tuple[str, str]]:
+    """Each number (above 1) written as a dimension of an argument's shape, with the first such argument
+    and its shape as the spec writes it."""
+    found: dict[int, tuple[str, str]] = {}
+    for arg in problem.args:
+        for dim in arg.shape:
+            text = dim.text.strip()
+            if text.isdigit() and int(text) > 1:
+                found.setdefault(int(text), (arg.name, "[" + ", ".join(d.text for d in arg.shape) + "]"))
+    return found
+
+
+def _strip(node: Node | None) -> Node | None:
+    """`node` without the parentheses and casts around it."""
+    while node is not None and node.type in ("parenthesized_expression", "cast_expression"):
+        node = node.child_by_field_name("value") if node.type == "cast_expression" else node.named_children[0] \
+            if node.named_children else None
+    return node
+
+
+def _operator(node: Node) -> str:
+    op = node.child_by_field_name("operator")
+    return _text(op) if op is not None else ""
+
+
+def _is_identifier(node: Node | None, name: str) -> bool:
+    node = _strip(node)
+    return node is not None and node.type == "identifier" and _text(node) == name
+
+
+def _is_builtin(node: Node | None, builtin: str, axis: str | None = None) -> bool:
+    """Whether `node` is `threadIdx.x` (builtin threadIdx, axis x) or, without an axis, any of its fields."""
+    node = _strip(node)
+    if node is None or node.type != "field_expression":
+        return False
+    argument, field_node = node.child_by_field_name("argument"), node.child_by_field_name("field")
+    return (argument is not None and _text(argument) == builtin
+            and (axis is None or (field_node is not None and _text(field_node) == axis)))
+
+
+def _thread_aliases(code: list[Node]) -> dict[str, str]:
+    """Local names that hold threadIdx along one axis (`int tx = threadIdx.x;`), to their axis: never
+    assigned again (a loop's `b = threadIdx.x; ...; b += blockDim.x` is no alias)."""
+    aliases: dict[str, str] = {}
+    changed: set[str] = set()
+    for part in code:
+        for node in _walk(part):
+            if node.type in ("assignment_expression", "update_expression"):
+                target = _strip(node.child_by_field_name("left") or node.child_by_field_name("argument"))
+                if target is not None and target.type == "identifier":
+                    changed.add(_text(target))
+            if node.type != "init_declarator":
+                continue
+            name, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
+            for axis in "xyz":
+                if name is not None and name.type == "identifier" and _is_builtin(value, "threadIdx", axis):
+                    aliases[_text(name)] = axis
+    return {name: axis for name, axis in aliases.items() if name not in changed}
+
+
+def _is_thread_index(node: Node | None, axis: str, aliases: dict[str, str]) -> bool:
+    node = _strip(node)
+    if node is None:
+        return False
+    if node.type == "identifier":
+        return aliases.get(_text(node)) == axis
+    return _is_builtin(node, "threadIdx", axis)
+
+
+def _mentions_threads(node: Node, derived: set[str]) -> bool:
+    """Whether `node` reads threadIdx or blockDim, or a local name computed from threadIdx."""
+    return any((n.type == "identifier" and (_text(n) in ("threadIdx", "blockDim") or _text(n) in derived))
+               for n in _walk(node))
+
+
+def _thread_derived(root: Node) -> set[str]:
+    """Local names whose initial value reads threadIdx (`int lane = threadIdx.x % 32;`)."""
+    derived: set[str] = set()
+    for node in _walk(root):
+        if node.type == "init_declarator":
+            name, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
+            if name is not None and name.type == "identifier" and value is not None and _reads(value, "threadIdx"):
+                derived.add(_text(name))
+    return derived
+
+
+def _warp_size_use(root: Node, name: str, definition: Node) -> str | None:
+    """Why a constant of 32 is the warp size, or None: its name says so, it is passed to a __shfl*_sync
+    or bounds the loop of one, or it splits thread indices into lanes and warps (threadIdx.x % 32,
+    threadIdx.x / 32, blockDim.x / 32)."""
+    derived = _thread_derived(root)
+    for node in _walk(root):
+        if node.type != "identifier" or _text(node) != name or _inside(node, definition):
+            continue
+        child, parent = node, node.parent
+        while parent is not None and parent.type not in ("function_definition", "translation_unit"):
+            if parent.type == "call_expression":
+                function = parent.child_by_field_name("function")
+                if function is not None and _text(function).startswith("__shfl"):
+                    return f"{name} is passed to {_text(function)}"
+            if parent.type == "for_statement" and child != parent.child_by_field_name("body"):
+                shuffle = next((c for c in _walk(parent) if c.type == "call_expression"
+                                and _text(c.child_by_field_name("function") or c).startswith("__shfl")), None)
+                if shuffle is not None:
+                    return f"{name} counts the steps of a loop of {_text(shuffle.child_by_field_name('function'))}"
+            if parent.type == "binary_expression" and _operator(parent) in ("%", "/", "&") \
+                    and child == parent.child_by_field_name("right") \
+                    and _divides_by(parent.child_by_field_name("right"), name, _operator(parent) == "&") \
+                    and _mentions_threads(parent.child_by_field_name("left"), derived):
+                return f"{_text(parent)} splits threads into lanes and warps"
+            if parent.type in ("expression_statement", "declaration", "compound_statement"):
+                break
+            child, parent = parent, parent.parent
+    return "its name says so" if "warp" in name.lower() else None
+
+
+def _divides_by(node: Node | None, name: str, mask: bool) -> bool:
+    """Whether `node` is `name` (x % name, x / name) or, for a mask, `name - 1` (x & (name - 1))."""
+    node = _strip(node)
+    if not mask:
+        return _is_identifier(node, name)
+    return (node is not None and node.type == "binary_expression" and _operator(node) == "-"
+            and _is_identifier(node.child_by_field_name("left"), name)
+            and _text(_strip(node.child_by_field_name("right")) or node) == "1")
+
+
+def _indexed_by_data(root: Node, name: str, definition: Node) -> tuple[str, str] | None:
+    """(array, access) where `name` sizes an array that the code indexes with a value it reads from
+    memory (`local[data[i]]`, `table[*p]`), or None."""
+    arrays: set[str] = set()
+    for node in _walk(root):
+        if node.type == "array_declarator" and not _inside(node, definition):
+            size = node.child_by_field_name("size")
+            if size is not None and any(n.type == "identifier" and _text(n) == name for n in _walk(size)):
+                inner = node.child_by_field_name("declarator")
+                while inner is not None and inner.type != "identifier":
+                    inner = inner.child_by_field_name("declarator")
+                if inner is not None:
+                    arrays.add(_text(inner))
+    for node in _walk(root):
+        if node.type != "subscript_expression":
+            continue
+        base = node.child_by_field_name("argument")
+        while base is not None and base.type == "subscript_expression":
+            base = base.child_by_field_name("argument")
+        if base is None or base.type != "identifier" or _text(base) not in arrays:
+            continue
+        indices = node.child_by_field_name("indices")
+        if indices is not None and any(n.type == "subscript_expression" or (n.type == "pointer_expression" and
+                                       n.children and _text(n.children[0]) == "*") for n in _walk(indices)):
+            return _text(base), _text(node)
+    return None
+
+
+def _shared_arrays(code: list[Node]) -> dict[str, list[Node]]:
+    """Each (static) __shared__ array of `code` to its dimensions' size expressions, first dimension first."""
+    arrays: dict[str, list[Node]] = {}
+    for declaration in _shared_declarations(code):
+        for declarator in declaration.children_by_field_name("declarator"):
+            sizes = []
+            while declarator is not None and declarator.type == "array_declarator":
+                sizes.append(declarator.child_by_field_name("size"))
+                declarator = declarator.child_by_field_name("declarator")
+            if declarator is not None and declarator.type == "identifier" and sizes:
+                arrays[_text(declarator)] = list(reversed(sizes))
+    return arrays
+
+
+def _shared_declarations(code: list[Node]) -> list[Node]:
+    found, seen = [], set()
+    for part in code:
+        for node in _walk(part):
+            if node.type != "declaration" or node.id in seen:
+                continue
+            seen.add(node.id)
+            if any(c.type == "type_qualifier" and _text(c) == "__shared__" for c in node.children) and not any(
+                    c.type == "storage_class_specifier" and _text(c) == "extern" for c in node.children):
+                found.append(node)
+    return found
+
+
+def _counts_threads(code: list[Node], body: Node, name: str, axis: str, aliases: dict[str, str], one_d: bool) -> bool:
+    """Whether the code counts the block's threads along `axis` with the constant `name`: the kernel's
+    `__launch_bounds__(name)` (a 1-D block), a tile of `name` per block (`blockIdx.? * name +
+    threadIdx.axis`), a shared array whose dimension of `name` is indexed by threadIdx.axis, or a loop
+    stepping by `name` from threadIdx.axis or over rows `threadIdx.axis + j`."""
+    definition = body.parent if body is not None else None
+    if one_d and definition is not None:
+        bounds = next((c for c in definition.children if c.type == "launch_bounds"), None)
+        if bounds is not None and bounds.named_children and _is_identifier(bounds.named_children[0], name):
+            return True
+    shared = _shared_arrays(code)
+    for part in code:
+        for node in _walk(part):
+            if node.type == "binary_expression" and _operator(node) == "+":
+                left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+                for tile, thread in ((left, right), (right, left)):
+                    tile = _strip(tile)
+                    if tile is not None and tile.type == "binary_expression" and _operator(tile) == "*" \
+                            and _is_thread_index(thread, axis, aliases):
+                        a, b = tile.child_by_field_name("left"), tile.child_by_field_name("right")
+                        if (_is_builtin(a, "blockIdx") and _is_identifier(b, name)) or \
+                                (_is_builtin(b, "blockIdx") and _is_identifier(a, name)):
+                            return True
+            elif node.type == "subscript_expression" and node.parent is not None and not (
+                    node.parent.type == "subscript_expression" and node.parent.child_by_field_name("argument") == node):
+                indices, base = [], node
+                while base is not None and base.type == "subscript_expression":
+                    indices.append(base.child_by_field_name("indices"))
+                    base = base.child_by_field_name("argument")
+                sizes = shared.get(_text(base)) if base is not None and base.type == "identifier" else None
+                for size, index in zip(sizes or [], reversed(indices)):
+                    index = index.named_children[0] if index is not None and len(index.named_children) == 1 else None
+                    if _is_identifier(size, name) and _is_thread_index(index, axis, aliases):
+                        return True
+            elif node.type == "for_statement":
+                variable = _stepped_by(node, name)
+                if variable is None:
+                    continue
+                start = node.child_by_field_name("initializer")
+                if start is not None and any(_is_thread_index(n, axis, aliases) for n in _walk(start)):
+                    return True
+                if _rows_of_threads(node, variable, axis, aliases):
+                    return True
+    return False
+
+
+def _stepped_by(loop: Node, name: str) -> str | None:
+    """The variable of a for loop whose update is `v += name` (or `v = v + name`), or None."""
+    update = _strip(loop.child_by_field_name("update"))
+    if update is None or update.type != "assignment_expression":
+        return None
+    left, right = update.child_by_field_name("left"), update.child_by_field_name("right")
+    if left is None or left.type != "identifier":
+        return None
+    if _operator(update) == "+=" and _is_identifier(right, name):
+        return _text(left)
+    right = _strip(right)
+    if _operator(update) == "=" and right is not None and right.type == "binary_expression" and _operator(right) == "+":
+        a, b = right.child_by_field_name("left"), right.child_by_field_name("right")
+        if (_is_identifier(a, _text(left)) and _is_identifier(b, name)) or (_is_identifier(b, _text(left)) and _is_identifier(a, name)):
+            return _text(left)
+    return None
+
+
+def _rows_of_threads(loop: Node, variable: str, axis: str, aliases: dict[str, str]) -> bool:
+    """Whether the loop's body adds its variable to threadIdx.axis (`tile[threadIdx.y + j]`)."""
+    body = loop.child_by_field_name("body")
+    for node in _walk(body) if body is not None else ():
+        if node.type == "binary_expression" and _operator(node) == "+":
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if (_is_identifier(left, variable) and _is_thread_index(right, axis, aliases)) or \
+                    (_is_identifier(right, variable) and _is_thread_index(left, axis, aliases)):
+                return True
+    return False
+
+
+def _strided_by_block(code: list[Node], name: str) -> bool:
+    """Whether the code walks over `name` items with a loop stepping by blockDim (`for (b = threadIdx.x;
+    b < NUM_BINS; b += blockDim.x)`): then `name` is a length of its own, whatever the block size."""
+    for part in code:
+        for loop in (n for n in _walk(part) if n.type == "for_statement"):
+            condition, update = _strip(loop.child_by_field_name("condition")), _strip(loop.child_by_field_name("update"))
+            if condition is None or update is None or condition.type != "binary_expression" \
+                    or update.type != "assignment_expression":
+                continue
+            if _operator(condition) in ("<", "<=") and _is_identifier(condition.child_by_field_name("right"), name) \
+                    and _reads(update.child_by_field_name("right") or update, "blockDim"):
+                return True
+    return False
+
+
+def _row_loops(code: list[Node], stride: str, axis: str, aliases: dict[str, str]) -> list[str]:
+    """The extents (a name or a number) of loops `for (j = 0; j < extent; j += stride)` whose body works
+    on rows `threadIdx.axis + j`: the rows a block of `stride` threads covers, `stride` at a time."""
+    extents = []
+    for part in code:
+        for loop in (n for n in _walk(part) if n.type == "for_statement"):
+            variable = _stepped_by(loop, stride)
+            condition = _strip(loop.child_by_field_name("condition"))
+            start = loop.child_by_field_name("initializer")
+            if variable is None or condition is None or condition.type != "binary_expression" or _operator(condition) != "<":
+                continue
+            if not _is_identifier(condition.child_by_field_name("left"), variable) or start is None:
+                continue
+            if not any(n.type == "number_literal" and _text(n) == "0" for n in start.named_children) and not any(
+                    n.type in ("init_declarator", "assignment_expression") and _is_identifier(n.child_by_field_name("left")
+                    or n.child_by_field_name("declarator"), variable) and _text(_strip(n.child_by_field_name("right")
+                    or n.child_by_field_name("value"))) == "0" for n in _walk(start)):
+                continue
+            extent = _strip(condition.child_by_field_name("right"))
+            if extent is None or extent.type not in ("identifier", "number_literal") or \
+                    (extent.type == "number_literal" and not _text(extent).isdigit()):
+                continue
+            if _rows_of_threads(loop, variable, axis, aliases):
+                extents.append(_text(extent))
+    return extents
+
+
+def _c_expression(node: Node | None, knobs: set[str], known: dict[str, int]) -> str | None:
+    """A C integer expression of numbers, constants and + - * / % as a klexpr expression (C's / as //),
+    with the constants that are no knob written as their values; None for anything else."""
+    if node is None:
+        return None
+    if node.type == "number_literal":
+        match = _INTEGER_LITERAL.fullmatch(_text(node))
+        return match.group(1) if match else None
+    if node.type == "identifier":
+        name = _text(node)
+        return name if name in knobs else str(known[name]) if name in known else None
+    if node.type == "parenthesized_expression" and len(node.named_children) == 1:
+        inner = _c_expression(node.named_children[0], knobs, known)
+        return None if inner is None else f"({inner})"
+    if node.type == "binary_expression" and _operator(node) in ("+", "-", "*", "/", "%"):
+        left = _c_expression(node.child_by_field_name("left"), knobs, known)
+        right = _c_expression(node.child_by_field_name("right"), knobs, known)
+        if left is None or right is None:
+            return None
+        return f"{left} {'//' if _operator(node) == '/' else _operator(node)} {right}"
+    return None
+
+
+def _static_shared_bytes(code: list[Node], knobs: set[str], known: dict[str, int]) -> str | None:
+    """The bytes of the static __shared__ arrays of `code` as an expression of knobs, or None when no
+    array's size can be read. Arrays of types or sizes it cannot read are left out, so the number is
+    at most what the kernel takes: a setting it puts over the limit is over it."""
+    parts = []
+    for declaration in _shared_declarations(code):
+        type_node = declaration.child_by_field_name("type")
+        element = ELEMENT_BYTES.get(" ".join(_text(type_node).split())) if type_node is not None else None
+        if element is None:
+            continue
+        for declarator in declaration.children_by_field_name("declarator"):
+            dims = []
+            while declarator is not None and declarator.type == "array_declarator":
+                dims.append(_c_expression(declarator.child_by_field_name("size"), knobs, known))
+                declarator = declarator.child_by_field_name("declarator")
+            if declarator is None or declarator.type != "identifier" or None in dims:
+                continue
+            factors = [str(element)] + [d if d.isidentifier() or d.isdigit() else f"({d})" for d in reversed(dims)]
+            parts.append(" * ".join(factors))
+    return " + ".join(parts) if parts else None
+
+
+def _holds(expression, env: dict[str, int]) -> bool:
+    """Whether a condition holds; one that cannot be evaluated is not judged here (True)."""
+    try:
+        return bool(expression.evaluate(env))
+    except ExpressionError:
+        return True
+
+
+def _evaluate(expression, env: dict[str, int]) -> int:
+    try:
+        return int(expression.evaluate(env))
+    except ExpressionError:
+        return 0
+
+
+def _numbers(expression: str) -> set[int]:
+    """The integers written in a launch expression (klexpr text)."""
+    try:
+        tree = parse_expression(expression).tree
+    except ExpressionError:
+        return set()
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and type(n.value) is int}
+
+
 def _around(value: int) -> tuple[int, ...]:
     """Powers of two from a quarter to four times the value, and the value itself."""
     power = 1 << max(0, value.bit_length() - 1)
@@ -417,13 +1014,13 @@ def _replace_number(expression: str, value: int, name: str) -> str:
 
 def constraint_names(expression: str) -> set[str]:
     """The knob and size names an expression reads (not the functions it calls); none when it cannot be
-    read, which the spec check then reports."""
+    read, which the spec check then reports. Read by klexpr, whose bounds (1,000 characters, 50 levels
+    of nesting) hold before Python's parser sees the text: a constraint of 5,000 '-' signs or NUL
+    characters is an unreadable constraint, not a RecursionError."""
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError:
+        return set(parse_expression(expression, None, boolean=True).names)
+    except ExpressionError:
         return set()
-    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - calls
 
 
 def _dims(step: KernelLaunch) -> str:

@@ -2,6 +2,8 @@
 [family] (template and launch), so the template generator explores them like knobs its author wrote."""
 from __future__ import annotations
 
+import re
+
 from django.db import transaction
 
 from kernellab.models import Problem
@@ -57,7 +59,7 @@ def problem_knobs_save(*, problem: Problem, user, knobs: dict[str, list[int]], c
     the spec and the kernels' signatures, the family's size (gpu_runner.family's MAX_COMBINATIONS and
     MAX_VARIANTS), and the smallest and largest variants compiled with nvcc. A constraint naming a
     knob left out is dropped; one naming something that is neither a knob nor a size is refused."""
-    from gpu_runner.auto_knobs import family_from_knobs, split_constraints
+    from gpu_runner.auto_knobs import family_from_knobs, split_constraints, template_prelude_lines
     from gpu_runner.spec import SpecError, parse_problem
 
     access_require(user=user, workspace=problem.workspace, action="upload")
@@ -85,13 +87,15 @@ def problem_knobs_save(*, problem: Problem, user, knobs: dict[str, list[int]], c
     spec_toml = f"{base_toml.rstrip()}\n\n{AUTO_FAMILY_MARKER}\n{family_toml}"
     _check_size(spec_toml, problem.reference.source, template)
     try:
-        checked = problem_check(spec_toml=spec_toml, reference_source=problem.reference.source, family_source=template)
-    except ProblemRejected as exc:
-        raise ServiceError(f"These knobs do not make a valid family: {exc}") from None
-    try:
-        _compile_extremes(checked.spec)
+        # Before problem_check, which compiles the same variants (the compile cache answers it then) but
+        # names the lines of family.cu: the person wrote reference.cu, not the template made from it.
+        _compile_knob_extremes(spec_toml, problem.reference.source, template, template_prelude_lines(base, knobs))
     except ExpressionError as exc:  # _check_size evaluates the same variants first; this is the net under it
         raise ServiceError(f"With these knobs' values, {exc}.") from None
+    try:
+        problem_check(spec_toml=spec_toml, reference_source=problem.reference.source, family_source=template)
+    except ProblemRejected as exc:
+        raise ServiceError(f"These knobs do not make a valid family: {exc}") from None
     problem.spec_toml, problem.family_source = spec_toml, template
     problem.save(update_fields=["spec_toml", "family_source"])
     return problem
@@ -132,10 +136,41 @@ def _check_size(spec_toml: str, reference_source: str, template: str) -> None:
                                    f"'{case.name}': {exc}.") from None
 
 
-def _compile_extremes(spec) -> None:
+def _compile_knob_extremes(spec_toml: str, reference_source: str, template: str, template_lines: int) -> None:
+    """_compile_extremes for the family the Knobs page wrote, its errors at lines of reference.cu. What
+    problem_check refuses first (a spec that does not parse, a forbidden directive, a reference that
+    does not compile) is left to it, so that its sentence is the one given."""
+    from gpu_runner import Runner, reference_candidate
+    from gpu_runner.directives import find_forbidden_directive
+    from gpu_runner.spec import SpecError, parse_problem
+
+    try:
+        spec = parse_problem(spec_toml, reference_source, template)
+    except SpecError:
+        return
+    if find_forbidden_directive(template) is not None or find_forbidden_directive(reference_source) is not None:
+        return
+    try:
+        if not Runner(backend="static").check(spec, reference_candidate(spec)).ok:
+            return
+        _compile_extremes(spec, label="reference.cu", template_lines=template_lines)
+    except SpecError as exc:  # the family's limits, which _check_size has checked already
+        raise ServiceError(_sentence(exc.message)) from None
+    except (ServiceError, ExpressionError):
+        raise
+    except Exception:  # nvcc missing or broken: problem_check says so
+        return
+
+
+def _compile_extremes(spec, *, label: str = "family.cu", template_lines: int = 0) -> None:
     """Compile the family's first and last variants. A family over gpu_runner.family's limits raises
     its SpecError (field family.knobs), so that an upload that calls this can point at the line;
-    no valid setting, or a variant that does not compile, raises ServiceError."""
+    no valid setting, or a variant that does not compile, raises ServiceError.
+
+    The compiler's lines are those of the variant's source, the knobs' #define lines
+    (gpu_runner.family.render_source) followed by the template; the sentence gives them as lines of
+    the file the person wrote, `label`: family.cu for an upload, reference.cu for the Knobs page,
+    whose template starts with `template_lines` lines of its own (auto_knobs' unroll constants)."""
     from gpu_runner import Runner
     from gpu_runner.family import render_variant, valid_variants
 
@@ -149,7 +184,37 @@ def _compile_extremes(spec) -> None:
         report = runner.check(spec, render_variant(spec, knobs))
         if not report.ok:
             setting = ", ".join(f"{k}={v}" for k, v in knobs.items())
-            raise ServiceError(f"The variant {setting} does not compile: {report.summary()}")
+            raise ServiceError(f"The variant {setting} does not compile: "
+                               f"{_compile_errors(report, _prelude_lines(knobs) + template_lines, label)}")
+
+
+def _prelude_lines(knobs) -> int:
+    """The lines render_source puts before the template: one #define a knob (its "\\n".join of them and
+    the "\\n" after it make one line even for no knobs)."""
+    return max(len(knobs), 1)
+
+
+_AT_LINE = re.compile(r"\b(at line )(\d+)")
+
+
+def _compile_errors(report, offset: int, label: str) -> str:
+    """A failed compile's first errors, each with its line in `label` (the compiler's line less the
+    `offset` lines put before it); an error in those lines is said to be in them."""
+    def where(line: int | None) -> str:
+        if not line:
+            return ""
+        if line <= offset:
+            return f"line {line} of the variant (before {label}, among the lines that set the knobs): "
+        return f"{label} line {line - offset}: "
+
+    def message(text: str) -> str:  # nvcc's "declared at line 12" points into the same source
+        return _AT_LINE.sub(lambda m: m.group(1) + (str(int(m.group(2)) - offset) if int(m.group(2)) > offset
+                                                    else m.group(2)), text)
+
+    errors = report.errors[:3]
+    if not errors:
+        return (report.log.strip().splitlines() or ["(no log)"])[-1]
+    return "; ".join(where(d.line) + message(d.message) for d in errors)
 
 
 def _shown(part: str) -> str:
