@@ -2,7 +2,7 @@
 
 Two engines, one path: `compile_cubin` compiles a source with NVRTC (in sandboxed compile servers,
 gpu_runner/nvrtc.py) when the source needs only what NVRTC offers, else with nvcc; which one is a
-pure function of the source (`nvrtc.choose_engine`) and is recorded as the report's `compiler`
+pure function of the source and its options (`nvrtc.choose_engine`) and is recorded as the report's `compiler`
 ("nvrtc 13.0.88" / "nvcc 13.0.88"). The system's nvcc is used when there is one, else the
 `nvidia-cuda-nvcc` wheel's; libnvrtc preferably of nvcc's release (`nvrtc.find_nvrtc`). cuobjdump (and the nvdisasm it
 needs) come from the toolkit or the `nvidia-cuda-cuobjdump` / `-nvdisasm` wheels.
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -37,8 +37,10 @@ from .result import CompileDiagnostic, CompileReport, CompilerFacts
 DEFAULT_ARCH = "sm_90"
 SOURCE_NAME = "kernel.cu"
 # nvcc/NVRTC's front end writes `file(line): error: ...`; the host preprocessor writes `file:line:col: error: ...`.
+# Notes and remarks belong to the error or warning above them (parse_diagnostics lists only those).
 _DIAGNOSTIC = re.compile(r"^(?:(?P<file>[^\s()]+)\((?P<line>\d+)\)|(?P<gfile>[^\s:]+):(?P<gline>\d+):\d+): "
-                         r"(?P<severity>error|warning|catastrophic error|fatal error)(?: #[\w-]+)?: (?P<message>.*)$")
+                         r"(?P<severity>error|warning|catastrophic error|fatal error|note|remark)(?: #[\w-]+)?: "
+                         r"(?P<message>.*)$")
 _PTXAS_ERROR = re.compile(r"^ptxas (?:error|fatal)\s*: (?P<message>.*)$")
 _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?(?P<opcode>[A-Z][A-Z0-9_.]*)")
 
@@ -110,6 +112,21 @@ FOREIGN_FILE = "an included header"
 
 
 _CUPY_SOURCE = re.compile(r"[0-9a-f]{16,}(?:\.cubin)?\.cu")
+# A diagnostic already redacted by `redact_foreign`: "an included header: error: ..." (a file that is
+# not a header KernelLab serves) or "<cute/algorithm/gemm.hpp>(218): error: ..." (one that is).
+_REDACTED = re.compile(rf"^{FOREIGN_FILE}: (?P<severity>error|warning|catastrophic error|fatal error|note|remark)"
+                       r"(?: #[\w-]+)?: (?P<message>.*)$")
+_CARET = re.compile(r"^\s*\^\s*$")
+_GCC_ECHO = re.compile(r"^\s*\d*\s*\|")
+_INCLUDE_CONTEXT = re.compile(r"^\s*(?:In file included from|from) ")
+_CONTEXT_AT = re.compile(r" at line (?P<line>\d+)(?: of (?P<file>\S+?))?:?\s*$")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.<>)\]])/[\w.+-]+(?:/[\w.+-]+)+")
+# ptxas: `ptxas <file>, line N; error   : ...` (the PTX it was given: NVRTC's "application ptx input",
+# nvcc's tmpxft_..._kernel.ptx) and the file-less `ptxas error|fatal : ...`.
+_PTXAS_LOCATED = re.compile(r"^ptxas (?P<file>.+?), line (?P<line>\d+); (?P<severity>error|warning)\s*: "
+                            r"(?P<message>.*)$")
+_PTXAS_ABORTED = "Ptx assembly aborted due to errors"
+_STRING_LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 
 
 def _is_submitted(file: str, submitted: str) -> bool:
@@ -119,54 +136,306 @@ def _is_submitted(file: str, submitted: str) -> bool:
     return name in (submitted, "kern.cu", "kernel.cu", "default_program") or bool(_CUPY_SOURCE.fullmatch(name))
 
 
-def redact_foreign(log: str, submitted: str = SOURCE_NAME) -> str:
-    """The compiler's log with nothing quoted from files other than the submitted one.
+def _header_roots() -> list[str]:
+    """The folders of the headers KernelLab serves (the toolkit's, CUTLASS/CuTe, KERNELLAB_INCLUDE_DIR),
+    longest first, as written and resolved: a diagnostic in a file under one is shown with the
+    header's name (`cute/algorithm/gemm.hpp`) and whole; one in any other file is hidden."""
+    from .directives import allowed_include_dirs
+    from .nvrtc import toolkit_include_dirs
 
-    A diagnostic about another file keeps its kind but loses its path, its quoted text and the source
-    lines the compiler echoes after it; the submitted file's own diagnostics are left whole.
-    """
-    out, echoing = [], False
-    for line in log.splitlines():
-        match = _DIAGNOSTIC.match(line.strip())
+    roots: list[str] = []
+    try:
+        roots += list(toolkit_include_dirs())
+    except Exception:  # noqa: BLE001 - no nvcc here (a GPU worker compiling with cupy): its headers are not shown
+        pass
+    try:
+        roots += [str(d) for d in allowed_include_dirs()]
+    except Exception:  # noqa: BLE001
+        pass
+    expanded = {os.path.normpath(r) for r in roots} | {os.path.realpath(r) for r in roots}
+    return sorted(expanded, key=len, reverse=True)
+
+
+def _header_name(file: str, roots: list[str]) -> str | None:
+    """`file`'s name relative to the header folder it is in, or None when it is in none of them."""
+    if file.startswith("<") and file.endswith(">"):
+        return file[1:-1]   # already redacted
+    if not os.path.isabs(file):
+        return None
+    for path in dict.fromkeys((os.path.normpath(file), os.path.realpath(file))):
+        for root in roots:
+            if path.startswith(root.rstrip(os.sep) + os.sep):
+                return path[len(root.rstrip(os.sep)) + 1:]
+    return None
+
+
+class _Roots:
+    """The header folders, looked up once per log and only when a log names another file."""
+
+    def __init__(self) -> None:
+        self._roots: list[str] | None = None
+
+    def name(self, file: str) -> str | None:
+        if file.startswith("<") and file.endswith(">"):
+            return file[1:-1]
+        if self._roots is None:
+            self._roots = _header_roots()
+        return _header_name(file, self._roots)
+
+
+@dataclass
+class _Block:
+    """One diagnostic of the compiler's log with what the compiler wrote under it."""
+    head: str                 # the line as written
+    file: str | None          # None: already redacted to FOREIGN_FILE
+    line: int | None
+    severity: str
+    message: str
+    kind: str                 # "submitted", "header" (a header KernelLab serves), "foreign" (any other file)
+    header: str | None = None
+    more: list[str] = field(default_factory=list)      # the message's continuation ("operand types are: ...")
+    echo: list[str] = field(default_factory=list)      # the echoed source line and its caret
+    context: list[str] = field(default_factory=list)   # "detected during: instantiation of ... at line N of kernel.cu"
+    notes: list["_Block"] = field(default_factory=list)
+
+    def user_line(self, submitted: str) -> int | None:
+        """The innermost line of the submitted file the context names (where the user's code
+        instantiated the template the diagnostic is in)."""
+        for text in self.context:
+            match = _CONTEXT_AT.search(text)
+            if match and match.group("file") and _is_submitted(match.group("file"), submitted):
+                return int(match.group("line"))
+        return None
+
+
+def _blocks(log: str, submitted: str, roots: _Roots) -> list["_Block | str"]:
+    """The log cut into diagnostics (each with its continuation lines, echoed source, notes and
+    instantiation context) and the plain lines between them."""
+    items: list[_Block | str] = []
+    current: _Block | None = None   # the error or warning whose lines follow
+    last: _Block | None = None      # it or its latest note
+    pending: list[str] = []         # indented lines: the message's continuation, or the echo before a caret
+    in_context = False
+
+    def flush() -> None:
+        if last is not None:
+            last.more.extend(pending)
+        pending.clear()
+
+    for raw in log.splitlines():
+        stripped = raw.strip()
+        block = None
+        match = _DIAGNOSTIC.match(stripped)
         if match:
-            echoing = not _is_submitted(match.group("file") or match.group("gfile"), submitted)
-            if echoing:
-                message = _QUOTED.sub('"…"', match.group("message"))
-                out.append(f"{FOREIGN_FILE}: {match.group('severity')}: {message}")
-                continue
-        elif echoing and (line.startswith((" ", "\t")) or not line.strip() or line.strip() == "^"):
-            continue
-        elif re.match(r"^\s*(?:In file included from|from) ", line) or "detected during" in line:
-            out.append(_QUOTED.sub('"…"', re.sub(r"\S+\(\d+\)", FOREIGN_FILE, line)))
-            continue
+            file = match.group("file") or match.group("gfile")
+            line = int(match.group("line") or match.group("gline"))
+            if _is_submitted(file, submitted):
+                block = _Block(raw, file, line, match.group("severity"), match.group("message"), "submitted")
+            else:
+                header = roots.name(file)
+                block = _Block(raw, file, line, match.group("severity"), match.group("message"),
+                               "header" if header else "foreign", header)
         else:
-            echoing = False
-        out.append(line)
+            match = _REDACTED.match(stripped)
+            if match:
+                block = _Block(raw, None, None, match.group("severity"), match.group("message"), "foreign")
+        if block is not None:
+            flush()
+            in_context = False
+            if block.severity in ("note", "remark") and current is not None:
+                current.notes.append(block)
+            else:
+                items.append(block)
+                current = block
+            last = block
+            continue
+        if current is not None:
+            if not stripped or _INCLUDE_CONTEXT.match(raw):
+                flush()
+                current = last = None
+                in_context = False
+                items.append(raw)
+                continue
+            if _CARET.match(raw) and pending:
+                echoed = pending.pop()
+                flush()
+                last.echo += [echoed, raw]
+                continue
+            if _GCC_ECHO.match(raw):
+                flush()
+                last.echo.append(raw)
+                continue
+            if "detected during" in stripped or (in_context and raw.startswith((" ", "\t"))):
+                flush()
+                in_context = True
+                current.context.append(raw)
+                continue
+            if raw.startswith((" ", "\t")):
+                pending.append(raw)
+                continue
+            flush()
+            current = last = None
+            in_context = False
+        items.append(raw)
+    flush()
+    return items
+
+
+def _redact_paths(text: str, submitted: str, roots: _Roots) -> str:
+    """`text` with each absolute path replaced: by the header's name in <> for a header KernelLab
+    serves, by the submitted file's name, else by FOREIGN_FILE."""
+    def name(match: re.Match) -> str:
+        path = match.group(0)
+        if _is_submitted(path, submitted):
+            return os.path.basename(path)
+        header = roots.name(path)
+        return f"<{header}>" if header else FOREIGN_FILE
+    return _ABSOLUTE_PATH.sub(name, text)
+
+
+def _redacted_context(line: str, submitted: str, roots: _Roots, hide_quotes: bool) -> str:
+    line = _redact_paths(line, submitted, roots)
+    return _QUOTED.sub('"…"', line) if hide_quotes else line
+
+
+def _render(block: _Block, submitted: str, roots: _Roots) -> list[str]:
+    if block.kind == "submitted":
+        out = [block.head, *block.more, *block.echo]
+    elif block.kind == "header":
+        head = f"<{block.header}>({block.line}): {block.severity}: {block.message}"
+        out = [_redact_paths(text, submitted, roots) for text in (head, *block.more, *block.echo)]
+    else:
+        # Nothing quoted from a file KernelLab does not serve: its kind and its message without quotes.
+        out = [f"{FOREIGN_FILE}: {block.severity}: {_QUOTED.sub(chr(34) + '…' + chr(34), block.message)}"]
+    for note in block.notes:
+        if note.kind != "foreign":
+            out += _render(note, submitted, roots)
+    hide = block.kind == "foreign"
+    out += [_redacted_context(text, submitted, roots, hide) for text in block.context]
+    return out
+
+
+def redact_foreign(log: str, submitted: str = SOURCE_NAME) -> str:
+    """The compiler's log with no host path and nothing quoted from files KernelLab does not serve.
+
+    The submitted file's diagnostics are left whole. One in a header KernelLab serves (the toolkit's,
+    CUTLASS/CuTe, KERNELLAB_INCLUDE_DIR) is kept whole too, its path cut to the header's name
+    (`<cute/algorithm/gemm.hpp>(218): error: ...`). One in any other file keeps only its kind and its
+    message without quoted text (`an included header: error: identifier "…" is undefined`). The
+    instantiation context under a diagnostic ("detected during ... at line 28 of kernel.cu") is kept
+    with its paths cut the same way, so the submitted file's line that led to it is not lost.
+    """
+    roots = _Roots()
+    out: list[str] = []
+    for item in _blocks(log, submitted, roots):
+        if isinstance(item, _Block):
+            out += _render(item, submitted, roots)
+        elif _INCLUDE_CONTEXT.match(item) or "detected during" in item:
+            out.append(_QUOTED.sub('"…"', _redact_paths(re.sub(r"\S+\(\d+\)", FOREIGN_FILE, item), submitted, roots)))
+        else:
+            out.append(item)
     return "\n".join(out)
 
 
-def parse_diagnostics(log: str, submitted: str = SOURCE_NAME) -> list[CompileDiagnostic]:
-    """Errors and warnings from nvcc, NVRTC or ptxas output; line numbers only for the submitted file."""
-    diagnostics = []
-    for line in log.splitlines():
-        match = _DIAGNOSTIC.match(line.strip())
-        if match:
-            severity = "warning" if match.group("severity") == "warning" else "error"
-            if _is_submitted(match.group("file") or match.group("gfile"), submitted):
-                line_number = int(match.group("line") or match.group("gline"))
-                diagnostics.append(CompileDiagnostic(line_number, match.group("message"), severity))
+def _ptx_source_line(message: str, source: str | None) -> int | None:
+    """The one line of `source` whose inline PTX (a string literal) holds what ptxas's message quotes
+    first (the instruction or symbol), or None when no line or several do."""
+    quoted = re.findall(r"'([^']+)'", message)
+    if not source or not quoted:
+        return None
+    token = quoted[0].lstrip("%")
+    if not token:
+        return None
+    pattern = re.compile(rf"(?<![\w.]){'%*' if quoted[0].startswith('%') else ''}{re.escape(token)}(?![\w])")
+    lines = {number for number, text in enumerate(source.splitlines(), 1)
+             if any(pattern.search(literal) for literal in _STRING_LITERAL.findall(text))}
+    return lines.pop() if len(lines) == 1 else None
+
+
+def _ptxas_hint(message: str) -> str:
+    match = re.search(r"not supported on \.target '(sm_\d+)'", message)
+    if match:
+        return (f"; an architecture-specific instruction (wgmma, setmaxnreg, TMA multicast) needs "
+                f"compile_options = [\"-arch={match.group(1)}a\"]")
+    return ""
+
+
+def _with_hint(message: str) -> str:
+    if "requires --extended-lambda" in message:
+        return message + ' (add "--extended-lambda" to compile_options)'
+    return message
+
+
+def parse_diagnostics(log: str, submitted: str = SOURCE_NAME, source: str | None = None) -> list[CompileDiagnostic]:
+    """Errors and warnings from nvcc, NVRTC or ptxas output (raw or redacted by `redact_foreign`).
+
+    Line numbers are the submitted file's: its own diagnostics' lines; for one inside a header, the
+    innermost line of the submitted file its instantiation context names ("instantiated from this
+    line"); for a ptxas error (about the PTX generated from the source, whose lines are not the
+    source's), the one line of `source` whose inline PTX holds the instruction or symbol it quotes.
+    Identical diagnostics are given once, with how many times the compiler reported them.
+    """
+    roots = _Roots()
+    found: list[tuple[CompileDiagnostic, str | None]] = []   # with a detail shown on the first of its kind
+    aborted = None
+    for item in _blocks(log, submitted, roots):
+        if isinstance(item, _Block):
+            if item.severity in ("note", "remark"):
+                continue
+            severity = "warning" if item.severity == "warning" else "error"
+            more = [text.strip() for text in item.more if text.strip()]
+            if item.kind == "submitted":
+                message = item.message + (f" ({'; '.join(more)})" if more else "")
+                found.append((CompileDiagnostic(item.line, _with_hint(message), severity), None))
+                continue
+            line = item.user_line(submitted)
+            where = " (instantiated from this line)" if line is not None else ""
+            if item.kind == "header":
+                message = _redact_paths(item.message + (f" ({'; '.join(more)})" if more else ""), submitted, roots)
+                # "static assertion failed" says which only in the echoed line of the header
+                detail = item.echo[0].strip()[:300] if item.echo and item.message.startswith("static assertion") \
+                    else None
+                found.append((CompileDiagnostic(line, f"in {FOREIGN_FILE} <{item.header}>{where}: {message}",
+                                                severity), detail))
             else:
-                diagnostics.append(CompileDiagnostic(None, f"in {FOREIGN_FILE}: "
-                                                     + _QUOTED.sub('"…"', match.group("message")), severity))
+                found.append((CompileDiagnostic(line, f"in {FOREIGN_FILE}{where}: "
+                                                + _QUOTED.sub('"…"', item.message), severity), None))
             continue
-        if line.startswith(FOREIGN_FILE + ": "):
-            severity = "warning" if ": warning: " in line else "error"
-            diagnostics.append(CompileDiagnostic(None, f"in {FOREIGN_FILE}: " + line.split(": ", 2)[-1], severity))
+        stripped = item.strip()
+        match = _PTXAS_LOCATED.match(stripped)
+        if match and match.group("severity") == "error":
+            message = match.group("message").strip()
+            found.append((CompileDiagnostic(
+                _ptx_source_line(message, source),
+                f"ptxas: {message} (line {match.group('line')} of the PTX generated from the source)"
+                + _ptxas_hint(message)), None))
             continue
-        match = _PTXAS_ERROR.match(line.strip())
+        match = _PTXAS_ERROR.match(stripped)
         if match:
-            diagnostics.append(CompileDiagnostic(None, "ptxas: " + match.group("message")))
-    return diagnostics
+            if match.group("message").strip() == _PTXAS_ABORTED:
+                aborted = CompileDiagnostic(None, "ptxas: " + match.group("message"))
+            else:
+                found.append((CompileDiagnostic(None, "ptxas: " + match.group("message")), None))
+    if aborted is not None and not any(d.message.startswith("ptxas: ") for d, _ in found):
+        found.append((aborted, None))
+    return _collapsed(found)
+
+
+def _collapsed(found: list[tuple[CompileDiagnostic, str | None]]) -> list[CompileDiagnostic]:
+    """Identical diagnostics (same line, message and severity) as one, with their count and the
+    first one's detail."""
+    groups: dict[tuple, list[str | None]] = {}
+    for d, detail in found:
+        groups.setdefault((d.line, d.message, d.severity), []).append(detail)
+    out = []
+    for (line, message, severity), details in groups.items():
+        first = next((detail for detail in details if detail), None)
+        if len(details) > 1:
+            message += f" (reported {len(details)} times" + (f"; the first: {first}" if first else "") + ")"
+        elif first:
+            message += f": {first}"
+        out.append(CompileDiagnostic(line, message, severity))
+    return out
 
 
 def parse_ptxas(log: str) -> CompilerFacts:
@@ -318,13 +587,18 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
     """Compile `source` to a cubin for `arch` with the engine the source calls for (NVRTC or nvcc);
     never raises for a bad source."""
     engine, label, flags, cached = _engine_entry(source, options, arch)
+    report = None
     if use_cache and (cached / "report.json").is_file():
         try:
-            report = _report_from_json(json.loads((cached / "report.json").read_text()))
+            data = json.loads((cached / "report.json").read_text())
+            report = _report_from_json(data)
             cubin = (cached / "k.cubin").read_bytes() if report.ok else None
         except (OSError, ValueError, KeyError, TypeError):
-            pass
+            report = None
         else:
+            if not report.ok and data.get("diagnostics_version") != DIAGNOSTICS_VERSION:
+                report = None   # a failed compile's errors as an older parser read them: compiled again
+        if report is not None:
             if sass and cubin is not None and _lacks_sass(report):
                 _add_sass_counts(report, cubin)
                 try:
@@ -356,7 +630,7 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
         if not engine.reason.startswith("the source"):
             notes.append(f"[compiled with nvcc: {engine.reason}]")
     elapsed = time.perf_counter() - started
-    diagnostics = parse_diagnostics(log)
+    diagnostics = parse_diagnostics(log, SOURCE_NAME, source)
     if not ok and not any(d.severity == "error" for d in diagnostics):
         tail = log.strip().splitlines()[-1] if log.strip() else f"{engine.name} failed without a message"
         diagnostics.append(CompileDiagnostic(None, tail))
@@ -380,7 +654,8 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
             cached.mkdir(parents=True, exist_ok=True)
             if cubin is not None:
                 _atomic_write(cached / "k.cubin", cubin)
-            _atomic_write(cached / "report.json", json.dumps(asdict(report)).encode())
+            _atomic_write(cached / "report.json",
+                          json.dumps({**asdict(report), "diagnostics_version": DIAGNOSTICS_VERSION}).encode())
         except OSError:
             pass
     return CompileOutput(report, cubin)
@@ -410,6 +685,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 SASS_UNAVAILABLE = "[sass counts unavailable: "
+# How a failed compile's log is read into diagnostics (parse_diagnostics); a cached failure stored by
+# an older reading is compiled again. 2: ptxas's located errors, header errors on the user's line.
+DIAGNOSTICS_VERSION = 2
 
 
 def _summed(per_kernel: dict[str, dict[str, int]]) -> dict[str, int]:

@@ -2,8 +2,10 @@
 
 Files are cut into windows of `WINDOW` lines and indexed with their path and
 their identifiers split into words (`make_tiled_copy`, `TiledCopy` -> `make tiled copy`), so a query in
-words ("tiled copy", "mma atom sm90") finds the code that spells it as identifiers. A hit is the window's
-best line (the one holding most query words) with a few lines around it.
+words ("tiled copy", "mma atom sm90") finds the code that spells it as identifiers. A query that is one
+identifier (`local_tile`, `SM90_TMA_LOAD`, `cute::local_tile`) finds the windows that spell it exactly,
+the one defining it first (`search_index`). A hit is the window's best line (one that spells the
+identifier, else the one holding most query words) with a few lines around it.
 """
 from __future__ import annotations
 
@@ -94,14 +96,25 @@ def index_facts(database: Path) -> dict[str, str]:
 
 
 def search_index(database: Path, query: str, *, limit: int = 10) -> list[CodeHit]:
-    """Ranked hits for `query`: every word required first, any word if that finds nothing."""
+    """Ranked hits for `query`.
+
+    A query that is one identifier of several words (`local_tile`, `SM90_TMA_LOAD`, `cute::local_tile`)
+    finds the windows that spell it: first those holding it as a whole token (the qualified name, then
+    its last part), then those holding it inside a longer identifier (`SM90_TMA_LOAD_MULTICAST`); a hit's
+    line is one that spells it. Otherwise, or where nothing spells it, the query is words: every word
+    required first, any word if that finds nothing."""
     words = query_words(query)
     if not words:
         return []
     if not database.is_file():
         raise IndexMissing("The CUTLASS index has not been built yet (run manage.py cutlass_index).")
-    quoted = [f'"{w}"' for w in dict.fromkeys(words)]
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        needles = _identifier_needles(query)
+        if needles:
+            hits = _identifier_hits(connection, needles, limit)
+            if hits:
+                return hits
+        quoted = [f'"{w}"' for w in dict.fromkeys(words)]
         rows = []
         for match in (" AND ".join(quoted), " OR ".join(quoted)):
             # bm25 weights: a word in the file's path counts most, then in identifiers, then in the text.
@@ -123,10 +136,77 @@ def search_index(database: Path, query: str, *, limit: int = 10) -> list[CodeHit
     return hits
 
 
-def _hit(path: str, start: int, body: str, words: set[str], score: float) -> CodeHit:
+_IDENTIFIER_QUERY = re.compile(r"^(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _identifier_needles(query: str) -> list[tuple[str, str]]:
+    """(text, how: "defines", "whole" token or "part" of a longer one) to look for, best first, when
+    `query` is one identifier of several words; [] for anything else (words, `cp.async`, or a single
+    word, which the word search matches as it is)."""
+    text = query.strip()
+    if not _IDENTIFIER_QUERY.match(text) or len(words_of(text).split()) < 2:
+        return []
+    text = text.lstrip(":")
+    last = text.rsplit("::", 1)[-1]
+    needles = [(last, "defines")]
+    if "::" in text:
+        needles.append((text, "whole"))
+    needles += [(last, "whole"), (last, "part")]
+    return needles
+
+
+def _spelling(needle: str, how: str) -> re.Pattern:
+    """Where a window spells `needle`: a definition (CUTLASS's style: a function's name at the start of
+    its line; `struct NAME` not followed by `;`, `,`, `>` or `=`, which a declaration or a template
+    parameter is; `using NAME =`; `#define NAME`), a whole token, or any part of an identifier."""
+    escaped = re.escape(needle)
+    if how == "defines":
+        return re.compile(rf"^{escaped}\s*\(|^\s*(?:template\s*<.*>\s*)?(?:struct|class|union|enum(?:\s+class)?)\s+"
+                          rf"{escaped}\b(?!\s*[;,>=])|^\s*using\s+{escaped}\s*=|^\s*#\s*define\s+{escaped}\b", re.M)
+    if how == "whole":
+        return re.compile(rf"(?<![A-Za-z0-9_]){escaped}(?![A-Za-z0-9_])")
+    return re.compile(escaped)
+
+
+def _identifier_hits(connection: sqlite3.Connection, needles: list[tuple[str, str]], limit: int) -> list[CodeHit]:
+    """Hits for each needle in turn (an FTS phrase of its words, then its spelling), one per file."""
+    patterns: dict[str, re.Pattern] = {}
+
+    def spells(body: str, key: str) -> int:
+        return 1 if patterns[key].search(body) else 0
+
+    connection.create_function("kl_spells", 2, spells, deterministic=True)
+    hits: list[CodeHit] = []
+    seen: set[str] = set()
+    for needle, how in needles:
+        key = f"{how}:{needle}"
+        patterns[key] = _spelling(needle, how)
+        phrase = '"' + words_of(needle) + '"'
+        rows = connection.execute(
+            "SELECT line, body, bm25(windows, 20.0, 2.0, 1.0) AS rank FROM windows WHERE windows MATCH ? "
+            "AND instr(body, ?) > 0 AND kl_spells(body, ?) ORDER BY rank LIMIT ?",
+            (f"{{path words body}} : {phrase}", needle, key, limit * 4)).fetchall()
+        for located, body, rank in rows:
+            path, start = located.rsplit(":", 1)
+            if path in seen:
+                continue
+            seen.add(path)
+            hits.append(_hit(path, int(start), body, set(words_of(needle).split()), -rank, patterns[key]))
+            if len(hits) == limit:
+                return hits
+    return hits
+
+
+def _hit(path: str, start: int, body: str, words: set[str], score: float,
+         spelt: re.Pattern | None = None) -> CodeHit:
+    """The window's best line (the first that spells the identifier as `spelt` finds it, else the one
+    holding most query words) with a few lines around it."""
     lines = body.split("\n")
-    counts = [len(words & set(words_of(line).split()) | {w for w in words if w in line.lower()}) for line in lines]
-    best = max(range(len(lines)), key=lambda i: (counts[i], -i)) if lines else 0
+    best = next((i for i, line in enumerate(lines) if spelt.search(line)), None) if spelt is not None else None
+    if best is None:
+        counts = [len(words & set(words_of(line).split()) | {w for w in words if w in line.lower()})
+                  for line in lines]
+        best = max(range(len(lines)), key=lambda i: (counts[i], -i)) if lines else 0
     first = max(0, best - SNIPPET_LINES // 3)
     return CodeHit(path=path, line=start + best, first_line=start + first,
                    snippet="\n".join(lines[first:first + SNIPPET_LINES]), score=round(score, 3))

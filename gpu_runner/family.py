@@ -9,7 +9,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from klexpr import ExpressionError, parse_expression
 
 from .candidate import Candidate
-from .spec import ArgSpec, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError, check_launch_limits
+from .spec import (ArgSpec, KernelLaunch, LaunchStep, MemsetStep, Problem, SpecError, SpecErrors,
+                   check_launch_limits)
 
 
 # How big a family may be. Its knobs' value counts multiply into the combinations the walk below may
@@ -64,6 +65,11 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
     so a family with a million combinations (sgemm) enumerates in seconds rather than minutes.
     A family above MAX_COMBINATIONS is refused before the walk, one above MAX_VARIANTS when the walk
     reaches its first variant past the limit (SpecError either way).
+
+    A constraint that cannot be evaluated (division by zero) does not hold; a setting whose launch or
+    temps cannot be evaluated, or break a CUDA launch limit, in some size case is left out
+    (_launch_left_out). When no setting is left and one of these is why, SpecError says so: the first
+    setting left out and its reason, and the first constraint that could not be evaluated.
     """
     family = _family(problem)
     combinations = check_combinations(family.knobs)
@@ -74,33 +80,36 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
     in_first: list[list] = [[] for _ in names]     # every constraint due at that depth
     in_others: list[list] = [[] for _ in names]    # those that name a size
     sizes = problem.size_names
-    for constraint in family.constraints:
+    for number, constraint in enumerate(family.constraints):
         used = [position[n] for n in constraint.names if n in position]
         depth = max(used) if used else 0
-        in_first[depth].append(constraint)
+        in_first[depth].append((number, constraint))
         if set(constraint.names) & sizes:
-            in_others[depth].append(constraint)
+            in_others[depth].append((number, constraint))
     envs = [dict(case.sizes) for case in problem.sizes]
     chosen: dict[str, Any] = {}
-    over_limits: list[tuple[str, SpecError]] = []  # the first variant that CUDA could not launch, and why
+    left_out: list[tuple[str, SpecError]] = []     # the first variant whose launch is left out, and why
+    unevaluated: list[SpecError] = []              # the first constraint that could not be evaluated
 
     def holds(depth: int) -> bool:
         for index, env in enumerate(envs):
-            for constraint in in_first[depth] if index == 0 else in_others[depth]:
+            for number, constraint in in_first[depth] if index == 0 else in_others[depth]:
                 try:
                     if not constraint.evaluate(env):
                         return False
-                except ExpressionError:
+                except ExpressionError as exc:
+                    if not unevaluated:
+                        unevaluated.append(_unevaluated_constraint(problem, number, constraint, env, index, exc))
                     return False
         return True
 
     def walk(depth: int) -> Iterator[dict[str, Any]]:
         if depth == len(names):
-            broken = _launch_limit_broken(problem, envs)
-            if broken is None:
+            reason = _launch_left_out(problem, envs)
+            if reason is None:
                 yield dict(chosen)
-            elif not over_limits:
-                over_limits.append((variant_id(chosen), broken))
+            elif not left_out:
+                left_out.append((variant_id(chosen), reason))
             return
         name = names[depth]
         for value in family.knobs[name]:
@@ -120,37 +129,102 @@ def enumerate_variants(problem: Problem) -> Iterator[dict[str, Any]]:
                                             f"satisfy the constraints, and a family may have at most {MAX_VARIANTS:,} "
                                             "variants; keep fewer values or constrain them")
         yield variant
-    if count == 0 and over_limits:
-        variant, broken = over_limits[0]
-        raise SpecError(broken.field, "every setting that satisfies the constraints breaks a CUDA launch limit, "
-                                      f"for instance {variant}: {broken.message}")
+    if count:
+        return
+    errors: list[SpecError] = []
+    if left_out:
+        variant, reason = left_out[0]
+        if isinstance(reason, _LimitBroken):
+            what = "breaks a CUDA launch limit"
+        else:
+            what = "has a launch plan that fails in some size case"
+        errors.append(SpecError(reason.field, f"every setting that satisfies the constraints {what}, "
+                                              f"for instance {variant}: {reason.message}"))
+    if unevaluated:
+        errors.append(unevaluated[0])
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise SpecErrors(errors)
 
 
-def _launch_limit_broken(problem: Problem, envs: list[dict[str, Any]]) -> SpecError | None:
-    """Why CUDA would refuse to launch the variant whose knobs are set in `envs` (one per size case, sizes and
-    knobs), or None. A variant that asks for more threads, block or grid dimensions or dynamic shared memory
-    than the card allows fails at every launch, so it is left out of the family as a broken constraint is,
-    rather than offered to a search that would spend a compile and a GPU slot to learn it. The steps are those
-    render_variant keeps (their `when` read in the first size case); an expression that cannot be evaluated is
-    not judged here (the upload's checks name it)."""
+def _unevaluated_constraint(problem: Problem, number: int, constraint, env: Mapping[str, Any], case: int,
+                            exc: ExpressionError) -> SpecError:
+    """The sentence for a constraint that could not be evaluated: its text, the knobs (and size case) it
+    was evaluated for, and why, e.g. "the constraint 'BLOCK // 0 == 1' could not be evaluated for
+    BLOCK=128: division by zero"."""
+    knobs = [f"{name}={env[name]}" for name in _family(problem).knobs if name in constraint.names]
+    where = []
+    if knobs:
+        where.append(f"for {', '.join(knobs)}")
+    if set(constraint.names) & problem.size_names:
+        where.append(f"in size case '{problem.sizes[case].name}'")
+    why = str(exc).removeprefix(f"'{constraint.text}': ")
+    return SpecError(f"family.constraints[{number}]",
+                     f"no setting of the knobs satisfies the constraints, and the constraint '{constraint.text}' "
+                     f"could not be evaluated{' ' if where else ''}{' '.join(where)}: {why} (a constraint that "
+                     "cannot be evaluated does not hold)")
+
+
+class _LimitBroken(SpecError):
+    """A variant's launch that CUDA would refuse (check_launch_limits' sentence and field)."""
+
+
+def _launch_left_out(problem: Problem, envs: list[dict[str, Any]]) -> SpecError | None:
+    """Why the variant whose knobs are set in `envs` (one per size case, sizes and knobs) is left out of the
+    family, or None. It is left out as a broken constraint is, rather than offered to a search that would
+    spend a compile and a GPU slot to learn that it fails at every launch, when in some size case:
+
+    - one of its steps' `when`, a temp's shape, or a kept step's grid, block or shared cannot be evaluated
+      (a division by zero, a grid such as 'N / (256 * PER_THREAD)' that is not integral for PER_THREAD=3),
+      or a temp has no elements, a grid or block dimension is not positive or shared memory is negative
+      (check_candidate refuses such a launch; the message is an ordinary SpecError);
+    - no step's `when` holds (render_variant refuses such a variant);
+    - a step asks for more threads, block or grid dimensions or dynamic shared memory than the card
+      allows (_LimitBroken).
+
+    The steps are those render_variant keeps: a `when` names knobs only (gpu_runner.spec), so it is
+    read once."""
+    family = _family(problem)
     steps = []
-    for index, step in enumerate(_family(problem).launch):
-        if not isinstance(step, KernelLaunch):
-            continue
+    for index, step in enumerate(family.launch):
         try:
-            if step.when is None or step.when.evaluate(envs[0]):
-                steps.append((index, step))
-        except ExpressionError:
-            continue
-    for case, env in zip(problem.sizes, envs):
-        for index, step in steps:
-            try:
-                grid, block, shared = step.resolve(env)
-                check_launch_limits(grid, block, shared, f"family.launch[{index}]", case.name)
-            except ExpressionError:
+            if step.when is not None and not step.when.evaluate(envs[0]):
                 continue
+        except ExpressionError as exc:
+            return SpecError(f"family.launch[{index}].when", str(exc))
+        steps.append((index, step))
+    if not steps:
+        return SpecError("family.launch", "no step's 'when' holds")
+    for case, env in zip(problem.sizes, envs):
+        for index, temp in enumerate(family.temps):
+            at = f"family.temps[{index}] ('{temp.name}').shape"
+            try:
+                if temp.numel(env) <= 0:
+                    return SpecError(at, f"has no elements for size case '{case.name}'")
+            except ExpressionError as exc:
+                return SpecError(at, f"{exc} (size case '{case.name}')")
+        for index, step in steps:
+            if not isinstance(step, KernelLaunch):
+                continue
+            at = f"family.launch[{index}]"
+            parts = [(f"{at}.grid[{j}]", e) for j, e in enumerate(step.grid)] + \
+                    [(f"{at}.block[{j}]", e) for j, e in enumerate(step.block)] + [(f"{at}.shared", step.shared)]
+            values = []
+            for field, expression in parts:
+                try:
+                    values.append(expression.evaluate_int(env))
+                except ExpressionError as exc:
+                    return SpecError(field, f"{exc} (size case '{case.name}')")
+            grid = tuple(values[:len(step.grid)]) + (1,) * (3 - len(step.grid))
+            block = tuple(values[len(step.grid):-1]) + (1,) * (3 - len(step.block))
+            shared = values[-1]
+            if min(grid) <= 0 or min(block) <= 0 or shared < 0:
+                return SpecError(at, f"gives grid {grid}, block {block}, shared {shared} for size case '{case.name}'")
+            try:
+                check_launch_limits(grid, block, shared, at, case.name)
             except SpecError as exc:
-                return exc
+                return _LimitBroken(exc.field, exc.message)
     return None
 
 

@@ -107,8 +107,9 @@ def source_engine(source: str) -> Engine:
 
 
 def choose_engine(source: str, options: Sequence[str] = ()) -> Engine:
-    """nvcc or NVRTC for `source` on this machine (see the module's docstring). `options` do not change
-    the choice: every option a candidate may give has an NVRTC spelling (candidate.nvrtc_options).
+    """nvcc or NVRTC for `source` on this machine (see the module's docstring). Of the options only
+    --extended-lambda changes the choice (NVRTC has no such option and refuses `__device__` lambdas):
+    every other option a candidate may give has an NVRTC spelling (candidate.nvrtc_options).
 
     KERNELLAB_COMPILE_ENGINE=nvcc makes every compile use nvcc (an operator's switch, and the
     benchmark's baseline); `auto` (the default) lets the source choose."""
@@ -120,6 +121,11 @@ def choose_engine(source: str, options: Sequence[str] = ()) -> Engine:
     engine = source_engine(source)
     if engine.name == "nvcc":
         return engine
+    from .candidate import needs_nvcc
+
+    reason = needs_nvcc(list(options))
+    if reason:
+        return Engine("nvcc", reason)
     library, problem = find_nvrtc()
     if library is None:
         return Engine("nvcc", f"NVRTC is unavailable: {problem}")

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import math
 import os
@@ -408,8 +409,9 @@ def _parse_problem(table: dict, toml_text: str, reference_source: str, family_so
     roofline = mistakes.attempt(_parse_roofline, table.get("roofline", {}), size_names, sizes or [])
     family = mistakes.attempt(_parse_family, table.get("family"), family_source, size_names, args, sizes or [],
                               mistakes, written_args)
-    vendor = mistakes.attempt(_parse_vendor, table.get("vendor"), args) if len(args) == len(written_args) else None
-    options = mistakes.attempt(_string_list, head.get("compile_options", []), "problem.compile_options")
+    vendor = mistakes.attempt(_parse_vendor, table.get("vendor"), args, sizes or []) \
+        if len(args) == len(written_args) else None
+    options = mistakes.attempt(_compile_options, head.get("compile_options", []), "problem.compile_options")
     mistakes.raise_if_any()
     digest = hashlib.sha256("\0".join([toml_text, reference_source, family_source or ""]).encode())
     return Problem(
@@ -503,10 +505,13 @@ def check_launch_signatures(launch: Iterable[LaunchStep], where: str, args: Mapp
     signatures = kernel_signatures(source)
     # output name -> (step index, position, parameter) of each kernel parameter it is passed to
     writes: dict[str, list[tuple[int, int, Any]]] = {}
+    code = None   # the source without comments and literals, made when first needed
     for i, kernel, kernel_args in _kernel_calls(launch):
         definitions = signatures.get(kernel)
         if not definitions:
-            if not re.search(rf"\b{re.escape(kernel)}\b", source):
+            # A name in a comment or a string is no definition a macro could make: look in the code only.
+            code = _code_only(source) if code is None else code
+            if not re.search(rf"\b{re.escape(kernel)}\b", code):
                 defined = ", ".join(signatures) or "none"
                 own.add(SpecError(f"{where}[{i}].kernel", f"{source_label} defines no __global__ function "
                                                           f"'{kernel}' (it defines: {defined})"))
@@ -529,6 +534,16 @@ def check_launch_signatures(launch: Iterable[LaunchStep], where: str, args: Mapp
                               f"'{param.text}'), so no kernel can write it ({source_label})"))
     if mistakes is None:
         own.raise_if_any()
+
+
+# A comment, or a string or character literal (escapes included); raw strings are rare in kernels.
+_COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def _code_only(source: str) -> str:
+    """`source` with each comment and string or character literal replaced by a space (scanned from
+    left to right, so `//` inside a string and a quote inside a comment are read as what they are)."""
+    return _COMMENT_OR_LITERAL.sub(" ", source.replace("\\\n", ""))
 
 
 class _IndexedSteps(list):
@@ -568,6 +583,14 @@ def _string(table: Mapping, key: str, where: str) -> str:
     return value
 
 
+def _compile_options(value: Any, where: str) -> list[str]:
+    """A spec's compile_options, checked against the candidates' allow-list when the spec is read, so that a refusal
+    names the spec's field and its line (every refused option listed; docs/spec.md "Compile options")."""
+    from .candidate import check_compile_options  # (candidate.py imports this module)
+
+    return check_compile_options(value, where)
+
+
 def _string_list(value: Any, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SpecError(where, f"must be a list of strings, not {value!r}")
@@ -579,6 +602,43 @@ def _expr(value: Any, where: str, names: frozenset[str] | set[str], *, boolean: 
         return parse_expression(value, names, boolean=boolean)
     except ExpressionError as exc:
         raise SpecError(where, str(exc)) from None
+
+
+def _condition(value: Any, where: str, names: frozenset[str] | set[str], knobs: Mapping[str, tuple],
+               sizes: frozenset[str] | None = None) -> Expression:
+    """A family constraint, or (with `sizes`, the size names) a launch step's `when`.
+
+    A `when` is read once per variant, over its knobs: a variant has one launch plan for every size
+    case (render_variant, Candidate.launch), so a `when` naming a size would pick the plan of one case
+    for all of them. A string compared (== or !=) with a knob must be one of that knob's values, or
+    the comparison never holds (a typo such as 'twopas' would silently drop a step)."""
+    expression = _expr(value, where, names, boolean=True)
+    named_sizes = sorted(expression.names & sizes) if sizes else []
+    if named_sizes:
+        plural = "s" if len(named_sizes) > 1 else ""
+        raise SpecError(where, f"a step's when is read once per variant, over its knobs; it may not name the "
+                               f"size{plural} {', '.join(named_sizes)} ('{expression.text}'): one launch plan "
+                               "serves every size case, so write what the sizes must meet as a constraint instead "
+                               "(a variant whose constraints fail in some case is left out)")
+    _check_knob_strings(expression, where, knobs)
+    return expression
+
+
+def _check_knob_strings(expression: Expression, where: str, knobs: Mapping[str, tuple]) -> None:
+    """Refuse `KNOB == 'text'` (or !=, either side) where 'text' is not one of the knob's values."""
+    for node in ast.walk(expression.tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:]):
+            if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                continue
+            for name, constant in ((left, right), (right, left)):
+                if (isinstance(name, ast.Name) and name.id in knobs and isinstance(constant, ast.Constant)
+                        and isinstance(constant.value, str) and constant.value not in knobs[name.id]):
+                    values = ", ".join(repr(v) for v in knobs[name.id])
+                    raise SpecError(where, f"compares the knob {name.id} with {constant.value!r}, which is not "
+                                           f"one of its values ({values}), so the comparison never holds")
 
 
 def _parse_sizes(table: dict) -> list[SizeCase]:
@@ -663,14 +723,36 @@ def _parse_arg(item: Any, at: str, names: frozenset[str], seen: set[str], allow_
         if not isinstance(init, str) or not _INIT.match(init):
             raise SpecError(f"{at}.init", "must be normal, uniform, uniform:LO:HI, "
                                           f"randint:LO:HI, ones or zeros, not {init!r}")
+        _check_init_range(init, f"{at}.init")
     return ArgSpec(name, role, dtype, dims, init, None)
+
+
+def _check_init_range(init: str, at: str) -> None:
+    """`randint:LO:HI` and `uniform:LO:HI` draw from LO to HI: LO must be a number no larger than HI
+    (randint:5:1 would take its values modulo HI - LO + 1, zero or negative, on the GPU)."""
+    kind, _, bounds = init.partition(":")
+    if not bounds:
+        return
+    low_text, high_text = bounds.split(":")
+    try:
+        low, high = (int(low_text), int(high_text)) if kind == "randint" else (float(low_text), float(high_text))
+    except ValueError:
+        raise SpecError(at, f"{init!r}: LO and HI must be numbers") from None
+    if kind == "uniform" and not (math.isfinite(low) and math.isfinite(high)):
+        raise SpecError(at, f"{init!r}: LO and HI must be finite numbers")
+    if low > high:
+        raise SpecError(at, f"{init!r} draws from LO = {low_text} to HI = {high_text}, but LO is larger than HI; "
+                            f"write {kind}:{high_text}:{low_text}")
 
 
 def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
                  args: Mapping[str, ArgSpec], when_names: frozenset[str] | set[str] | None = None, *,
-                 mistakes: _Mistakes | None = None, written_args: frozenset[str] = frozenset()
+                 mistakes: _Mistakes | None = None, written_args: frozenset[str] = frozenset(),
+                 knobs: Mapping[str, tuple] | None = None, sizes: frozenset[str] = frozenset()
                  ) -> list[LaunchStep]:
     """Launch steps; `when_names` (family plans only) allows a `when` condition over those names.
+    A `when` may not name one of `sizes` (see _condition), and compares a knob of `knobs` with a
+    string only where the string is one of its values.
 
     Mistakes go to `mistakes` (the well-written steps are returned, remembering their index) or are
     all raised. A name in `written_args` is declared but refused, so naming it is no new mistake."""
@@ -684,7 +766,8 @@ def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
     else:
         for i, item in enumerate(items):
             step = own.attempt(_parse_step, item, f"{where}[{i}]", names, args, when_names, written_args,
-                               lambda kernel, kernel_args, i=i: calls.append((i, kernel, kernel_args)))
+                               lambda kernel, kernel_args, i=i: calls.append((i, kernel, kernel_args)),
+                               knobs or {}, sizes)
             if step is not None:
                 pairs.append((i, step))
     if mistakes is None:
@@ -694,33 +777,38 @@ def parse_launch(items: Any, where: str, names: frozenset[str] | set[str],
 
 def _parse_step(item: Any, at: str, names: frozenset[str] | set[str], args: Mapping[str, ArgSpec],
                 when_names: frozenset[str] | set[str] | None, written_args: frozenset[str],
-                call_found: Callable[[str, tuple[str, ...]], None]) -> LaunchStep:
+                call_found: Callable[[str, tuple[str, ...]], None], knobs: Mapping[str, tuple] = {},
+                sizes: frozenset[str] = frozenset()) -> LaunchStep:
     if not isinstance(item, dict):
         raise SpecError(at, "must be a table")
+    # Every mistake of the step is reported, an unknown field among them (it used to hide the rest).
+    step_mistakes = _Mistakes()
     when = None
     if "when" in item and when_names is not None:
-        when = _expr(item["when"], f"{at}.when", when_names, boolean=True)
+        when = step_mistakes.attempt(_condition, item["when"], f"{at}.when", when_names, knobs, sizes)
     if "memset" in item:
         extra = set(item) - {"memset", "value"} - ({"when"} if when_names is not None else set())
         if extra:
-            raise SpecError(f"{at}.{sorted(extra)[0]}", "a memset step has only memset and value")
+            step_mistakes.add(SpecError(f"{at}.{sorted(extra)[0]}", "a memset step has only memset and value"))
         target = item["memset"]
         if target not in args:
             if target in written_args:
+                step_mistakes.raise_if_any()
                 raise _Skipped()
-            raise SpecError(f"{at}.memset", f"unknown argument {target!r}")
-        if args[target].role in ("input", "scalar"):
-            raise SpecError(f"{at}.memset", f"'{target}' is an {args[target].role}; "
-                                            "only outputs and temporaries may be set")
+            step_mistakes.add(SpecError(f"{at}.memset", f"unknown argument {target!r}"))
+        elif args[target].role in ("input", "scalar"):
+            step_mistakes.add(SpecError(f"{at}.memset", f"'{target}' is an {args[target].role}; "
+                                                        "only outputs and temporaries may be set"))
         value = item.get("value", 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"{at}.value", f"must be a number, not {value!r}")
+            step_mistakes.add(SpecError(f"{at}.value", f"must be a number, not {value!r}"))
+        step_mistakes.raise_if_any()
         return MemsetStep(target, value, when)
     extra = set(item) - {"kernel", "grid", "block", "shared", "args"} - (
         {"when"} if when_names is not None else set())
-    if extra:
-        raise SpecError(f"{at}.{sorted(extra)[0]}", "unknown field")
-    step_mistakes = _Mistakes()
+    for unknown in sorted(extra):
+        step_mistakes.add(SpecError(f"{at}.{unknown}", "unknown field (known: kernel, grid, block, shared, args"
+                                                       + (", when)" if when_names is not None else ")")))
     kernel = step_mistakes.attempt(_kernel_name, item, at)
     dims = {key: step_mistakes.attempt(_dims, item.get(key), f"{at}.{key}", names) for key in ("grid", "block")}
     shared = step_mistakes.attempt(_expr, item.get("shared", "0"), f"{at}.shared", names)
@@ -841,21 +929,28 @@ def _number(value: int | float) -> str:
 def _parse_tolerance(table: Any) -> dict[str, Tolerance]:
     if not isinstance(table, dict):
         raise SpecError("tolerance", "must be a table of dtype = { rtol, atol }")
+    mistakes = _Mistakes()   # every entry and both of its numbers are checked, each mistake reported
     out = {}
     for dtype, entry in table.items():
         at = f"tolerance.{dtype}"
         if dtype not in DTYPES:
-            raise SpecError(at, f"'{dtype}' is not a dtype")
+            mistakes.add(SpecError(at, f"'{dtype}' is not a dtype"))
+            continue
         if not isinstance(entry, dict) or set(entry) - {"rtol", "atol"}:
-            raise SpecError(at, "must be { rtol = number, atol = number }")
+            mistakes.add(SpecError(at, "must be { rtol = number, atol = number }"))
+            if not isinstance(entry, dict):
+                continue
         default_r, default_a = DEFAULT_TOLERANCE[dtype]
         values = {}
         for key, default in (("rtol", default_r), ("atol", default_a)):
             value = entry.get(key, default)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise SpecError(f"{at}.{key}", f"must be a non-negative number, not {value!r}")
+                mistakes.add(SpecError(f"{at}.{key}", f"must be a non-negative number, not {value!r}"))
+                continue
             values[key] = float(value)
-        out[dtype] = Tolerance(values["rtol"], values["atol"])
+        if len(values) == 2:
+            out[dtype] = Tolerance(values["rtol"], values["atol"])
+    mistakes.raise_if_any()
     return out
 
 
@@ -883,23 +978,24 @@ def _parse_family(table: Any, source: str | None, size_names: frozenset[str], ar
         return None
     if not isinstance(table, dict):
         raise SpecError("family", "must be a table")
-    extra = set(table) - {"source", "knobs", "constraints", "temps", "launch", "compile_options"}
-    if extra:
-        raise SpecError(f"family.{sorted(extra)[0]}", "unknown field")
+    errors_before = len(mistakes.errors)
+    # an unknown field is one mistake among the others, not a reason to read no further
+    for unknown in sorted(set(table) - {"source", "knobs", "constraints", "temps", "launch", "compile_options"}):
+        mistakes.add(SpecError(f"family.{unknown}", "unknown field (known: source, knobs, constraints, temps, "
+                                                    "launch, compile_options)"))
     _string(table, "source", "family.source")
     if source is None:
         raise SpecError("family.source", f"the template '{table['source']}' was not given")
     knobs_table = table.get("knobs")
     if not isinstance(knobs_table, dict) or not knobs_table:
         raise SpecError("family.knobs", "must be a table of knob names to lists of values")
-    errors_before = len(mistakes.errors)
     knobs: dict[str, tuple] = {}
     for knob, values in knobs_table.items():
         checked = mistakes.attempt(_parse_knob, knob, values, size_names, args)
         if checked is not None:
             knobs[knob] = checked
     names = size_names | set(knobs_table)
-    constraints = tuple(mistakes.attempt(_expr, c, f"family.constraints[{i}]", names, boolean=True)
+    constraints = tuple(mistakes.attempt(_condition, c, f"family.constraints[{i}]", names, knobs)
                         for i, c in enumerate(mistakes.attempt(_string_list, table.get("constraints", []),
                                                                "family.constraints") or []))
     temps = parse_args(table.get("temps", []), "family.temps", frozenset(names), allow_temps=True,
@@ -909,9 +1005,10 @@ def _parse_family(table: Any, source: str | None, size_names: frozenset[str], ar
         mistakes.add(SpecError("family.temps", f"'{sorted(clash)[0]}' is already an argument"))
     all_args = {a.name: a for a in args} | {t.name: t for t in temps}
     launch = parse_launch(table.get("launch"), "family.launch", names, all_args, when_names=names,
-                          mistakes=mistakes, written_args=written_args | _written_arg_names(table.get("temps")))
+                          mistakes=mistakes, written_args=written_args | _written_arg_names(table.get("temps")),
+                          knobs=knobs, sizes=size_names)
     check_launch_signatures(launch, "family.launch", all_args, source, "family.cu", mistakes=mistakes)
-    options = mistakes.attempt(_string_list, table.get("compile_options", []), "family.compile_options")
+    options = mistakes.attempt(_compile_options, table.get("compile_options", []), "family.compile_options")
     if len(mistakes.errors) > errors_before:
         return None
     return Family(source=source, knobs=knobs, constraints=constraints, temps=tuple(temps),
@@ -936,7 +1033,78 @@ def _parse_knob(knob: str, values: Any, size_names: frozenset[str], args: list[A
     return tuple(values)
 
 
-def _parse_vendor(table: Any, args: list[ArgSpec]) -> Vendor | None:
+# What each [vendor] kind computes (gpu_runner.vendor): the dtypes it takes (inputs, then output; None: any)
+# and the rule its shapes follow. A baseline given other dtypes or shapes computes something else than
+# the reference (or fails on the GPU), so the spec is refused when it is read.
+_VENDOR_DTYPES: dict[str, tuple[str | None, ...]] = {
+    "cublas_sgemm": ("float32", "float32", "float32"),
+    "cublas_hgemm": ("float16", "float16", "float16"),
+    "cublas_sgemv": ("float32", "float32", "float32"),
+    "cupy_dot": ("float32", "float32", "float32"),
+}
+_VENDOR_SHAPES = {
+    "cublas_sgemm": "C = A @ B of row-major matrices: A [M, K], B [K, N], C [M, N]",
+    "cublas_hgemm": "C = A @ B of row-major matrices: A [M, K], B [K, N], C [M, N]",
+    "cublas_sgemv": "y = A @ x: A [M, K], x [K], y [M]",
+    "cupy_dot": "out[0] = x . y: x [N], y [N], one output element",
+    "cupy_sum": "out[0] = sum(x): one output element",
+    "cupy_transpose": "out = x.T: the output's shape is the input's reversed",
+    "cupy_softmax": "a softmax over the last axis: the output's shape is the input's",
+}
+
+
+def _vendor_shapes_fit(kind: str, shapes: list[tuple[int, ...]]) -> bool:
+    """Whether the inputs' and the output's shapes (last) in one size case fit `kind`."""
+    *ins, out = shapes
+    if kind in ("cublas_sgemm", "cublas_hgemm"):
+        a, b = ins
+        return len(a) == len(b) == len(out) == 2 and a[1] == b[0] and out == (a[0], b[1])
+    if kind == "cublas_sgemv":
+        a, x = ins
+        return len(a) == 2 and len(x) == len(out) == 1 and a[1] == x[0] and out[0] == a[0]
+    if kind == "cupy_dot":
+        x, y = ins
+        return len(x) == len(y) == 1 and x == y and math.prod(out) == 1
+    if kind == "cupy_sum":
+        return math.prod(out) == 1
+    if kind == "cupy_transpose":
+        return out == ins[0][::-1]
+    return out == ins[0]   # cupy_softmax
+
+
+def _check_vendor_args(kind: str, inputs: list[str], output: str, by_name: Mapping[str, ArgSpec],
+                       sizes: list[SizeCase]) -> None:
+    mistakes = _Mistakes()
+    wanted = _VENDOR_DTYPES.get(kind)
+    if wanted:
+        wrong = [f"'{name}' is {by_name[name].dtype}" for name, dtype in zip(inputs, wanted)
+                 if by_name[name].dtype != dtype]
+        if wrong:
+            hint = " (cublas_hgemm takes float16 ones)" if kind == "cublas_sgemm" else \
+                " (cublas_sgemm takes float32 ones)" if kind == "cublas_hgemm" else ""
+            mistakes.add(SpecError("vendor.inputs", f"{kind} takes {wanted[0]} inputs{hint}, but "
+                                                    f"{' and '.join(wrong)}"))
+        if by_name[output].dtype != wanted[-1]:
+            mistakes.add(SpecError("vendor.output", f"{kind} writes a {wanted[-1]} output, but '{output}' is "
+                                                    f"{by_name[output].dtype}"))
+    if kind == "cupy_softmax" and not all(DTYPES[by_name[n].dtype].is_float for n in (*inputs, output)):
+        mistakes.add(SpecError("vendor.kind", "cupy_softmax computes in floating point: its input and output "
+                                              "must have a float dtype"))
+    names = [*inputs, output]
+    for case in sizes:
+        try:
+            shapes = [tuple(d.evaluate_int(case.sizes) for d in by_name[n].shape) for n in names]
+        except ExpressionError:
+            continue   # the argument's own check names it
+        if not _vendor_shapes_fit(kind, shapes):
+            given = ", ".join(f"{n} {list(shape)}" for n, shape in zip(names, shapes))
+            mistakes.add(SpecError("vendor.kind", f"{kind} computes {_VENDOR_SHAPES[kind]}; in size case "
+                                                  f"'{case.name}' the spec gives {given}"))
+            break
+    mistakes.raise_if_any()
+
+
+def _parse_vendor(table: Any, args: list[ArgSpec], sizes: list[SizeCase] = ()) -> Vendor | None:
     if table is None:
         return None
     if not isinstance(table, dict):
@@ -959,4 +1127,5 @@ def _parse_vendor(table: Any, args: list[ArgSpec]) -> Vendor | None:
               "cupy_softmax": 1, "cupy_dot": 2}[kind]
     if len(inputs) != needed:
         raise SpecError("vendor.inputs", f"{kind} takes {needed} input(s), the spec gives {len(inputs)}")
+    _check_vendor_args(kind, inputs, output, by_name, list(sizes))
     return Vendor(kind=kind, inputs=tuple(inputs), output=output)

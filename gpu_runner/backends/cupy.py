@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..candidate import arch_option, nvrtc_options
+from ..candidate import arch_option, needs_nvcc, nvrtc_options
 from ..compiler import compile_cubin, cutlass_flags, include_flags
 from ..hardware import describe
 from ..result import Hardware
@@ -50,8 +50,9 @@ class CupyDevice(Device):
     def compile(self, source: str, options: Sequence[str], kernel_names: Sequence[str]) -> Any:
         from cupy.cuda.compiler import CompileException
 
-        if arch_option(list(options)):
-            # RawModule picks the device's architecture itself; an sm_90a build goes through compile_cubin.
+        if arch_option(list(options)) or needs_nvcc(list(options)):
+            # RawModule picks the device's architecture itself and compiles with NVRTC: an sm_90a build, or options
+            # only nvcc has (--extended-lambda), go through compile_cubin.
             output = compile_cubin(source, options, sass=False)
             if output.cubin is None:
                 raise CompileFailed(output.report.log)

@@ -309,3 +309,13 @@ def test_a_spec_nested_thousands_deep_is_the_uploads_fault_not_the_servers(clien
     body = refusal(upload(client, members["engineer"], spec_toml=spec, reference_source=VADD_REFERENCE))
     assert "The upload nests too deeply to be read" in body and "nothing was saved" in body
     assert "cannot run on this server" not in body
+
+
+def test_refused_compile_options_are_named_at_the_specs_field_and_line_every_one_listed(client, members, workspace):
+    spec = VADD_SPEC.replace('title = "Vector add"\n', 'title = "Vector add"\ncompile_options = ["-ccbin", "/bin/x", '
+                                                      '"-Xcompiler", "-O2", "-O3"]\n')
+    body = refusal(upload(client, members["engineer"], spec_toml=spec, reference_source=VADD_REFERENCE))
+    assert "problem.compile_options" in body and "candidate.compile_options" not in body
+    assert "-ccbin" in body and "-Xcompiler" in body  # every refused option, not the first alone
+    line = line_of(spec, "compile_options")
+    assert f'href="#spec-{line}">line {line}</a>' in body
