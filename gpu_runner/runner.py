@@ -8,7 +8,7 @@ from typing import Callable, Iterable, Sequence
 
 from .backends.base import Backend
 from .candidate import Candidate
-from .compiler import DEFAULT_ARCH, compile_cubin
+from .compiler import DEFAULT_ARCH, CompileOutput, compile_cubin
 from .result import CompileReport, Hardware, MeasurementResult
 from .settings import MeasureSettings
 from .spec import Problem
@@ -91,6 +91,12 @@ class Runner:
                                      "reference: a GPU worker with torch, or recorded data, measures it.",
                                      backend="static", seed=seed, problem=problem.name,
                                      candidate_name=candidate.name, source_hash=candidate.source_hash)
+        compile = self._launch_compiler(problem, backend)
+        if compile is not None:
+            refused = self._launch_refusal(problem, candidate, compile, seed, backend.name, backend.hardware(),
+                                           sass=False)
+            if refused is not None:
+                return refused
         return backend.measure(problem, candidate, seed=seed, profile=profile, energy=energy,
                                                  timeout_s=timeout_s, settings=self.settings)
 
@@ -98,9 +104,104 @@ class Runner:
                      profile: bool | Callable[[int], bool] = False, energy: bool | Callable[[int], bool] = False,
                      timeout_s: float = 300.0,
                      on_result: Callable[[int, MeasurementResult], None] | None = None) -> list[MeasurementResult]:
-        return self.backend_for(problem).measure_many(problem, candidates, seed=seed, profile=profile, energy=energy,
-                                                      timeout_s=timeout_s, settings=self.settings,
-                                                      on_result=on_result)
+        backend = self.backend_for(problem)
+        candidates = list(candidates)
+        compile = self._launch_compiler(problem, backend) if candidates else None
+        if compile is None:
+            return backend.measure_many(problem, candidates, seed=seed, profile=profile, energy=energy,
+                                        timeout_s=timeout_s, settings=self.settings, on_result=on_result)
+        # Every candidate's launch is checked against its ptxas facts before it is measured. The checks
+        # compile (the backend's own compile, cached, so its measurement finds the cubin) on all cores at
+        # once; the backend measures each stretch of consecutive candidates whose checks have passed so
+        # far while the later ones still compile, so the GPU is not kept waiting for the whole batch.
+        from concurrent.futures import ThreadPoolExecutor
+
+        results: list[MeasurementResult] = []
+        hardware = backend.hardware()    # here, not in the checks' threads: a GPU worker is started once
+        pool = ThreadPoolExecutor(max_workers=min(len(candidates), os.cpu_count() or 2),
+                                  thread_name_prefix="launch-check")
+        try:
+            checks = [pool.submit(self._launch_refusal, problem, c, compile, seed, backend.name, hardware,
+                                  sass=True)
+                      for c in candidates]
+            while len(results) < len(candidates):
+                index = len(results)
+                refused = checks[index].result()
+                if refused is not None:
+                    results.append(refused)
+                    if on_result:
+                        on_result(index, refused)
+                    continue
+                end = index + 1
+                while end < len(candidates) and checks[end].done() and checks[end].result() is None:
+                    end += 1
+                results += backend.measure_many(
+                    problem, candidates[index:end], seed=seed,
+                    profile=(lambda k, at=index: profile(at + k)) if callable(profile) else profile,
+                    energy=(lambda k, at=index: energy(at + k)) if callable(energy) else energy,
+                    timeout_s=timeout_s, settings=self.settings,
+                    on_result=(lambda k, result, at=index: on_result(at + k, result)) if on_result else None)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return results
+
+    def _launch_compiler(self, problem: Problem, backend: Backend) -> Callable[..., CompileOutput] | None:
+        """How the backend compiles a measured kernel (so the launch check's compile is the one its
+        measurement finds in the cache), as (source, options, sass=) -> CompileOutput; None where no
+        launch check applies: a PyTorch reference (no launch plan), a replay (what the GPU said is
+        recorded), a backend that compiles nothing here, or a GPU worker that cannot start (the backend
+        says so when it measures)."""
+        if problem.reference.kind == "pytorch" or backend.name == "replay":
+            return None
+        from .backends.gpu import GpuBackend, WorkerUnavailable
+        from .backends.static import StaticBackend
+
+        if isinstance(backend, StaticBackend):
+            arch = backend.arch
+            return lambda source, options, *, sass: compile_cubin(source, options, arch, sass=sass)
+        if isinstance(backend, GpuBackend):
+            try:
+                arch = backend.arch
+            except WorkerUnavailable:
+                return None
+            return lambda source, options, *, sass: backend.compile(source, options, arch, sass=sass)
+        return None
+
+    @staticmethod
+    def _launch_refusal(problem: Problem, candidate: Candidate, compile: Callable[..., CompileOutput], seed: int,
+                        backend_name: str, hardware: Hardware | None, *, sass: bool) -> MeasurementResult | None:
+        """A failed-compile result where a step of the candidate's launch plan needs more registers or
+        shared memory per block than the H100 and H200 give one block (resources.per_block_limit, from
+        ptxas's facts of its compiled kernels), in some size case; None where it fits or cannot be told
+        (a plan or source the backend refuses for its own reasons, a compiler missing)."""
+        from . import guards
+        from .candidate import check_candidate
+        from .resources import plan_broken_limit
+        from .spec import KernelLaunch
+
+        if not any(isinstance(step, KernelLaunch) for step in candidate.launch):
+            return None
+        try:
+            # a guard's refusal or an invalid plan is the backend's to give, before any compile
+            if guards.scan_source(candidate.source) is not None:
+                return None
+            check_candidate(problem, candidate)
+            output = compile(candidate.source, candidate.compile_options, sass=sass)
+        except Exception:  # noqa: BLE001 - the backend's own compile says why when it measures
+            return None
+        if not output.report.ok or output.report.facts is None:
+            return None
+        broken = plan_broken_limit(output.report.facts, candidate.launch, problem.sizes)
+        if broken is None:
+            return None
+        index, limit = broken
+        result = MeasurementResult(
+            status="failed-compile",
+            reason=f"The candidate compiles, but its launch cannot run: launch[{index}].{limit.part} {limit.sentence}.",
+            backend=backend_name, seed=seed, problem=problem.name, candidate_name=candidate.name,
+            source_hash=candidate.source_hash, size_case=problem.default_case.name, hardware=hardware)
+        result.compiler = output.report.facts
+        return result
 
     def measure_vendor(self, problem: Problem, *, seed: int = 0, energy: bool = False,
                        timeout_s: float = 300.0) -> MeasurementResult:

@@ -34,12 +34,23 @@ def spec_without_auto_family(spec_toml: str) -> str:
     return head.rstrip() + "\n" if marker else spec_toml
 
 
+def has_own_family(spec_toml: str) -> bool:
+    """Whether a spec has a [family] table its author wrote (not this page): keyed on the spec, not on
+    a stored family.cu, which an upload once kept without a [family] to read it (the runner ignores it)."""
+    import tomllib
+
+    try:
+        return "family" in tomllib.loads(spec_without_auto_family(spec_toml))
+    except tomllib.TOMLDecodeError:
+        return False
+
+
 def problem_knobs(*, problem: Problem) -> ProblemKnobs:
     from gpu_runner.auto_knobs import propose_knobs
     from gpu_runner.spec import parse_problem
 
     confirmed = AUTO_FAMILY_MARKER in problem.spec_toml
-    if problem.family_source and not confirmed:
+    if not confirmed and has_own_family(problem.spec_toml):
         return ProblemKnobs(unavailable="this problem has its own [family], written with its spec")
     try:
         base = parse_problem(spec_without_auto_family(problem.spec_toml), problem.reference.source)

@@ -25,6 +25,10 @@ class ProblemRejected(ServiceError):
         self.spec_errors = spec_errors or []
 
 
+FAMILY_WITHOUT_TABLE = ("family.cu was given but problem.toml has no [family] table: add one, or leave "
+                        "family.cu out.")
+
+
 @dataclass
 class CheckedProblem:
     spec: object
@@ -47,6 +51,8 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
     from gpu_runner.spec import reference_kind
 
     if reference_kind(spec_toml) == "pytorch":
+        if (family_source or "").strip():
+            raise ProblemRejected(FAMILY_WITHOUT_TABLE)
         return _pytorch_problem_check(spec_toml=spec_toml, program_source=reference_source)
     from gpu_runner.directives import find_forbidden_directive
 
@@ -62,6 +68,9 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
             raise ProblemRejected(f"The problem spec is not valid: {exc}", spec_errors=spec_errors) from None
         raise ProblemRejected(f"The problem spec has {len(spec_errors)} mistakes, each listed with its line of problem.toml",
                               spec_errors=spec_errors) from None
+    if spec.family is None and (family_source or "").strip():
+        # parse_problem reads family.cu only for a [family]; stored anyway, it would lock the Knobs page
+        raise ProblemRejected(FAMILY_WITHOUT_TABLE)
     _check_stored_lengths(spec, spec_toml)
     from gpu_runner import reference_candidate
 
@@ -82,10 +91,30 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
             where = f" at line {first['line']}" if first.get("line") else ""
             raise ProblemRejected(f"The reference kernel does not compile{where}: {first['message']}", errors)
         _refuse_unexported_kernels(reference, "reference.cu")
+        _refuse_launch_beyond_resources(spec, spec_toml, reference, report.facts)
         facts = asdict(report.facts) if report.facts else {}
         if spec.family is not None:
             _check_family(spec, spec_toml)
     return CheckedProblem(spec=spec, reference_candidate=reference.to_dict(), compiler_facts=facts)
+
+
+def _refuse_launch_beyond_resources(spec, spec_toml: str, reference, facts) -> None:
+    """Refuse a reference launch whose block needs more registers or shared memory than the H100 and
+    H200 give one block, in some size case: ptxas's registers per thread (allocated per warp in units
+    of 256) times the block's threads past 65,536, or its static shared memory plus the launch's
+    dynamic shared memory past 232,448 bytes (gpu_runner.resources). The spec's own checks read the
+    launch alone; this one needs the compiled kernel, so it comes after the compile, with the launch's
+    line of problem.toml like the spec's."""
+    from gpu_runner.resources import plan_broken_limit
+    from gpu_runner.toml_lines import field_line
+
+    broken = plan_broken_limit(facts, reference.launch, spec.sizes) if facts is not None else None
+    if broken is None:
+        return
+    index, limit = broken
+    at = f"launch[{index}].{limit.part}"
+    raise ProblemRejected(f"The problem spec is not valid: {at}: {limit.sentence}",
+                          spec_errors=[{"line": field_line(spec_toml, at), "field": at, "message": limit.sentence}])
 
 
 def _check_stored_lengths(spec, spec_toml: str) -> None:
@@ -133,7 +162,9 @@ def _refuse_unexported_kernels(candidate, label: str) -> None:
 def _check_family(spec, spec_toml: str) -> None:
     """Check a [family] as the Knobs page checks the one it writes (problem_knobs._compile_extremes,
     called rather than copied, so its limits hold here too): some setting of the knobs satisfies
-    the constraints, and the smallest and largest variants compile and export their kernels."""
+    the constraints, and the smallest and largest variants compile and export their kernels (each
+    variant launches the kernels its `when`s pick, so the largest may name kernels the smallest does
+    not)."""
     from gpu_runner.family import render_variant, valid_variants
     from gpu_runner.spec import SpecError
     from gpu_runner.toml_lines import field_line
@@ -142,7 +173,9 @@ def _check_family(spec, spec_toml: str) -> None:
 
     try:
         _compile_extremes(spec)
-        first = render_variant(spec, valid_variants(spec)[0])
+        variants = valid_variants(spec)
+        extremes = [render_variant(spec, knobs) for knobs in {tuple(v.items()): v
+                                                              for v in (variants[0], variants[-1])}.values()]
     except SpecError as exc:   # the family's own limits (its size), each with its line of problem.toml
         errors = [{"line": field_line(spec_toml, e.field), "field": e.field, "message": e.message} for e in exc.errors]
         raise ProblemRejected(f"The problem spec is not valid: {exc}", spec_errors=errors) from None
@@ -150,7 +183,8 @@ def _check_family(spec, spec_toml: str) -> None:
         raise ProblemRejected(f"[family]: {exc}") from None
     except Exception as exc:  # nvcc missing or broken: say so rather than save an unchecked family
         raise ProblemRejected(f"The family could not be checked: {exc}") from None
-    _refuse_unexported_kernels(first, "family.cu")
+    for variant in extremes:
+        _refuse_unexported_kernels(variant, f"family.cu (the variant {variant.name})")
 
 
 def _pytorch_problem_check(*, spec_toml: str, program_source: str) -> CheckedProblem:
@@ -327,7 +361,7 @@ def problem_create(
         title=spec.title or name,
         description=spec.description or "",
         spec_toml=spec_toml,
-        family_source=family_source or "",
+        family_source=(family_source or "") if spec.family is not None else "",
         reference=reference,
         bundled=bundled,
         created_by=user,
