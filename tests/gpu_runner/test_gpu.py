@@ -116,6 +116,16 @@ def test_too_many_threads_per_block_fails_only_that_candidate(runner, problem):
     assert runner.measure(problem, cand(HONEST)).status == "ok"
 
 
+def test_static_and_dynamic_shared_memory_over_48_kib_together_launch(runner, problem):
+    # 40 KiB of static arrays and 16 KiB dynamic: legal (under 227 KiB), but over CUDA's default cap of 48 KiB less
+    # the static part unless the plan raises the kernel's dynamic limit, which it once did only past 48 KiB dynamic.
+    prelude = "__shared__ float kept[10240];\n"
+    body = ("    extern __shared__ float more[];\n    kept[threadIdx.x] = a; more[threadIdx.x] = 1.0f;\n    __syncthreads();\n"
+            "    if (i < n) out[i] = kept[threadIdx.x] * x[i] + y[i] * more[threadIdx.x];")
+    result = runner.measure(problem, cand(body, prelude, shared="16384"))
+    assert result.status == "ok", result.reason
+
+
 def test_out_of_memory_fails_only_that_candidate(runner, problem, monkeypatch):
     # Past the card's memory but under the per-problem cap, so the device itself refuses it.
     monkeypatch.setenv("KERNELLAB_MAX_PROBLEM_BYTES", "1TiB")

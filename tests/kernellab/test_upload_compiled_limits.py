@@ -215,3 +215,23 @@ def test_a_problem_saved_with_a_family_cu_but_no_family_table_offers_its_knobs(c
     page = client.get(f"/problems/{problem.pk}/knobs").content.decode()
     assert "this problem has its own [family]" not in page
     assert 'name="values-UNROLL"' in page
+
+
+def test_the_migration_forgets_a_family_cu_saved_without_a_family_table_so_knobs_can_be_saved(members, workspace):
+    import importlib
+
+    from django.apps import apps
+
+    from kernellab.services.problem_knobs import problem_knobs_save
+
+    folder = OWN / "row_rmsnorm"
+    problem = problem_create(workspace=workspace, user=members["engineer"],
+                             spec_toml=(folder / "problem.toml").read_text(),
+                             reference_source=(folder / "reference.cu").read_text(), compile=False)
+    Problem.objects.filter(pk=problem.pk).update(family_source=VADD_FAMILY)  # as an older upload stored it
+    importlib.import_module("kernellab.migrations.0015_forget_family_sources_without_a_family").forget(apps, None)
+    problem.refresh_from_db()
+    assert problem.family_source == ""
+    knobs = problem_knobs(problem=problem)
+    problem_knobs_save(problem=problem, user=members["engineer"], knobs={row.name: row.values[:1] for row in knobs.rows[:1]})
+    assert Problem.objects.get(pk=problem.pk).family_source  # saved: no longer refused as "has its own [family]"
