@@ -17,15 +17,29 @@ from kernellab.selectors.lab import lab_dataset_list, lab_report_get, lab_report
 from kernellab.services.errors import ServiceError
 from kernellab.services.lab import DATASET_SUFFIXES, DatasetRejected, dataset_import
 from search_engine.bins import DEFAULT_BINS
+from search_engine.lab.datasets import UPLOAD_MAX_BYTES, DatasetError, check_decompressed_size
 from search_engine.lab.evaluation import METRIC_ROWS, metric_lines
 from search_engine.lab.reports import ReportNotFound
 
 _UPLOAD_LIMIT = 64 * 1024 * 1024
+_DATASET_EXTENSION = re.compile(r"\.(jsonl|ndjson|csv)(\.gz)?$", re.IGNORECASE)
+
+
+def _shown_datasets(datasets: list[dict]) -> list[dict]:
+    """The datasets as members see them: the file by its place in the lab (workspace/name.jsonl), never the
+    server's path."""
+    out = []
+    for d in datasets:
+        shown = {k: v for k, v in d.items() if k != "path"}
+        shown["file"] = f"{Path(d['path']).parent.name}/{Path(d['path']).name}" if d.get("path") else ""
+        out.append(shown)
+    return out
 
 
 def _index_context(user) -> dict:
     workspaces = lab_workspace_list(user=user)
-    return {"datasets": lab_dataset_list(workspaces=workspaces), "reports": lab_report_list(workspaces=workspaces)[:10],
+    return {"datasets": _shown_datasets(lab_dataset_list(workspaces=workspaces)),
+            "reports": lab_report_list(workspaces=workspaces)[:10],
             "import_workspaces": lab_workspace_list(user=user, action="upload")}
 
 
@@ -58,12 +72,18 @@ def dataset_upload(request):
     if upload.size > _UPLOAD_LIMIT:
         messages.error(request, f"The file is larger than {_UPLOAD_LIMIT // (1024 * 1024)} MiB; use manage.py import_dataset.")
         return redirect("lab")
-    name = (request.POST.get("name") or "").strip() or re.sub(r"\.(jsonl|ndjson|csv)(\.gz)?$", "", Path(upload.name).name)
+    name = (request.POST.get("name") or "").strip() or _DATASET_EXTENSION.sub("", Path(upload.name).name)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"upload{suffix}"
         with open(path, "wb") as handle:
             for chunk in upload.chunks():
                 handle.write(chunk)
+        try:
+            # the cap above is on the bytes sent; a gzip of a few KB may hold gigabytes
+            check_decompressed_size(path, UPLOAD_MAX_BYTES)
+        except DatasetError as exc:
+            messages.error(request, str(exc).replace(str(path), Path(upload.name).name))
+            return redirect("lab")
         try:
             imported = dataset_import(workspace=workspace, user=request.user, file=path, name=name,
                                       replace=bool(request.POST.get("replace")), shown_name=Path(upload.name).name)

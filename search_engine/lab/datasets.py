@@ -15,6 +15,11 @@ from elsewhere without them still works for every surrogate, with less to go on.
 Files are JSON Lines (optionally gzip-compressed) or CSV (JSON-valued columns as JSON text).
 Reading is all-or-nothing: every row is checked and a file with any bad row raises DatasetError
 listing each problem as "row N, field F: what is wrong"; nothing is returned half-read.
+
+Reading is bounded: rows are checked as they are read (a bad row is not kept); at most MAX_ROWS rows of at
+most MAX_ROW_CHARS each (and MAX_COLUMNS CSV columns) are read; at most MAX_ERRORS problems are kept and the
+rest counted; read_dataset(max_bytes=...) and check_decompressed_size stop at a number of decompressed bytes
+(UPLOAD_MAX_BYTES for a file from the browser). A file past a limit is refused with a sentence naming it.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ import json
 import math
 import os
 import random
+import reprlib
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from search_engine.bins import DEFAULT_BINS, BinTable
 from search_engine.surrogates.base import ForecastRequest
@@ -78,6 +85,29 @@ _SPEEDUP = {COMPARISON: "aggregated_speedup", PAIR: "g_speedup"}
 _ID = {COMPARISON: "comparison_id", PAIR: "pair_id"}
 _PROBLEM = {COMPARISON: "pack", PAIR: "problem_id"}
 
+# Limits of one read. The real sets fit them with room: `export_dataset --from records` of the bundled
+# recordings writes 13,751 comparison rows (174 MB) and 99,672 pairs (2.0 GB, 20 KB a pair); a CUDA-L1 file of
+# ../shared/datasets holds 125 rows a GPU; the held-out benchmark 351 rows.
+MAX_ROWS = 200_000
+# Characters of one row (a JSON Lines line, a CSV record): the longest real row is under 100 KB (a CUDA-L1
+# solution; the export's rows are under 26 KB) and a kernel source may be 256 KiB. Parsed, a long row of many
+# small values takes about 14 times its text in memory, so the row is refused before it is parsed.
+MAX_ROW_CHARS = 4 * 1024 * 1024
+# Columns of a CSV file (the layouts name 9 to 29; a record becomes a dict of the header's width).
+MAX_COLUMNS = 1000
+# Problems kept for the message (the lab page lists 200); the others are only counted.
+MAX_ERRORS = 200
+# Decompressed bytes of a file from the browser (the upload's own cap is on the bytes sent, compressed).
+UPLOAD_MAX_BYTES = 64 * 1024 * 1024
+# A CSV cell may hold a whole kernel source (256 KiB elsewhere) or JSON, as long as a row may be; the csv
+# module's default is 128 KiB.
+CSV_FIELD_LIMIT = MAX_ROW_CHARS
+# Ignored column names remembered (a file may carry any number of them).
+_MAX_IGNORED = 100
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlevel = 3
+
 
 @dataclass(frozen=True)
 class RowError:
@@ -91,14 +121,17 @@ class RowError:
 
 
 class DatasetError(ValueError):
-    """A file that cannot be read as a dataset; `errors` lists every bad row and field."""
+    """A file that cannot be read as a dataset; `errors` lists the bad rows and fields (the first MAX_ERRORS
+    of them when reading), `total` counts them all."""
 
-    def __init__(self, path: str, errors: list[RowError], summary: str = ""):
+    def __init__(self, path: str, errors: list[RowError], summary: str = "", total: int | None = None):
         self.path = path
         self.errors = errors
+        self.total = total = max(len(errors), total or 0)
         shown = "\n".join(f"  {e}" for e in errors[:25])
-        more = f"\n  ... and {len(errors) - 25} more" if len(errors) > 25 else ""
-        head = summary or f"{path}: {len(errors)} problem{'s' if len(errors) != 1 else ''}; nothing was imported."
+        more = f"\n  ... and {total - 25} more" if total > 25 else ""
+        listed = f" (the first {len(errors)} are listed)" if total > len(errors) else ""
+        head = summary or f"{path}: {total:,} problem{'s' if total != 1 else ''}{listed}; nothing was imported."
         super().__init__(f"{head}\n{shown}{more}" if errors else head)
 
 
@@ -300,14 +333,14 @@ def validate_row(raw: Any, number: int, *, kind: str | None = None, bins: BinTab
     if speedup_field in row:
         speedup = _number(row[speedup_field])
         if speedup is None or not math.isfinite(speedup) or speedup <= 0:
-            err(speedup_field, f"must be a positive finite number, got {row[speedup_field]!r}")
+            err(speedup_field, f"must be a positive finite number, got {_shown(row[speedup_field])}")
             speedup = None
         else:
             row[speedup_field] = speedup
     if "true_bin" in row:
         value = _number(row["true_bin"])
-        if value is None or value != int(value) or not 1 <= int(value) <= bins.n_bins:
-            err("true_bin", f"must be an integer within 1..{bins.n_bins}, got {row['true_bin']!r}")
+        if value is None or not math.isfinite(value) or value != int(value) or not 1 <= int(value) <= bins.n_bins:
+            err("true_bin", f"must be an integer within 1..{bins.n_bins}, got {_shown(row['true_bin'])}")
         else:
             row["true_bin"] = int(value)
             if speedup is not None and bins.bin_of(speedup) != row["true_bin"]:
@@ -325,6 +358,12 @@ def validate_row(raw: Any, number: int, *, kind: str | None = None, bins: BinTab
             except json.JSONDecodeError as exc:
                 err(name, f"must be {expected} (JSON text in a CSV cell): {exc.msg} at character {exc.pos}")
                 continue
+            except RecursionError:
+                err(name, f"must be {expected} (JSON text in a CSV cell): cannot be read, it is nested too deeply")
+                continue
+            except ValueError as exc:  # an integer of more than 4,300 digits
+                err(name, f"must be {expected} (JSON text in a CSV cell): {str(exc).split(':')[0]}")
+                continue
         if expected == _LIST and not isinstance(value, list):
             err(name, f"must be {expected}")
         elif expected == _DICT and not isinstance(value, dict):
@@ -332,7 +371,7 @@ def validate_row(raw: Any, number: int, *, kind: str | None = None, bins: BinTab
         elif expected == _NUMBER:
             number_value = _number(value)
             if number_value is None or not math.isfinite(number_value) or number_value <= 0:
-                err(name, f"must be a positive number, got {value!r}")
+                err(name, f"must be a positive number, got {_shown(value)}")
             else:
                 row[name] = number_value
         elif expected == _TEXT and not isinstance(value, str):
@@ -348,11 +387,19 @@ def validate_row(raw: Any, number: int, *, kind: str | None = None, bins: BinTab
     return (None if errors else row), errors, ignored
 
 
+def _shown(value) -> str:
+    """repr, cut short: a value in a message is never the whole of a huge or deeply nested cell."""
+    return _SHORT.repr(value)
+
+
 def _number(value) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond the float range
+            return math.inf
     if isinstance(value, str):
         try:
             return float(value.strip())
@@ -363,10 +410,52 @@ def _number(value) -> float | None:
 
 # ---- files -------------------------------------------------------------------------------------
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+class _LimitReached(Exception):
+    """Reading stopped at one of the limits; the message says which."""
+
+
+def _size_text(n: int) -> str:
+    mib = 1024 * 1024
+    return f"{n // mib} MiB" if n % mib == 0 else f"{n:,} bytes"
+
+
+def _too_large(max_bytes: int) -> str:
+    return f"more than {_size_text(max_bytes)} once decompressed, the most a dataset file may hold here"
+
+
+class _Counted(io.RawIOBase):
+    """A binary stream's (decompressed) bytes, counted; past `limit` reading raises _LimitReached."""
+
+    def __init__(self, stream, limit: int | None):
+        self._stream, self._limit, self.count = stream, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._stream.read(len(buffer))
+        size = len(data)
+        buffer[:size] = data
+        self.count += size
+        if self._limit is not None and self.count > self._limit:
+            raise _LimitReached(_too_large(self._limit))
+        return size
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            super().close()
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+def _open_text(path: Path, max_bytes: int | None = None):
+    """The file as text, decompressed as it is read, never more than max_bytes of it (None: no limit)."""
+    raw = _Counted(_open_binary(path), max_bytes)
+    return io.TextIOWrapper(io.BufferedReader(raw, 1 << 16), encoding="utf-8", newline="")
 
 
 def file_format(path: str | os.PathLike) -> str:
@@ -378,62 +467,171 @@ def file_format(path: str | os.PathLike) -> str:
     raise DatasetError(str(path), [], f"{path}: unknown file type; use .jsonl, .jsonl.gz or .csv.")
 
 
+def check_decompressed_size(path: str | os.PathLike, max_bytes: int = UPLOAD_MAX_BYTES) -> int:
+    """The file's size once decompressed, read in blocks and never past max_bytes (a gzip of a few KB may
+    hold gigabytes): DatasetError, saying so, when it holds more."""
+    path = Path(path)
+    total = 0
+    try:
+        with _open_binary(path) as stream:
+            while block := stream.read(1 << 20):
+                total += len(block)
+                if total > max_bytes:
+                    raise DatasetError(str(path), [], f"{path}: {_too_large(max_bytes)}; nothing was imported.")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DatasetError(str(path), [], f"{path}: cannot be read ({exc}).") from None
+    return total
+
+
+def _too_long(row: int, limit: int) -> str:
+    """The sentence for a row (counting the blank lines before it) past the limit."""
+    where = "the header row" if row == 0 else f"row {row}"
+    return (f"{where} is longer than {_size_text(limit).replace('bytes', 'characters')} of text (with any blank "
+            "lines before it), the most one row may hold")
+
+
+class _Lines:
+    """The text's lines for the csv reader; the lines of one record (`held`, reset by the reader's caller) may
+    not pass `limit` characters, and a line is never read whole past it."""
+
+    def __init__(self, handle, limit: int):
+        self._handle, self._limit, self.held, self.row = handle, limit, 0, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = self._handle.readline(self._limit + 1)
+        if not line:
+            raise StopIteration
+        self.held += len(line)
+        if self.held > self._limit:
+            raise _LimitReached(_too_long(self.row, self._limit))
+        return line
+
+
+def _raw_rows(handle, fmt: str, path: Path, max_row_chars: int) -> Iterator[tuple[int, Any, RowError | None]]:
+    """(row number, the row as read, or None and why it cannot be read), one row at a time; a row longer than
+    max_row_chars stops reading (_LimitReached) before it is parsed."""
+    if fmt == "csv":
+        # a cell may hold a whole kernel source; the limit is process-wide, so it is only ever raised
+        if csv.field_size_limit() < CSV_FIELD_LIMIT:
+            csv.field_size_limit(CSV_FIELD_LIMIT)
+        lines = _Lines(handle, max_row_chars)
+        reader = csv.DictReader(lines)
+        try:
+            if not reader.fieldnames:
+                raise DatasetError(str(path), [], f"{path}: the CSV file has no header row.")
+            if len(reader.fieldnames) > MAX_COLUMNS:
+                # every record is read into a dict of the header's width, however short its line
+                raise DatasetError(str(path), [], f"{path}: the header has {len(reader.fieldnames):,} columns, more "
+                                                  f"than the {MAX_COLUMNS:,} a dataset may have; nothing was imported.")
+            number = 0
+            while True:
+                lines.held, lines.row = 0, number + 1
+                record = next(reader, None)
+                if record is None:
+                    return
+                number += 1
+                if None in record:
+                    yield number, None, RowError(number, "", f"has {len(record[None])} more cell(s) than the header")
+                else:
+                    yield number, record, None
+        except csv.Error as exc:
+            line = reader.reader.line_num
+            raise DatasetError(str(path), [], f"{path}: cannot be read (line {line}: {exc}).") from None
+    number, held = 0, 0
+    while line := handle.readline(max_row_chars + 1):
+        held += len(line)  # the line, and the blank lines before it
+        if held > max_row_chars + 1 or (len(line) > max_row_chars and not line.endswith("\n")):
+            raise _LimitReached(_too_long(number + 1, max_row_chars))
+        if not line.strip():
+            continue
+        number, held = number + 1, 0
+        raw, bad = None, None
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            bad = RowError(number, "", f"is not valid JSON ({exc.msg} at character {exc.pos})")
+        except RecursionError:
+            bad = RowError(number, "", "cannot be read: it is nested too deeply")
+        except ValueError as exc:  # an integer of more than 4,300 digits
+            bad = RowError(number, "", f"is not valid JSON ({str(exc).split(':')[0]})")
+        yield number, raw, bad
+
+
 def read_dataset(path: str | os.PathLike, *, bins: BinTable = DEFAULT_BINS, default_source: str = "",
-                 kind: str | None = None) -> Dataset:
-    """Read and check every row; raise DatasetError (with every bad row) or return the whole set."""
+                 kind: str | None = None, max_bytes: int | None = None, max_rows: int | None = MAX_ROWS,
+                 max_errors: int = MAX_ERRORS, max_row_chars: int = MAX_ROW_CHARS) -> Dataset:
+    """Read and check every row; raise DatasetError (with the first max_errors problems and their count) or
+    return the whole set.
+
+    Rows are checked as they are read and only good ones are kept. Reading stops, and the file is refused
+    with a sentence that names the limit, past max_rows rows, at a row longer than max_row_chars, or past
+    max_bytes decompressed bytes (None: no limit; a file from the browser is held to UPLOAD_MAX_BYTES by
+    check_decompressed_size first)."""
     path = Path(path)
     fmt = file_format(path)
     if not path.exists():
         raise DatasetError(str(path), [], f"{path}: no such file.")
-    raws: list[tuple[int, Any]] = []
     errors: list[RowError] = []
-    try:
-        with _open_text(path) as handle:
-            if fmt == "csv":
-                reader = csv.DictReader(handle)
-                if not reader.fieldnames:
-                    raise DatasetError(str(path), [], f"{path}: the CSV file has no header row.")
-                for number, record in enumerate(reader, start=1):
-                    if None in record:
-                        errors.append(RowError(number, "", f"has {len(record[None])} more cell(s) than the header"))
-                        continue
-                    raws.append((number, record))
-            else:
-                number = 0
-                for line in handle:
-                    if not line.strip():
-                        continue
-                    number += 1
-                    try:
-                        raws.append((number, json.loads(line)))
-                    except json.JSONDecodeError as exc:
-                        errors.append(RowError(number, "", f"is not valid JSON ({exc.msg} at character {exc.pos})"))
-    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
-        raise DatasetError(str(path), [], f"{path}: cannot be read ({exc}).") from None
+    total_errors = 0
+
+    def problems(found: list[RowError]) -> None:
+        nonlocal total_errors
+        total_errors += len(found)
+        room = max_errors - len(errors)
+        if room > 0:
+            errors.extend(found[:room])
+
     rows: list[dict] = []
     ignored: set[str] = set()
     seen: dict[str, int] = {}
-    for number, raw in raws:
-        row, row_errors, row_ignored = validate_row(raw, number, kind=kind, bins=bins, default_source=default_source,
-                                                   from_csv=fmt == "csv")
-        ignored |= row_ignored
-        errors.extend(row_errors)
-        if row is None:
-            continue
-        this_kind = row_kind(row)
-        if kind is None:
-            kind = this_kind
-        elif this_kind != kind:
-            errors.append(RowError(number, "", f"is a {this_kind} row in a file of {kind} rows"))
-            continue
-        key = row_id(row)
-        if key in seen:
-            errors.append(RowError(number, _ID[kind], f"{key!r} was already used by row {seen[key]}"))
-            continue
-        seen[key] = number
-        rows.append(row)
+    stopped = ""
+    try:
+        with _open_text(path, max_bytes) as handle:
+            for number, raw, bad in _raw_rows(handle, fmt, path, max_row_chars):
+                if max_rows is not None and number > max_rows:
+                    stopped = f"more than {max_rows:,} rows, the most one dataset may hold"
+                    break
+                if bad is not None:
+                    problems([bad])
+                    continue
+                row, row_errors, row_ignored = validate_row(raw, number, kind=kind, bins=bins,
+                                                           default_source=default_source, from_csv=fmt == "csv")
+                for name in row_ignored:
+                    if len(ignored) >= _MAX_IGNORED:
+                        break
+                    ignored.add(name)
+                if row_errors:
+                    problems(row_errors)
+                if row is None:
+                    continue
+                this_kind = row_kind(row)
+                if kind is None:
+                    kind = this_kind
+                elif this_kind != kind:
+                    problems([RowError(number, "", f"is a {this_kind} row in a file of {kind} rows")])
+                    continue
+                key = row_id(row)
+                if key in seen:
+                    problems([RowError(number, _ID[kind], f"{_shown(key)} was already used by row {seen[key]}")])
+                    continue
+                seen[key] = number
+                rows.append(row)
+    except _LimitReached as exc:
+        stopped = str(exc)
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as exc:
+        raise DatasetError(str(path), [], f"{path}: cannot be read ({exc}).") from None
+    if stopped:
+        rows.clear()
+        listed = f", the first {len(errors)} listed" if total_errors > len(errors) else ""
+        found = f" ({total_errors:,} problem{'s' if total_errors != 1 else ''} in the rows read{listed})" \
+            if total_errors else ""
+        raise DatasetError(str(path), errors, f"{path}: {stopped}; reading stopped there and nothing was "
+                                              f"imported{found}.", total=total_errors)
     if errors:
-        raise DatasetError(str(path), errors)
+        raise DatasetError(str(path), errors, total=total_errors)
     if not rows:
         raise DatasetError(str(path), [], f"{path}: holds no rows.")
     return Dataset(kind=kind or COMPARISON, rows=rows, ignored_fields=tuple(sorted(ignored)))
