@@ -68,7 +68,8 @@ def add_node(*, run: int, key: str, parent: str, state: str = "forecast", speedu
         parent_node = Node.objects.get(run=search_run, key=parent)
         kernel = kernel_get_or_create(candidate={"source": _variant_source(key, factor), "launch": LAUNCH, "name": name or f"variant {key}"})
         node = Node.objects.create(
-            run=search_run, key=key, parent=parent_node, kernel=kernel, depth=parent_node.depth + 1, state=state, speedup=speedup,
+            run=search_run, key=key, parent=parent_node, kernel=kernel, name=name or f"variant {key}",
+            depth=parent_node.depth + 1, state=state, speedup=speedup,
             forecast_bin=bin, forecast_confidence=confidence, rationale=rationale,
         )
         if probabilities:

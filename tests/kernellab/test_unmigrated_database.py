@@ -22,6 +22,9 @@ def fresh_sqlite(tmp_path, monkeypatch, django_db_blocker):
     """The check pointed at an empty SQLite file (the commands stop at the check, before any query)."""
     path = tmp_path / "fresh" / "kernellab.sqlite3"
     path.parent.mkdir()
+    # (after the browser tests Playwright's event loop still runs in this thread, and Django refuses to open a new
+    # connection "from an async context"; a command is never run in one)
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     handler = ConnectionHandler({"default": {"ENGINE": SQLITE, "NAME": str(path)}})
     monkeypatch.setattr(database, "connections", handler)
     with django_db_blocker.unblock():
@@ -76,6 +79,7 @@ def test_a_partly_migrated_database_lists_what_is_missing(fresh_sqlite, monkeypa
 
 def test_an_unreachable_postgresql_database_is_named_without_its_password(monkeypatch, django_db_blocker):
     pytest.importorskip("psycopg")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # (as in fresh_sqlite)
     handler = ConnectionHandler({"default": {
         "ENGINE": "django.db.backends.postgresql", "NAME": "kernellab", "USER": "lab", "PASSWORD": "s3cret-pw",
         "HOST": "127.0.0.1", "PORT": "1", "OPTIONS": {"connect_timeout": 3}}})
