@@ -14,7 +14,8 @@ from datetime import timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import transaction
+from django.core.cache import cache
+from django.db import OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from search_engine.llm_client import LLMUnreachable
@@ -24,7 +25,7 @@ from search_engine.saved_state import SavedSearch
 
 from kernellab.models import Measurement, Node, RunStatus, SearchLesson, SearchRun, Verification, VerificationState
 from kernellab.services.access import access_require
-from kernellab.services.errors import ServiceError
+from kernellab.services.errors import IllegalTransition, ServiceError
 from kernellab.services.changes import change_record
 from kernellab.services.run_context import RunContext, llm_client
 from kernellab.services.search_port import DatabasePort
@@ -44,6 +45,12 @@ log = logging.getLogger(__name__)
 
 LEASE_S = 15 * 60
 STEPS_PER_ADVANCE = 25
+# A transient database error (deadlock, serialization failure, lost connection) rolls the step back and the advance
+# is tried again after TRANSIENT_RETRY_S; only after TRANSIENT_DB_ERRORS_MAX of them in a row does the run fail.
+TRANSIENT_DB_ERRORS_MAX = 5
+TRANSIENT_RETRY_S = 2.0
+TRANSIENT_OUTCOME = "retrying after a transient database error"
+_SEARCHING = (RunStatus.RUNNING, RunStatus.WAITING)
 
 
 # ---- advancing a run ------------------------------------------------------------------------
@@ -85,6 +92,64 @@ def _advance_later(run_id: int) -> None:
     from kernellab.tasks import search_run_advance
 
     search_run_advance.apply_async(args=[run_id], queue="search", countdown=delay)
+
+
+class _StoppedMeanwhile(Exception):
+    """The run was paused, cancelled or ended by someone else while this advance stepped it."""
+
+    def __init__(self, status: str):
+        super().__init__(status)
+        self.status = status
+
+
+def _status_now(run_id: int) -> str:
+    return SearchRun.objects.filter(pk=run_id).values_list("status", flat=True).get()
+
+
+def _still_searching(run_id: int) -> None:
+    """Inside the transaction that applies a step's held writes: lock the run row (a person's pause or cancel,
+    run_transition, locks it too, so it waits for this commit or this waits for it) and re-read its status.
+
+    Where the run is no longer running or waiting, the step is not saved at all: raising here rolls the
+    transaction back before any held write (nodes, the verifications that would go to the GPU, the driver's state)
+    is applied. Discarding only the measurement requests would leave a saved driver state claiming it asked for
+    them, and a resumed run would wait forever for measurements nobody queued; not saving the step leaves the saved
+    state where it was, so a resumed run redoes the step and asks again, and a cancelled run queues nothing."""
+    status = SearchRun.objects.select_for_update().filter(pk=run_id).values_list("status", flat=True).get()
+    if status not in _SEARCHING:
+        raise _StoppedMeanwhile(status)
+
+
+def _transient_key(run_id: int) -> str:
+    return f"kernellab:search:transient-db-errors:{run_id}"
+
+
+_transient_here: dict[int, int] = {}  # this process's count, in case the shared cache is unreachable or a dummy
+
+
+def _count_transient_error(run_id: int) -> int:
+    here = _transient_here[run_id] = _transient_here.get(run_id, 0) + 1
+    try:
+        cache.add(_transient_key(run_id), 0, timeout=3600)
+        shared = cache.incr(_transient_key(run_id))
+    except Exception:  # noqa: BLE001 - the cache is an aid to the count, never a reason to stop
+        shared = 0
+    return max(here, shared)
+
+
+def _clear_transient_errors(run_id: int) -> None:
+    _transient_here.pop(run_id, None)
+    try:
+        cache.delete(_transient_key(run_id))
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _retry_later(run_id: int) -> None:
+    """After a transient database error, once the lease is let go (so the retry finds it free)."""
+    from kernellab.tasks import search_run_advance
+
+    search_run_advance.apply_async(args=[run_id], queue="search", countdown=TRANSIENT_RETRY_S)
 
 
 def _load_driver(run: SearchRun, port: DatabasePort):
@@ -271,6 +336,10 @@ def run_advance(*, run_id: int) -> str:
         outcome = _advance_leased(run_id)
     finally:
         _release(run_id)
+    if outcome == TRANSIENT_OUTCOME:
+        _retry_later(run_id)
+        return outcome
+    _clear_transient_errors(run_id)
     run = SearchRun.objects.get(pk=run_id)
     if run.status in RUN_ENDED_STATES:
         # The run ended (in this advance, or beside it: cancelled while it stepped): its count is the ended run's,
@@ -286,7 +355,7 @@ def run_advance(*, run_id: int) -> str:
 
 
 def _running(run_id: int) -> bool:
-    return SearchRun.objects.filter(pk=run_id).values_list("status", flat=True).get() in (RunStatus.RUNNING, RunStatus.WAITING)
+    return _status_now(run_id) in _SEARCHING
 
 
 def _advance_leased(run_id: int) -> str:
@@ -306,6 +375,7 @@ def _advance_leased(run_id: int) -> str:
             counted = _hand_counted(run, driver)
             _feed_outside_events(driver, run, counted)
         with transaction.atomic():
+            _still_searching(run_id)
             port.flush()
             _save(run, driver, port.context.llm_budget, counted)
         budget = port.context.llm_budget
@@ -319,6 +389,7 @@ def _advance_leased(run_id: int) -> str:
             with port.holding_writes():
                 report = driver.step()
             with transaction.atomic():
+                _still_searching(run_id)
                 port.flush()
                 _save(run, driver, budget, counted)
             _renew(run_id)
@@ -326,6 +397,31 @@ def _advance_leased(run_id: int) -> str:
                 break
             if budget is not None and budget.spent:
                 return _llm_budget_spent(run, driver, budget)
+        # Within the try: a person may pause or cancel between this read and the transition (IllegalTransition).
+        status = report.status if report else "expanded"
+        run.refresh_from_db()
+        if run.status not in _SEARCHING:
+            return f"run is {run.status}"
+        if status == "expanded":
+            return "stepped"  # run_advance enqueues the next advance once the lease is let go
+        if status in ("waiting", "prefetched"):   # prefetched: the next step is compiled, its measurements are out
+            if run.status == RunStatus.RUNNING:
+                run_transition(run=run, action="wait", reason="waiting for GPU measurements or approvals")
+            return "waiting"
+        if not driver.pending():
+            reason = "the GPU budget is spent" if status == "budget-exhausted" else "the search has nothing left to try"
+            run_transition(run=run, action="finish", reason=reason)
+            return "finished"
+        if run.status == RunStatus.RUNNING:
+            run_transition(run=run, action="wait", reason="waiting for the last GPU measurements")
+        return status
+    except _StoppedMeanwhile as stopped:
+        # Paused, cancelled or ended by someone else while stepping: the step is not saved (_still_searching says
+        # why), the status stays as they set it. The LLM calls the abandoned step made still count, as in _pause.
+        spent = budget if budget is not None else port.context.llm_budget
+        if spent is not None:
+            SearchRun.objects.filter(pk=run_id).update(llm_calls=spent.used)
+        return f"run is {stopped.status}"
     except SoftTimeLimitExceeded as exc:
         # Before `except Exception` (it is one): the step is abandoned where it waited and the run paused, saying
         # on what, so that it never stays "running" with nobody advancing it once the hard limit kills the task.
@@ -334,29 +430,37 @@ def _advance_leased(run_id: int) -> str:
         # Retrying would only spend the LLM budget on the same error: paused, to resume once the endpoint is fixed.
         return _pause(run_id, str(exc), budget)
     except ServiceError as exc:
-        run_transition(run=run, action="fail", reason=str(exc))
-        return "failed"
+        if isinstance(exc, IllegalTransition) and (status_now := _status_now(run_id)) not in _SEARCHING:
+            return f"run is {status_now}"  # a person paused or cancelled it meanwhile (the wake, wait or finish lost)
+        return _fail(run_id, str(exc))
+    except OperationalError as exc:
+        # Deadlock, serialization failure, lost connection: the step's transaction rolled back and the saved state is
+        # the last step's, so the advance is simply tried again (run_advance enqueues it once the lease is let go).
+        log.warning("run %s: transient database error, advancing again shortly: %s", run_id, exc)
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()  # a lost connection reconnects at the next query
+        errors = _count_transient_error(run_id)
+        if errors < TRANSIENT_DB_ERRORS_MAX:
+            return TRANSIENT_OUTCOME
+        _clear_transient_errors(run_id)
+        return _fail(run_id, f"The search stopped after {errors} database errors in a row: {exc}")
     except Exception as exc:
         log.exception("run %s failed", run_id)
-        run_transition(run=run, action="fail", reason=f"The search stopped on an internal error: {exc}")
-        return "failed"
-    status = report.status if report else "expanded"
-    run.refresh_from_db()
-    if run.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+        return _fail(run_id, f"The search stopped on an internal error: {exc}")
+
+
+def _fail(run_id: int, reason: str) -> str:
+    """Fail a run that is still running or waiting; never one a person paused or cancelled meanwhile."""
+    from kernellab.services.runs import run_transition
+
+    run = SearchRun.objects.get(pk=run_id)
+    if run.status not in _SEARCHING:
         return f"run is {run.status}"
-    if status == "expanded":
-        return "stepped"  # run_advance enqueues the next advance once the lease is let go
-    if status in ("waiting", "prefetched"):   # prefetched: the next step is compiled, its measurements are out
-        if run.status == RunStatus.RUNNING:
-            run_transition(run=run, action="wait", reason="waiting for GPU measurements or approvals")
-        return "waiting"
-    if not driver.pending():
-        reason = "the GPU budget is spent" if status == "budget-exhausted" else "the search has nothing left to try"
-        run_transition(run=run, action="finish", reason=reason)
-        return "finished"
-    if run.status == RunStatus.RUNNING:
-        run_transition(run=run, action="wait", reason="waiting for the last GPU measurements")
-    return status
+    try:
+        run_transition(run=run, action="fail", reason=reason)
+    except IllegalTransition:
+        return f"run is {_status_now(run_id)}"
+    return "failed"
 
 
 def run_pause_for_time_limit(*, run_id: int, exc: BaseException | None = None, budget=None) -> str:
