@@ -12,6 +12,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_create_missing_queues = True
 app.conf.beat_schedule = {
     "requeue-stale-verifications": {"task": "kernellab.tasks.verifications_requeue_stale", "schedule": 60.0},
+    "advance-stuck-runs": {"task": "kernellab.tasks.search_runs_advance_stuck", "schedule": 60.0},
 }
 app.autodiscover_tasks(["kernellab"])
 

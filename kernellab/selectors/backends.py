@@ -5,8 +5,10 @@ answers only while a worker listens on the target GPU's queue."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from kernellab.models import Problem, SearchRun, Verification, VerificationState
 from kernellab.selectors.problems import problem_records_file
@@ -79,7 +81,20 @@ def run_wait_reason(*, run: SearchRun) -> str:
         else:
             parts.append(f"{queued} verification{plural} queued, but {queue_worker_sentence(queue=run.gpu_queue)}")
     if running:
-        parts.append(f"{running} being measured")
+        # A worker that stopped sending heartbeats is gone: say so, not "being measured" for ever.
+        stale = timezone.now() - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
+        heard = list(Verification.objects.filter(node__run=run, state=VerificationState.RUNNING, heartbeat_at__lt=stale)
+                     .values_list("heartbeat_at", flat=True))
+        if len(heard) < running:
+            parts.append(f"{running - len(heard)} being measured")
+        if heard:
+            minutes = max(1, int((timezone.now() - max(heard)).total_seconds() // 60))
+            if len(heard) == 1:
+                parts.append(f"1 verification's worker was last heard {minutes} minute{'s' if minutes != 1 else ''} ago; "
+                             "it will be retried")
+            else:
+                parts.append(f"{len(heard)} verifications' workers were last heard {minutes} or more minutes ago; "
+                             "they will be retried")
     if pending:
         parts.append(f"{pending} awaiting an approver")
     if not parts:

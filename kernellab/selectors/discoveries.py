@@ -9,6 +9,7 @@ def discovery_list(*, workspaces) -> QuerySet[Discovery]:
     return (
         Discovery.objects.filter(node__run__problem__workspace__in=workspaces)
         .select_related("node__run__problem", "node__kernel", "node__parent__kernel", "marked_by")
+        .defer("node__run__driver_state")  # the search's state: megabytes per run, never shown in a list
         .order_by("-created_at")
     )
 

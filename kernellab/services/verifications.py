@@ -63,6 +63,18 @@ def _node_set(node: Node, state: str, reason: str = "") -> None:
     node_changed(node=node)
 
 
+def _lock_run(run_id: int | None) -> None:
+    """Take the run's row lock first. Every writer that touches a node and then the run (node_changed
+    bumps the run's change_seq) takes run -> node, the order the search's flush uses; node -> run
+    against it deadlocks on PostgreSQL. Call at the start of the transaction."""
+    if run_id is not None:
+        list(SearchRun.objects.select_for_update().filter(pk=run_id).order_by().values_list("pk", flat=True))
+
+
+def _run_id_of(verification_pk: int) -> int | None:
+    return Verification.objects.filter(pk=verification_pk).values_list("node__run_id", flat=True).first()
+
+
 def _verification_changed(verification: Verification) -> None:
     change_record(
         run=verification.node.run,
@@ -80,6 +92,7 @@ def _verification_changed(verification: Verification) -> None:
 @transaction.atomic
 def verification_request(*, node: Node, user=None, policy_reason: str = "") -> Verification:
     """Ask for a GPU measurement of a node: by a person (user) or by the search policy (reason)."""
+    _lock_run(node.run_id)
     run = node.run
     if user is not None:
         access_require(user=user, workspace=run.workspace, action="request-verification")
@@ -137,6 +150,7 @@ def _already_measured(node: Node, reason: str) -> Verification | None:
 @transaction.atomic
 def verification_enqueue_for_policy(*, node: Node, reason: str) -> Verification:
     """The search asks for a measurement that needs no approval (automatic mode, or approved)."""
+    _lock_run(node.run_id)
     open_row = Verification.objects.filter(node=node, state__in=OPEN_STATES).first()
     if open_row is not None:
         return open_row
@@ -154,6 +168,7 @@ def verification_enqueue_for_policy(*, node: Node, reason: str) -> Verification:
 @transaction.atomic
 def verification_pending_for_policy(*, node: Node, reason: str) -> Verification:
     """The search asks for a measurement in manual mode: it waits for an approver."""
+    _lock_run(node.run_id)
     open_row = Verification.objects.filter(node=node, state__in=OPEN_STATES).first()
     if open_row is not None:
         return open_row
@@ -180,7 +195,8 @@ def _enqueue(verification: Verification) -> None:
 
 @transaction.atomic
 def verification_approve(*, verification: Verification, user) -> Verification:
-    verification = Verification.objects.select_for_update().select_related("node__run__problem__workspace").get(pk=verification.pk)
+    _lock_run(_run_id_of(verification.pk))
+    verification = Verification.objects.select_for_update().select_related("node__run__problem__workspace").defer("node__run__driver_state").get(pk=verification.pk)
     access_require(user=user, workspace=verification.node.run.workspace, action="approve")
     _transition(verification, "approve")
     verification.approver = user
@@ -194,7 +210,8 @@ def verification_approve(*, verification: Verification, user) -> Verification:
 
 @transaction.atomic
 def verification_reject(*, verification: Verification, user, reason: str = "") -> Verification:
-    verification = Verification.objects.select_for_update().select_related("node__run__problem__workspace").get(pk=verification.pk)
+    _lock_run(_run_id_of(verification.pk))
+    verification = Verification.objects.select_for_update().select_related("node__run__problem__workspace").defer("node__run__driver_state").get(pk=verification.pk)
     access_require(user=user, workspace=verification.node.run.workspace, action="approve")
     _transition(verification, "reject")
     verification.approver = user
@@ -237,6 +254,7 @@ def verification_claim(*, verification_id: int, token: str) -> Verification | No
     now = timezone.now()
     stale = now - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
     with transaction.atomic():
+        _lock_run(_run_id_of(verification_id))
         row = Verification.objects.select_for_update().filter(pk=verification_id).first()
         if row is None:
             return None
@@ -451,6 +469,7 @@ def _count_if_outside_search(verification: Verification) -> None:
 @transaction.atomic
 def verification_finish(*, verification: Verification, result: dict, expert_notes: list[dict] | None = None) -> Measurement | None:
     """Store the runner's result exactly once. Returns None when this attempt lost its claim."""
+    _lock_run(_run_id_of(verification.pk))
     updated = Verification.objects.filter(
         pk=verification.pk, state=VerificationState.RUNNING, claim_token=verification.claim_token, attempts=verification.attempts
     ).update(state=VerificationState.DONE, finished_at=timezone.now(), progress="done")
@@ -519,6 +538,7 @@ def _fail_locked(row: Verification, reason: str) -> None:
 @transaction.atomic
 def verification_fail(*, verification: Verification, reason: str) -> bool:
     """The infrastructure failed (not the candidate). True when this attempt still held the row."""
+    _lock_run(_run_id_of(verification.pk))
     row = Verification.objects.select_for_update().filter(
         pk=verification.pk, state=VerificationState.RUNNING, claim_token=verification.claim_token, attempts=verification.attempts
     ).first()
@@ -533,8 +553,9 @@ def verifications_cancel_for_run(*, run) -> int:
     """A cancelled run leaves nothing to measure: every verification still waiting for an approver
     or a worker is cancelled (a worker that takes its message finds nothing to claim). One already
     on a GPU finishes and is kept. Returns how many were cancelled."""
+    _lock_run(run.pk)
     rows = list(
-        Verification.objects.select_for_update(of=("self",)).select_related("node__run")
+        Verification.objects.select_for_update(of=("self",)).select_related("node__run").defer("node__run__driver_state")
         .filter(node__run=run, state__in=VERIFICATION_TRANSITIONS["cancel"][0]).order_by("pk")
     )
     now = timezone.now()
@@ -549,19 +570,28 @@ def verifications_cancel_for_run(*, run) -> int:
 
 
 def verification_requeue_stale() -> int:
-    """Hand rows whose worker vanished back to the queue. Returns how many were re-sent."""
+    """Hand rows whose worker vanished back to the queue. Returns how many were re-sent.
+
+    queued_at records when a row's message was last sent, and re-sending moves it on: each row is
+    re-sent at most once per stale period, where a queue that no worker consumes would otherwise
+    get one more duplicate message per row on every run of this task."""
     from kernellab.tasks import verification_execute
 
-    stale = timezone.now() - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
-    rows = list(
-        Verification.objects.filter(
-            Q(state=VerificationState.RUNNING, heartbeat_at__lt=stale)
-            | Q(state=VerificationState.QUEUED, queued_at__lt=stale)
-        ).values_list("pk", "queue")
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
+    not_sent_lately = Q(queued_at__isnull=True) | Q(queued_at__lt=stale)
+    due = (Q(state=VerificationState.RUNNING, heartbeat_at__lt=stale) & not_sent_lately) | Q(
+        state=VerificationState.QUEUED, queued_at__lt=stale
     )
+    rows = list(Verification.objects.filter(due).values_list("pk", "queue"))
+    sent = 0
     for pk, queue in rows:
+        # Conditional: of two overlapping runs of this task only one re-sends a row.
+        if Verification.objects.filter(due, pk=pk).update(queued_at=now) != 1:
+            continue
         verification_execute.apply_async(args=[pk], queue=queue)
-    return len(rows)
+        sent += 1
+    return sent
 
 
 def _wake_run(run_id: int) -> None:
