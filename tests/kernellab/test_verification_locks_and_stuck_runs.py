@@ -14,7 +14,7 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from kernellab.models import Discovery, Node, RunChange, RunStatus, SearchRun, Verification, VerificationState
+from kernellab.models import Discovery, RunChange, RunStatus, SearchRun, Verification, VerificationState
 
 pytestmark = pytest.mark.django_db
 
