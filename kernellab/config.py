@@ -264,17 +264,57 @@ def _reachable(host: str, port: int, timeout: float = 3.0) -> str | None:
         return exc.strerror or str(exc)
 
 
+def _database_error_text(exc: BaseException) -> str:
+    """The cause a database error names, on one line: its first line, or where that only announces a list (psycopg's
+    "Multiple connection attempts failed. All failures were:"), the list; without libpq's hints."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("Is the server running", "HINT:"))]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return " ".join(lines)
+    return lines[0]
+
+
+# How long start-up's own PostgreSQL connection waits for the server (a pool waits its own timeout, 10 s by
+# default, and then names only that timeout, not why no connection came).
+CHECK_CONNECT_TIMEOUT_S = 5
+
+
+def _postgres_direct_problem(connection) -> str | None:
+    """One connection to PostgreSQL without the pool, with the same parameters: the reason it fails, or None."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    for name in ("cursor_factory", "context", "prepare_threshold"):  # Django's own, not libpq's
+        params.pop(name, None)
+    params.setdefault("connect_timeout", CHECK_CONNECT_TIMEOUT_S)
+    try:
+        psycopg.connect(**params).close()
+    except psycopg.Error as exc:
+        return _database_error_text(exc)
+    return None
+
+
 def check_services() -> None:
     """Connect to the configured database and Redis; raise StartupError with one sentence if not."""
     from django.conf import settings
     from django.db import connection
 
-    try:
-        connection.ensure_connection()
-    except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        variable = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "KERNELLAB_DATA_DIR"
-        raise StartupError(f"{variable}: cannot open the database ({first_line}).") from None
+    variable = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "KERNELLAB_DATA_DIR"
+    problem = None
+    if connection.vendor == "postgresql":
+        try:
+            problem = _postgres_direct_problem(connection)
+        except Exception:  # parameters psycopg refuses: left to the connection below to report
+            problem = None
+    if problem is None:
+        try:
+            connection.ensure_connection()
+        except Exception as exc:
+            problem = _database_error_text(exc)
+    if problem is not None:
+        raise StartupError(f"{variable}: cannot open the database ({problem}).")
     url = settings.KERNELLAB_REDIS_URL
     if url:
         parsed = urlparse(url)

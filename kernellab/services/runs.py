@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from kernellab.models import RUN_TRANSITIONS, ApprovalMode, Problem, RunStatus, SearchRun
 from kernellab.selectors.backends import BACKENDS, backend_choice, backend_resolve
@@ -20,6 +23,46 @@ FEEDBACK = ("notes", "raw", "none")
 # random.Random's seed (any integer) and draws its own seeds below 2**31 (the LLM's, the measurements'); numpy's
 # RandomState and scikit-learn's random_state take < 2**32 and LightGBM's seed is a C int. 0..2**31 - 1 fits them all.
 SEED_MAX = 2**31 - 1
+
+log = logging.getLogger(__name__)
+
+# What a run says while its first advance could not be sent: it stays running, and the beat's sweep of running runs
+# without a lease advances it once the broker answers again.
+BROKER_UNREACHABLE = "The worker queue could not be reached ({cause}); the run will start when it is back."
+
+
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    """What publishing a task raises when the broker (Redis) cannot be reached."""
+    from kombu.exceptions import OperationalError
+
+    errors: list[type[BaseException]] = [OperationalError, OSError]
+    try:
+        from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
+    except ImportError:  # the embedded setup (filesystem broker) may run without the redis client
+        pass
+    else:
+        errors += [RedisConnectionError, RedisTimeoutError]
+    return tuple(errors)
+
+
+def run_advance_publish(run: SearchRun) -> bool:
+    """Send the task that advances `run`. Called after the commit that made it running, so a broker that cannot be
+    reached must not fail the request (the run is running already): the run's status_reason says so instead, and
+    the beat's sweep advances it later. False when nothing was sent."""
+    from kernellab.tasks import search_run_advance
+
+    try:
+        search_run_advance.apply_async(args=[run.pk], queue="search")
+    except _broker_errors() as exc:
+        text = str(exc).strip()
+        cause = text.splitlines()[0] if text else type(exc).__name__
+        log.warning("Run %s is running but its advance could not be queued: %s", run.pk, cause)
+        reason = BROKER_UNREACHABLE.format(cause=cause)[:2000]
+        SearchRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(status_reason=reason,
+                                                                            updated_at=timezone.now())
+        run.status_reason = reason
+        return False
+    return True
 
 
 # A CUDA kernel without knobs (a user's own) is searched by the recipes (the cures of the experts'
@@ -220,9 +263,7 @@ def run_transition(*, run: SearchRun, action: str, user=None, reason: str = "") 
         # what people measured that it was never told of.
         run_gpu_recount(run=run)
     if target == RunStatus.RUNNING:
-        from kernellab.tasks import search_run_advance
-
-        transaction.on_commit(lambda: search_run_advance.apply_async(args=[run.pk], queue="search"))
+        transaction.on_commit(lambda: run_advance_publish(run))
     return run
 
 

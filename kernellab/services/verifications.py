@@ -5,6 +5,7 @@ row first owns the attempt) and finishing is conditional on the claim token and 
 redelivered or duplicated task can never finish a verification twice."""
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import timedelta
 
@@ -29,6 +30,8 @@ from kernellab.services.access import access_require
 from kernellab.services.changes import change_record, node_changed
 from kernellab.services.errors import IllegalTransition, ServiceError
 from kernellab.services.reference_measurements import reference_measurement_keep
+
+log = logging.getLogger(__name__)
 
 OPEN_STATES = {
     VerificationState.PENDING,
@@ -190,7 +193,7 @@ def _enqueue(verification: Verification) -> None:
     from kernellab.tasks import verification_execute
 
     pk, queue = verification.pk, verification.queue
-    transaction.on_commit(lambda: verification_execute.apply_async(args=[pk], queue=queue))
+    transaction.on_commit(lambda: _publish(verification_execute, pk, queue))
 
 
 @transaction.atomic
@@ -597,7 +600,22 @@ def verification_requeue_stale() -> int:
 def _wake_run(run_id: int) -> None:
     from kernellab.tasks import search_run_advance
 
-    transaction.on_commit(lambda: search_run_advance.apply_async(args=[run_id], queue="search"))
+    transaction.on_commit(lambda: _publish(search_run_advance, run_id, "search"))
+
+
+def _publish(task, pk: int, queue: str) -> bool:
+    """Send `task` for `pk` after the commit that asked for it. A broker that cannot be reached must not turn the
+    person's request (already committed) into a 500: it is logged, and the beat sends it later (a queued
+    verification is re-sent once it is stale, a running run without a lease is advanced by the sweep)."""
+    from kernellab.services.runs import _broker_errors
+
+    try:
+        task.apply_async(args=[pk], queue=queue)
+    except _broker_errors() as exc:
+        log.warning("%s(%s) could not be queued on %s; the beat will send it later: %s", task.name, pk, queue,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        return False
+    return True
 
 
 def new_claim_token() -> str:
