@@ -146,43 +146,9 @@ extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n)
 @needs_nvcc
 def test_an_uploaded_familys_compile_error_is_reported_at_its_line_of_family_cu():
     from gpu_runner.spec import parse_problem
-    from tests.gpu_runner.test_auto_knobs_qa import SCALE_TOML
+    from tests.kernellab.test_spec_upload import VADD_SPEC
 
-    toml = SCALE_TOML.replace('name = "qa_nsconst"', 'name = "qa_famerr"').replace('"y", "a", "n"]', '"y", "a", "n"]')
-    vadd = """[problem]
-name = "qa_famerr"
-
-[sizes]
-default = { N = 1024 }
-
-[[args]]
-name = "a"
-role = "input"
-dtype = "float32"
-shape = ["N"]
-[[args]]
-name = "b"
-role = "input"
-dtype = "float32"
-shape = ["N"]
-[[args]]
-name = "c"
-role = "output"
-dtype = "float32"
-shape = ["N"]
-[[args]]
-name = "n"
-role = "scalar"
-dtype = "int32"
-value = "N"
-
-[[launch]]
-kernel = "vadd"
-grid = ["ceil_div(N, 256)"]
-block = [256]
-args = ["a", "b", "c", "n"]
-"""
-    assert toml  # the scale spec is QA's; the family here is a vector add's
+    vadd = VADD_SPEC.replace('name = "vadd"', 'name = "qa_famerr"').replace("N = 16777216", "N = 1024")
     reference = FAMILY.replace("    int oops = undefined_var;\n", "").replace(" + A + B", "")
     spec = parse_problem(vadd + FAMILY_TOML, reference, FAMILY)
     with pytest.raises(ServiceError) as refused:
