@@ -30,6 +30,16 @@ class ProblemAdmin(admin.ModelAdmin):
     list_display = ("name", "title", "workspace", "bundled")
     list_filter = ("workspace", "bundled")
 
+    def get_readonly_fields(self, request, obj=None):
+        # A stored problem's name, workspace, spec and sources are what its runs, its recorded measurements
+        # (<root>/<name>/records/) and the bundled problems' loading are keyed by: renaming one here would cut it off
+        # from its recordings and have the next bootstrap add the bundled problem again. Its title and description
+        # may change; a different spec is a new problem (upload it).
+        if obj is None:
+            return ()
+        return ("workspace", "name", "spec_toml", "family_source", "reference", "bundled", "reference_measurements",
+                "created_by")
+
 
 @admin.register(models.SearchRun)
 class SearchRunAdmin(admin.ModelAdmin):

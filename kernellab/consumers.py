@@ -8,7 +8,9 @@ Access is not only checked on connect: a socket lives for hours, and in that tim
 removed from the workspace, log out or change their password. Before it sends anything it asks
 again (`socket_access_holds`): on every subscribe, which replays history, always; before pushing
 changes (polled or pushed through the channel layer), when the last answer is older than
-ACCESS_RECHECK_S. Once access is gone the socket is closed with 4403 and sends nothing more."""
+ACCESS_RECHECK_S; and at once when told through the channel layer that the user's access may have changed
+(services.changes.access_changed: a membership removed, an account changed or deleted, a logout). Once access is
+gone the socket is closed with 4403 and sends nothing more."""
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +25,7 @@ from django.core.exceptions import ValidationError
 from django.utils.crypto import constant_time_compare
 
 from kernellab.selectors.runs import run_changes_after, run_for_user
-from kernellab.services.changes import run_group_name
+from kernellab.services.changes import run_group_name, user_group_name
 
 BATCH = 500
 LARGEST_SEQ = 2**62  # beyond any run's change count, within a bigint
@@ -98,6 +100,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.group = run_group_name(self.run_id)
         if settings.KERNELLAB_REDIS_URL:
             await self.channel_layer.group_add(self.group, self.channel_name)
+        # Without Redis the layer is this process's: it reaches sockets where the change was made in this process.
+        self.user_group = user_group_name(self.user.pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
@@ -105,6 +110,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             self.poller.cancel()
         if settings.KERNELLAB_REDIS_URL and getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "user_group", None):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     async def _access_holds(self, *, fresh: bool = False) -> bool:
         """Whether this socket may still send changes; a `yes` is reused for ACCESS_RECHECK_S unless `fresh`."""
@@ -189,6 +196,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await asyncio.sleep(settings.KERNELLAB_POLL_INTERVAL_S)
             async with self.lock:
                 await self._catch_up()
+
+    async def access_changed(self, event: dict) -> None:
+        """The user's access may have changed: asked afresh now, not when the last answer grows old."""
+        async with self.lock:
+            if self.access_lost:
+                return
+            self.access_checked_at = None
+            if not await self._access_holds(fresh=True):
+                await self._close_for_lost_access()
 
     async def run_change(self, event: dict) -> None:
         """A change pushed through the channel layer: forwarded only while access holds."""

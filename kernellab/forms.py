@@ -208,10 +208,17 @@ class RunCreateForm(forms.Form):
     feedback = forms.ChoiceField(choices=[(f, f) for f in FEEDBACK], initial="notes", help_text="What the generator sees after a measurement: expert notes, raw profiler numbers, or nothing.")
     seed = forms.IntegerField(min_value=0, max_value=SEED_MAX, initial=0)
     start = forms.BooleanField(required=False, initial=True, label="Start at once")
+    # One token per page: the form sent twice makes one run (services.runs.run_create). A page from before the field
+    # posts none, and makes a run each time, as it did.
+    submission = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
 
     def __init__(self, *args, problem=None, llm_configured: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.llm_configured = llm_configured
+        if not self.is_bound:
+            import secrets
+
+            self.fields["submission"].initial = secrets.token_hex(16)
         from gpu_runner.spec import reference_kind
 
         # A PyTorch (KernelBench) problem's candidates are ModelNew programs: only recorded ones can be

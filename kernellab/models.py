@@ -7,6 +7,7 @@ import hashlib
 from django.conf import settings
 from django.db import models
 from django.db.models.signals import post_delete, post_save, pre_delete
+from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
 
@@ -212,11 +213,15 @@ class SearchRun(models.Model):
     change_seq = models.PositiveBigIntegerField(default=0)
     driver_state = models.JSONField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # The run form's one-time token: a form sent twice (a double click, a retried post) makes one run, not two.
+    submission = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["problem", "submission"], condition=~models.Q(submission=""),
+                                               name="run_form_sent_once")]
 
     def __str__(self) -> str:
         return self.name or f"run {self.pk} of {self.problem}"
@@ -508,3 +513,32 @@ def _comment_author_deleted(sender, instance, **kwargs) -> None:
     from kernellab.services.comments import comments_of_removed_author
 
     comments_of_removed_author(user=instance)
+
+
+# A live socket keeps streaming a run's changes until it learns its user's access is gone. Whatever may end that access
+# (a membership removed, an account changed, deactivated or deleted, a logout) tells the user's sockets at once, from
+# any process that loads the models; each then asks afresh (consumers.RunConsumer.access_changed).
+
+
+@receiver(post_delete, sender=Membership, dispatch_uid="kernellab.membership_removed_access")
+def _membership_removed(sender, instance: Membership, **kwargs) -> None:
+    from kernellab.services.changes import access_changed
+
+    access_changed(user_id=instance.user_id)
+
+
+@receiver([post_save, post_delete], sender=settings.AUTH_USER_MODEL, dispatch_uid="kernellab.account_changed_access")
+def _account_changed(sender, instance, created: bool = False, raw: bool = False, update_fields=None, **kwargs) -> None:
+    if created or raw or (update_fields is not None and set(update_fields) <= {"last_login"}):  # a login changes nothing
+        return
+    from kernellab.services.changes import access_changed
+
+    access_changed(user_id=instance.pk)
+
+
+@receiver(user_logged_out, dispatch_uid="kernellab.logged_out_access")
+def _logged_out(sender, request, user, **kwargs) -> None:
+    if user is not None:
+        from kernellab.services.changes import access_changed
+
+        access_changed(user_id=user.pk)

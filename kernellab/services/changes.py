@@ -19,6 +19,31 @@ def run_group_name(run_id: int) -> str:
     return f"run-{database_identity()}-{run_id}"
 
 
+def user_group_name(user_id) -> str:
+    """Every live socket of one user joins this group, to hear at once that their access may have changed."""
+    return f"user-{database_identity()}-{user_id}"
+
+
+def access_changed(*, user_id) -> None:
+    """Tell this user's open sockets, once the transaction commits, to ask afresh whether they may still read their run
+    (a membership removed, the account deactivated or deleted, a password changed, a logout). The socket's own re-check
+    every few seconds (consumers.ACCESS_RECHECK_S) stays the backstop where this cannot reach: without Redis the
+    channel layer is one process's."""
+    if user_id is None:
+        return
+    transaction.on_commit(lambda: _push_access_changed(user_id))
+
+
+def _push_access_changed(user_id) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    try:
+        async_to_sync(get_channel_layer().group_send)(user_group_name(user_id), {"type": "access.changed"})
+    except Exception as exc:  # the sockets' periodic re-check still closes them
+        log.warning("could not tell user %s's sockets that their access changed: %s", user_id, exc)
+
+
 def node_payload(node: Node) -> dict:
     return {
         "id": node.pk,

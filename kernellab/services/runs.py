@@ -3,7 +3,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from kernellab.models import RUN_TRANSITIONS, ApprovalMode, Problem, RunStatus, SearchRun
@@ -144,8 +144,18 @@ def run_create(
     seed: int = 0,
     llm_call_budget: int | None = None,
     start: bool = True,
+    submission: str = "",
 ) -> SearchRun:
+    """Make a run (and start it unless start is False). ``submission`` is the run form's one-time token: a form sent
+    twice (a double click, a browser retrying the post) gets the run its first sending made, started once."""
     access_require(user=user, workspace=problem.workspace, action="run")
+    submission = (submission or "").strip()
+    if submission:
+        if len(submission) > 64 or not submission.isalnum():
+            raise ServiceError("The form's token is not one this server gave out: reload the page and send it again.")
+        earlier = run_for_submission(problem=problem, user=user, submission=submission)
+        if earlier is not None:
+            return earlier
     _check_choice("generator", generator, GENERATORS)
     _check_choice("surrogate", surrogate, SURROGATES)
     _check_choice("objective", objective, OBJECTIVES)
@@ -199,9 +209,10 @@ def run_create(
     backend = backend_resolve(backend)
     if not target_gpu.replace("-", "").replace("_", "").isalnum():
         raise ServiceError("The target GPU must be a model name such as h200 or a100.")
-    run = SearchRun.objects.create(
+    fields = dict(
         problem=problem,
         created_by=user,
+        submission=submission,
         name=name.strip()[:200],
         generator=generator,
         surrogate=surrogate,
@@ -227,10 +238,27 @@ def run_create(
         screening_width=screening_width,
         llm_call_budget=llm_call_budget if generator == "llm" or surrogate == "llm" else None,
     )
+    try:
+        with transaction.atomic():  # a savepoint: the losing sending of a form sent twice at once reads the winner's run
+            run = SearchRun.objects.create(**fields)
+    except IntegrityError:
+        earlier = run_for_submission(problem=problem, user=user, submission=submission) if submission else None
+        if earlier is None:
+            raise
+        return earlier
     change_record(run=run, kind="run", payload={"status": run.status})
     if start:
         run_transition(run=run, user=user, action="start")
     return run
+
+
+def run_for_submission(*, problem: Problem, user, submission: str) -> SearchRun | None:
+    """The run that this run form's sending already made, if any. A token of someone else's form is refused: it is
+    never shown to anyone but the person whose page holds it."""
+    earlier = SearchRun.objects.filter(problem=problem, submission=submission).first() if submission else None
+    if earlier is not None and earlier.created_by_id != getattr(user, "pk", None):
+        raise ServiceError("This form was already sent by someone else: reload the page to start a run of your own.")
+    return earlier
 
 
 @transaction.atomic

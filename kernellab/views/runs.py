@@ -14,7 +14,7 @@ from kernellab.selectors.access import user_can
 from kernellab.selectors.backends import run_open_verification_count, run_wait_reason
 from kernellab.selectors.explorer import run_dashboard, run_measurements
 from kernellab.services import ServiceError
-from kernellab.services.runs import run_create, run_transition
+from kernellab.services.runs import run_create, run_for_submission, run_transition
 from kernellab.services.verifications import run_gpu_use
 from kernellab.views.common import problem_for, run_for
 
@@ -37,6 +37,10 @@ def run_new(request, problem_id: int):
     data = dict(form.cleaned_data)
     start = data.pop("start")
     try:
+        earlier = run_for_submission(problem=problem, user=request.user, submission=data["submission"])
+        if earlier is not None:
+            messages.info(request, "This form had already been sent, so no second run was made: this is the run it made.")
+            return redirect("run-explorer", run_id=earlier.pk)
         run = run_create(problem=problem, user=request.user, start=start, **data)
     except ServiceError as exc:
         context["error"] = str(exc)

@@ -177,3 +177,55 @@ def test_children_of_a_killed_serve_are_told_to_stop(tmp_path):
             os.killpg(child, signal.SIGKILL)
         except (ProcessLookupError, NameError, UnboundLocalError):
             pass
+
+
+def test_a_dead_worker_is_replaced_and_what_its_group_left_is_ended(children, tmp_path):
+    """The worker's leader dies (a crash on a broker reconnect); its grandchild (an embedded beat) ignores SIGTERM.
+    The keeper ends the old group, then starts the same command again, and says so."""
+    from kernellab.management.commands.serve import WorkerKeeper
+
+    said = []
+    pid_file = tmp_path / "worker.pid"
+    command = [sys.executable, "-c", STAND_IN, str(pid_file), "0"]
+    keeper = WorkerKeeper(children, command, say=said.append, limit=3, window=60)
+    first = keeper.process
+    assert wait_for(pid_file.exists, 30)
+    time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    pid_file.unlink()
+    keeper.check()
+    assert keeper.process is first and not said  # alive: nothing to do
+    os.kill(first.pid, signal.SIGKILL)
+    assert wait_for(lambda: first.poll() is not None, 10)
+    keeper.check()
+    assert keeper.process is not first and keeper.process.poll() is None
+    assert first not in children.processes and keeper.process in children.processes
+    assert wait_for(lambda: group_gone(first.pid), 10), "the dead worker's beat was left running"
+    assert not os.path.exists(f"/proc/{grandchild}") or open(f"/proc/{grandchild}/stat").read().split()[2] in "ZX"
+    assert said and "exited (code -9)" in said[0] and "starting a new one" in said[0]
+    assert wait_for(pid_file.exists, 30), "the new worker did not start"
+
+
+def test_a_worker_that_keeps_dying_stops_serve_with_a_sentence(children):
+    from django.core.management.base import CommandError
+
+    from kernellab.management.commands.serve import WorkerKeeper
+
+    said = []
+    keeper = WorkerKeeper(children, [sys.executable, "-c", "raise SystemExit(3)"], say=said.append, limit=3, window=60)
+    with pytest.raises(CommandError, match=r"exited 3 times in 60 seconds \(last exit code 3\)"):
+        for _ in range(3):
+            assert wait_for(lambda: keeper.process.poll() is not None, 30)
+            keeper.check()
+    assert len(said) == 2
+
+
+def test_no_restart_while_serve_stops(children):
+    from kernellab.management.commands.serve import WorkerKeeper
+
+    keeper = WorkerKeeper(children, [sys.executable, "-c", "raise SystemExit(0)"], say=lambda text: None)
+    first = keeper.process
+    assert wait_for(lambda: first.poll() is not None, 30)
+    children.request_stop()
+    keeper.check()
+    assert keeper.process is first

@@ -409,6 +409,7 @@ def test_the_form_compiles_the_next_step_while_the_gpu_measures_unless_unticked(
     assert run.prefetch_while_measuring
     assert "next step compiled while the GPU measures" in client.get(reverse("run-explorer", args=[run.pk])).content.decode()
     del data["prefetch_while_measuring"]                       # an unticked box posts nothing
+    data["submission"] = _defaults(client.get(reverse("run-new", args=[recorded.pk])).context["form"])["submission"]
     assert client.post(reverse("run-new", args=[recorded.pk]), data).status_code == 302
     assert not SearchRun.objects.latest("pk").prefetch_while_measuring
 
@@ -435,3 +436,70 @@ def test_an_empty_dashboard_says_so(client, members, run):
     response = client.get(reverse("run-dashboard", args=[run.pk]))
     assert response.status_code == 200
     assert response.context["dashboard"]["pairs"] == []
+
+
+def test_the_form_sent_twice_makes_one_run_started_once(client, members, recorded, django_capture_on_commit_callbacks, no_broker, monkeypatch):
+    """A double click, or a browser retrying the post: the page's one-time token makes the second sending land on the
+    run the first one made, with a sentence, and the search is queued once."""
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    client.force_login(members["engineer"])
+    first_page = client.get(reverse("run-new", args=[recorded.pk]))
+    data = _defaults(first_page.context["form"])
+    assert len(data["submission"]) == 32 and b'name="submission"' in first_page.content
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(reverse("run-new", args=[recorded.pk]), data)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = client.post(reverse("run-new", args=[recorded.pk]), data, follow=True)
+    run = SearchRun.objects.get()
+    assert first["Location"] == reverse("run-explorer", args=[run.pk])
+    assert second.redirect_chain[0][0] == reverse("run-explorer", args=[run.pk])
+    assert "already been sent" in second.content.decode()
+    assert run.status == "running" and len(no_broker) == 1
+    # a new page is a new token: a second run is made
+    data = _defaults(client.get(reverse("run-new", args=[recorded.pk])).context["form"])
+    client.post(reverse("run-new", args=[recorded.pk]), data)
+    assert SearchRun.objects.count() == 2
+    # a page from before the token posts none: each sending makes a run, as before
+    data.pop("submission")
+    client.post(reverse("run-new", args=[recorded.pk]), data)
+    client.post(reverse("run-new", args=[recorded.pk]), data)
+    assert SearchRun.objects.count() == 4
+
+
+def test_two_sendings_at_once_make_one_run(members, recorded, monkeypatch):
+    """The second sending's look-up ran before the first one's row was written: the unique token turns its insert
+    into the first run, read back, not a second run or a 500."""
+    from kernellab.services import runs
+
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    first = runs.run_create(problem=recorded, user=members["engineer"], generator="recipes", surrogate="roofline",
+                            backend="replay", submission="ab12", start=False)
+    real = runs.run_for_submission
+    looked = []
+
+    def raced(**kwargs):
+        looked.append(kwargs)
+        return None if len(looked) == 1 else real(**kwargs)
+
+    monkeypatch.setattr(runs, "run_for_submission", raced)
+    again = runs.run_create(problem=recorded, user=members["engineer"], generator="recipes", surrogate="roofline",
+                            backend="replay", submission="ab12", start=False)
+    assert again.pk == first.pk and len(looked) == 2 and SearchRun.objects.count() == 1
+
+
+def test_someone_elses_or_a_made_up_token_is_refused(client, members, recorded, monkeypatch):
+    from kernellab.services import ServiceError
+    from kernellab.services.runs import run_create
+
+    monkeypatch.setenv("KERNELLAB_GPU", "0")
+    run_create(problem=recorded, user=members["engineer"], generator="recipes", surrogate="roofline",
+               backend="replay", submission="cafe01", start=False)
+    with pytest.raises(ServiceError, match="already sent by someone else"):
+        run_create(problem=recorded, user=members["admin"], generator="recipes", surrogate="roofline",
+                   backend="replay", submission="cafe01", start=False)
+    client.force_login(members["engineer"])
+    data = _defaults(client.get(reverse("run-new", args=[recorded.pk])).context["form"])
+    data["submission"] = "../etc; drop"
+    response = client.post(reverse("run-new", args=[recorded.pk]), data)
+    assert response.status_code == 400 and "reload the page" in response.content.decode()
+    assert SearchRun.objects.count() == 1

@@ -292,3 +292,42 @@ async def test_pushes_reuse_a_recent_answer_and_a_subscribe_asks_again(layer, ru
     assert await communicator.receive_nothing(timeout=0.2)
     assert len(checks) == 2
     await communicator.disconnect()
+
+
+@pytest.mark.parametrize("ending", ["removed", "deactivated", "logged-out"])
+async def test_access_ended_closes_the_socket_at_once_not_when_its_answer_grows_old(layer, run, members, monkeypatch, ending):
+    """The user's sockets are told through the channel layer (Redis, or this process's own layer without it): however
+    long a 'yes' is remembered, the socket closes with 4403 before the run's next change, not within seconds of it."""
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_S", 3600, raising=False)
+    last = await record(run, 2)
+    communicator = await communicator_for(run, members["engineer"])
+    assert (await communicator.connect())[0]
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    assert await receive_seqs(communicator, last) == list(range(1, last + 1))
+
+    @database_sync_to_async
+    def end_access():
+        if ending == "removed":
+            membership_remove(membership=Membership.objects.get(user=members["engineer"]), user=members["admin"])
+        elif ending == "deactivated":
+            members["engineer"].is_active = False
+            members["engineer"].save()
+        else:
+            communicator.client.logout()
+
+    await end_access()
+    await assert_closed_for_lost_access(communicator)  # no change was recorded: only the access message woke it
+    await record(run, 2)
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+
+async def test_someone_elses_access_change_leaves_a_socket_open(layer, run, members, monkeypatch):
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_S", 3600, raising=False)
+    communicator = await communicator_for(run, members["viewer"])
+    assert (await communicator.connect())[0]
+    await communicator.send_json_to({"type": "subscribe", "after": 0})
+    await remove(members, "engineer")
+    last = await record(run, 2)
+    assert await receive_seqs(communicator, last) == list(range(1, last + 1))
+    await communicator.disconnect()

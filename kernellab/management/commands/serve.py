@@ -107,6 +107,22 @@ class ChildProcesses:
         for process in self.processes:
             _killpg(process.pid, signum)
 
+    def end_group(self, process: subprocess.Popen) -> None:
+        """End what is left of one child's group (its leader has exited: a dead worker's pool processes and embedded
+        beat would otherwise run on beside its replacement), then forget the child."""
+        if group_alive(process.pid):
+            _killpg(process.pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.grace
+            while group_alive(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _killpg(process.pid, signal.SIGKILL)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if process in self.processes:
+            self.processes.remove(process)
+
     def request_stop(self) -> None:
         """From a signal handler: the first request asks the leaders to stop, the next kills the groups."""
         if self._stopping:
@@ -199,6 +215,38 @@ def _exit_with_parent() -> None:
         _PRCTL(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
+class WorkerKeeper:
+    """Restarts the local worker when it dies while serve runs (a crash on a broker reconnect, the out-of-memory
+    killer), after ending what is left of its process group, so runs keep advancing. A worker that dies `limit`
+    times within `window` seconds is not restarted again: serve says so and stops, since a server whose runs can
+    never advance should not look healthy."""
+
+    def __init__(self, children: ChildProcesses, command: list[str], *, say, limit: int = 5, window: float = 300.0):
+        self.children = children
+        self.command = command
+        self.say = say
+        self.limit = limit
+        self.window = window
+        self.deaths: list[float] = []
+        self.process = children.start(command)
+
+    def check(self) -> None:
+        """Called every half second while serve runs; raises CommandError when it gives up."""
+        code = self.process.poll()
+        if code is None or self.children.stopping:
+            return
+        now = time.monotonic()
+        self.deaths = [t for t in self.deaths if now - t < self.window] + [now]
+        self.children.end_group(self.process)
+        span = f"{self.window / 60:g} minutes" if self.window >= 120 else f"{self.window:g} seconds"
+        if len(self.deaths) >= self.limit:
+            raise CommandError(f"The local worker exited {len(self.deaths)} times in {span} (last exit code {code}); "
+                               f"its log is above. Stopping, since no run could advance.")
+        self.say(f"The local worker exited (code {code}); starting a new one "
+                 f"(restart {len(self.deaths)} of at most {self.limit - 1} in {span}).")
+        self.process = self.children.start(self.command)
+
+
 class Command(BaseCommand):
     help = "Serve KernelLab at http://HOST:PORT with a local worker (search, replay and the local GPU's queue)."
 
@@ -231,26 +279,30 @@ class Command(BaseCommand):
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, stop)  # SIGHUP: the terminal closed, which the children in their sessions miss
+        keeper = None
         try:
             if not no_worker:
                 queues = ["search", "replay"]
                 gpu_queue = local_gpu_queue()
                 if gpu_queue:
                     queues.append(gpu_queue)
-                children.start(worker_command(queues))
+                keeper = WorkerKeeper(children, worker_command(queues), say=lambda text: self.stderr.write(self.style.WARNING(text)))
                 self.stdout.write(f"Local worker consuming {', '.join(queues)}.")
             count = web_processes or settings.KERNELLAB_WEB_PROCESSES  # (checked at start: kernellab.config)
             self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"
                                                  + (f" ({count} web processes)" if count > 1 else "")))
             webs, listeners = web_commands(host, port, count)  # the sockets stay open while they serve
-            for command, fds in webs:
-                web = children.start(command, pass_fds=fds, env=web_environment(dict(os.environ)))
-            while not children.stopping:  # until a signal (the web may not stop by itself) or the web ends
-                try:
-                    web.wait(timeout=0.5)
+            started = [children.start(command, pass_fds=fds, env=web_environment(dict(os.environ)))
+                       for command, fds in webs]
+            while not children.stopping:  # until a signal (the web may not stop by itself) or a web process ends
+                ended = next((web for web in started if web.poll() is not None), None)
+                if ended is not None:
+                    if ended.returncode:
+                        self.stderr.write(f"A web process exited (code {ended.returncode}); stopping.")
                     break
-                except subprocess.TimeoutExpired:
-                    pass
+                if keeper is not None:
+                    keeper.check()
+                time.sleep(0.5)
         finally:
             children.stop()
             atexit.unregister(children.stop)
