@@ -12,3 +12,10 @@ def measurement_source(request) -> dict:
     from kernellab.selectors.workers import gpu_queues_with_live_worker
 
     return {"replay_only": not gpu_queues_with_live_worker()}
+
+
+def request_limits(request) -> dict:
+    """What the server reads from one form post (static/js/forms.js keeps a larger form from being sent)."""
+    from django.conf import settings
+
+    return {"post_limit_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}

@@ -83,6 +83,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "kernellab.context_processors.navigation",
                 "kernellab.context_processors.measurement_source",
+                "kernellab.context_processors.request_limits",
             ]
         },
     }

@@ -4,7 +4,9 @@ Django refuses such a post (RequestDataTooBig) when something first reads reques
 CSRF check, before any view runs, and the answer is its bare 400 page (with DEBUG on, a traceback). A person who
 pasted a whole file into an upload form's text box then sees an error page that names no limit. This middleware,
 placed before the CSRF middleware, reads the post first and answers a refused one with the limits and what to do
-instead. It keeps nothing of the post: the browser's Back button returns to the form with what was typed."""
+instead. It keeps nothing of the post: the browser's Back button returns to the form with what was typed. Pages keep
+such a form from being sent at all (static/js/forms.js, reading the limit from <body data-post-limit>), so this page is
+for a client without JavaScript or a form the script cannot measure."""
 
 from __future__ import annotations
 
