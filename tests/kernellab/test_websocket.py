@@ -12,6 +12,7 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from kernellab import consumers
+from kernellab.channel_layer import redis_channel_layer
 from kernellab.models import Membership
 from kernellab.routing import websocket_urlpatterns
 from kernellab.services.changes import change_record
@@ -44,7 +45,7 @@ def layer(request, settings):
         if not redis_available():
             pytest.skip(f"Redis is not reachable at {REDIS_URL}")
         settings.KERNELLAB_REDIS_URL = REDIS_URL
-        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+        settings.CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}  # the settings' own
     else:
         settings.KERNELLAB_REDIS_URL = None
         settings.KERNELLAB_POLL_INTERVAL_S = 0.05
@@ -331,3 +332,24 @@ async def test_someone_elses_access_change_leaves_a_socket_open(layer, run, memb
     last = await record(run, 2)
     assert await receive_seqs(communicator, last) == list(range(1, last + 1))
     await communicator.disconnect()
+
+
+async def test_an_idle_socket_outlives_the_redis_clients_read_timeout(settings):
+    """A socket of an idle run waits on the layer longer than redis-py's 5 s default read timeout: the wait ends by
+    itself (the test's limit), not with redis.exceptions.TimeoutError, which dropped every idle socket every 5 s."""
+    from channels.layers import channel_layers, get_channel_layer
+
+    if not redis_available():
+        pytest.skip(f"Redis is not reachable at {REDIS_URL}")
+    settings.CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
+    channel_layers.backends.clear()
+    try:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(layer.receive(channel), timeout=7)
+        await layer.send(channel, {"type": "still.here"})
+        assert (await asyncio.wait_for(layer.receive(channel), timeout=5))["type"] == "still.here"
+    finally:
+        await get_channel_layer().flush()
+        channel_layers.backends.clear()
