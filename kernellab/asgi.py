@@ -1,4 +1,5 @@
 import ctypes
+import logging
 import os
 import threading
 import time
@@ -9,12 +10,30 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kernellab.settings")
 django_asgi_app = get_asgi_application()
 
 from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.core.exceptions import SuspiciousOperation  # noqa: E402
+from django.http import Http404  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+
+class StaticFilesHandler(ASGIStaticFilesHandler):
+    """Django's static files handler, except that a path out of the static folders (`/static/../../data/secret_key`)
+    is a 404 and one warning line: Django's only maps Http404, so its SuspiciousFileOperation escaped as a bare
+    500 without the security headers, and a traceback in the log that anyone could repeat at will."""
+
+    def serve(self, request):
+        try:
+            return super().serve(request)
+        except SuspiciousOperation:
+            # The path as repr: one line, whatever it holds; not the exception, which repeats it unescaped.
+            log.warning("Refused a static file path outside the static folders: %r.", request.path)
+            raise Http404("No such static file.") from None
+
 
 if settings.KERNELLAB_SERVE_STATIC:
     # One process serves the vendored JS/CSS too, so the embedded setup needs no other server.
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
-    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+    django_asgi_app = StaticFilesHandler(django_asgi_app)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -63,9 +65,17 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
 
 
 def data_dir() -> Path:
+    """The data folder, readable only by its owner: it holds the SQLite database (sessions, password hashes),
+    the secret key and every team's datasets and reports. A new one is made 0700; an existing one this user
+    owns that others can read or enter is tightened to 0700, with a line saying so."""
     path = Path(os.environ.get("KERNELLAB_DATA_DIR", BASE_DIR / "data"))
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = path.stat()
+        if status.st_mode & 0o077 and status.st_uid == os.geteuid():
+            path.chmod(0o700)
+            sys.stderr.write(f"KernelLab made its data folder {str(path)!r} readable only by its owner "
+                             f"(mode {stat.S_IMODE(status.st_mode):o} to 700).\n")
     except OSError as exc:
         raise StartupError(f"KERNELLAB_DATA_DIR {str(path)!r} cannot be created ({exc.strerror}).") from None
     return path
@@ -169,11 +179,21 @@ def allowed_hosts() -> list[str]:
     return hosts
 
 
+# What `manage.py check --deploy` asks of a production key (security.W009).
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_DISTINCT = 5
+SECRET_KEY_RECIPE = "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+
+
 def secret_key(debug: bool, data: Path) -> str:
     raw = os.environ.get("SECRET_KEY")
     if raw:
-        if len(raw) < 32 and not debug:
-            raise StartupError("SECRET_KEY must be at least 32 characters long when DEBUG is off.")
+        if not debug and (len(raw) < SECRET_KEY_MIN_LENGTH or len(set(raw)) < SECRET_KEY_MIN_DISTINCT
+                          or raw.startswith("django-insecure-")):
+            raise StartupError(
+                f"SECRET_KEY must be at least {SECRET_KEY_MIN_LENGTH} characters long, with at least "
+                f"{SECRET_KEY_MIN_DISTINCT} different ones and not starting with 'django-insecure-', when DEBUG is "
+                f"off; make one with {SECRET_KEY_RECIPE}.")
         return raw
     # Without a configured key, keep one per data folder so sessions survive restarts.
     key_file = data / "secret_key"

@@ -316,6 +316,20 @@ class HumanChildForm(forms.Form):
         return launch
 
 
+def _client_address(request) -> str:
+    """The address a log-in comes from, for the throttle. Directly, REMOTE_ADDR: a client can write
+    X-Forwarded-For, so it cannot key a limit. Behind the TLS proxy (KERNELLAB_BEHIND_TLS_PROXY), REMOTE_ADDR is
+    the proxy's for everyone, so the right-most X-Forwarded-For entry, the one the proxy appended: what a client
+    wrote stands to its left. Without that header, REMOTE_ADDR again."""
+    if request is None:
+        return ""
+    address = request.META.get("REMOTE_ADDR", "")
+    if settings.KERNELLAB_BEHIND_TLS_PROXY:
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")[-1].strip()
+        address = forwarded or address
+    return address
+
+
 class _ThrottledLogin:
     """Refuses a log-in, with a sentence, once a user name from one address has failed too often."""
 
@@ -327,9 +341,8 @@ class _ThrottledLogin:
         from kernellab.services.login_throttle import (LoginThrottled, login_failure_record, login_failures_clear,
                                                        login_throttle_check)
 
-        # REMOTE_ADDR, not X-Forwarded-For: a client can write that header, so it cannot key a limit.
-        attempt = {"username": str(self.data.get("username", "")),
-                   "address": self.request.META.get("REMOTE_ADDR", "") if self.request else ""}
+        # The service counts the name as log-in reads it (NFKC, casefolded): look-alike spellings share a counter.
+        attempt = {"username": str(self.data.get("username", "")), "address": _client_address(self.request)}
         try:
             login_throttle_check(**attempt)
         except LoginThrottled as exc:

@@ -93,7 +93,10 @@ ASGI_APPLICATION = "kernellab.asgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
@@ -107,8 +110,10 @@ try:
     SECURE_HSTS_PRELOAD = config.env_bool("KERNELLAB_HSTS_PRELOAD", False)
     SECURE_SSL_REDIRECT = config.env_bool("KERNELLAB_SSL_REDIRECT", False)
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = config.env_bool("KERNELLAB_SECURE_COOKIES", False)
-    if config.env_bool("KERNELLAB_BEHIND_TLS_PROXY", False):
-        # Only safe when the proxy sets this header itself and strips it from what clients send.
+    KERNELLAB_BEHIND_TLS_PROXY = config.env_bool("KERNELLAB_BEHIND_TLS_PROXY", False)
+    if KERNELLAB_BEHIND_TLS_PROXY:
+        # Only safe when the proxy sets this header itself and strips it from what clients send. The login
+        # throttle then counts per the right-most X-Forwarded-For entry, which the proxy must append.
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     KERNELLAB_LOGIN_MAX_FAILURES = config.env_int("KERNELLAB_LOGIN_MAX_FAILURES", 5, minimum=1)
     KERNELLAB_LOGIN_LOCKOUT_S = config.env_int("KERNELLAB_LOGIN_LOCKOUT_S", 900, minimum=1)

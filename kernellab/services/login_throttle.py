@@ -1,5 +1,9 @@
 """Login throttling: after too many failed log-ins for one user name from one address, refuse for a while.
 
+A user name is counted as log-in reads it: stripped and NFKC-normalised (Django's UsernameField and the user
+model's normalize_username), then casefolded, so that every spelling that logs in as one account (fullwidth
+letters, `ª`, superscripts), and every one that differs from it only in capitals, uses that account's one counter.
+
 Counts live in Django's cache: the default per-process memory cache, or a shared one where CACHES
 names it, so that a web tier of several processes counts together.
 
@@ -12,6 +16,7 @@ import hashlib
 import logging
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
 from kernellab.services.errors import ServiceError
@@ -55,8 +60,13 @@ def _cache_ok() -> None:
         log.info("The cache answers again; log-ins are throttled again.")
 
 
+def _counted_name(username: str) -> str:
+    """The name as log-in compares it (stripped, then NFKC like UsernameField), casefolded: one counter per account."""
+    return get_user_model().normalize_username(username.strip()).strip().casefold()
+
+
 def _key(*, username: str, address: str) -> str:
-    digest = hashlib.sha256(f"{username.strip().lower()}\0{address}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{_counted_name(username)}\0{address}".encode()).hexdigest()
     return f"kernellab:login-failures:{digest}"
 
 

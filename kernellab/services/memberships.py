@@ -9,6 +9,7 @@ an admin can create or withdraw a link, so none outlives its creator's admin rol
 link checks again that its creator is still an active admin of the workspace."""
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +17,7 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from kernellab.models import Invitation, Membership, Role, Workspace, invitation_token_hash
@@ -203,6 +204,15 @@ def invitation_accept(*, token: str, user) -> Membership:
     return Membership.objects.create(workspace=workspace, user=user, role=invitation.role)
 
 
+def _one_sentence(messages: list[str]) -> str:
+    """Django's password messages ("This password is too short. It must contain at least 8 characters.", "This
+    password is too common.") as one sentence: their sentences joined with semicolons."""
+    parts = [part.rstrip(".") for message in messages for part in re.split(r"(?<=\.)\s+", message.strip()) if part]
+    if not parts:
+        return "Choose another password."
+    return "; ".join([parts[0], *(part[:1].lower() + part[1:] for part in parts[1:])]) + "."
+
+
 @transaction.atomic
 def invitation_accept_new_user(*, token: str, username: str, password: str):
     """Someone without an account chooses a user name and password and joins with the invitation; returns the new user."""
@@ -213,7 +223,9 @@ def invitation_accept_new_user(*, token: str, username: str, password: str):
     if refusal is not None:
         raise ServiceError(refusal)
     User = get_user_model()
-    username = (username or "").strip()
+    # As the account will store it and log-in will read it (NFKC: "ａｌｉｃｅ" is "alice"), before any check, so
+    # that a look-alike of a taken name is refused as taken rather than failing on the unique constraint.
+    username = User.normalize_username((username or "").strip()).strip()
     if not username:
         raise ServiceError("Choose a user name.")
     try:
@@ -222,14 +234,19 @@ def invitation_accept_new_user(*, token: str, username: str, password: str):
         raise ServiceError("A user name can only contain letters, digits and @ . + - _ characters.") from None
     if len(username) > 150:
         raise ServiceError("A user name can be at most 150 characters long.")
+    taken = f"The user name {username!r} is taken; choose another, or log in if it is yours."
     if User.objects.filter(username__iexact=username).exists():
-        raise ServiceError(f"The user name {username!r} is taken; choose another, or log in if it is yours.")
+        raise ServiceError(taken)
     candidate = User(username=username)
     try:
         validate_password(password, user=candidate)
     except ValidationError as exc:
-        raise ServiceError(" ".join(exc.messages)) from None
-    person = User.objects.create_user(username=username, password=password)
+        raise ServiceError(_one_sentence(exc.messages)) from None
+    try:
+        with transaction.atomic():
+            person = User.objects.create_user(username=username, password=password)
+    except IntegrityError:  # someone took the name between the check and now
+        raise ServiceError(taken) from None
     invitation_accept(token=token, user=person)
     return person
 
