@@ -128,7 +128,8 @@ def membership_add(*, workspace: Workspace, user, username: str, role: str) -> M
     workspace = _lock_workspace(workspace)
     access_require(user=user, workspace=workspace, action="admin")
     role = _role(role)
-    username = (username or "").strip()
+    # NFKC, as log-in and sign-up read a name: a fullwidth or compatibility spelling finds the account it logs in as.
+    username = get_user_model().normalize_username((username or "").strip())
     if not username:
         raise ServiceError("Enter the user name of the person to add.")
     person = _account_named(username)

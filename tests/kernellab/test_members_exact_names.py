@@ -56,3 +56,9 @@ def test_the_members_page_adds_the_exact_account_over_http(client, workspace, me
                                      {"username": "CAROL", "role": "viewer"}, HTTP_HX_REQUEST="true").content.decode())
     assert "More than one account has the user name 'CAROL'" in body
     assert not Membership.objects.filter(user=carols["Carol"]).exists()
+
+
+def test_a_fullwidth_spelling_finds_the_account_it_logs_in_as(workspace, members, django_user_model):
+    dana = django_user_model.objects.create_user(username="dana", password="pw-dana-123456")
+    added = membership_add(workspace=workspace, user=members["admin"], username="ｄａｎａ", role="viewer")
+    assert added.user == dana
