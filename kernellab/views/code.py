@@ -15,21 +15,31 @@ from pygments.lexers import CudaLexer, DiffLexer, PythonLexer, TOMLLexer
 _FORMATTER_OPTIONS = {"nowrap": False, "cssclass": "hl", "linenos": "table", "lineanchors": ""}
 
 
+# Pygments links each line number to its line (anchorlinenos): a link a click or a URL still reaches, but taken out of
+# the tab order, or a keyboard would stop at every line of a kernel on its way to what follows the code. The source's
+# own text is escaped by then, so the only `<a href="#` in the output are those links.
+_LINE_NUMBER_LINK = re.compile(r'<a href="#')
+
+
+def _line_numbers_out_of_tab_order(html_text: str) -> str:
+    return _LINE_NUMBER_LINK.sub('<a tabindex="-1" href="#', html_text)
+
+
 def highlight_cuda(source: str, *, mark_lines: set[int] | None = None, anchor: str = "L") -> SafeString:
     formatter = HtmlFormatter(cssclass="hl", linenos="table", hl_lines=sorted(mark_lines or ()), lineanchors=anchor, anchorlinenos=True)
-    return mark_safe(highlight(source or "", CudaLexer(stripnl=False), formatter))
+    return mark_safe(_line_numbers_out_of_tab_order(highlight(source or "", CudaLexer(stripnl=False), formatter)))
 
 
 def highlight_python(source: str, *, mark_lines: set[int] | None = None, anchor: str = "L") -> SafeString:
     formatter = HtmlFormatter(cssclass="hl", linenos="table", hl_lines=sorted(mark_lines or ()), lineanchors=anchor,
                               anchorlinenos=True)
-    return mark_safe(highlight(source or "", PythonLexer(stripnl=False), formatter))
+    return mark_safe(_line_numbers_out_of_tab_order(highlight(source or "", PythonLexer(stripnl=False), formatter)))
 
 
 def highlight_toml(text: str, *, mark_lines: set[int] | None = None, anchor: str = "") -> SafeString:
     formatter = HtmlFormatter(cssclass="hl", linenos="table", hl_lines=sorted(mark_lines or ()), lineanchors=anchor,
                               anchorlinenos=bool(anchor))
-    return mark_safe(highlight(text or "", TOMLLexer(stripnl=False), formatter))
+    return mark_safe(_line_numbers_out_of_tab_order(highlight(text or "", TOMLLexer(stripnl=False), formatter)))
 
 
 def diff_unified(before: str, after: str, *, before_name: str = "parent", after_name: str = "this node") -> tuple[SafeString, int, int]:

@@ -32,6 +32,11 @@ from kernellab.views.common import db_id, run_for
 
 log = logging.getLogger(__name__)
 
+# A post that says approve and carries a reason to reject (what Enter in the reason box sent before the reason and
+# Reject had a form of their own) is not taken as an approval: a GPU verification once approved cannot be taken back.
+AMBIGUOUS_DECISION = ("A reason to reject came with Approve, so nothing was decided: press Reject to reject, "
+                      "or empty the reason to approve.")
+
 # The parts of an open panel that a change pushed over the websocket re-fetches (explorer.js refreshPanel).
 PANEL_PARTS = {"live": "kernellab/explorer/panel_live.html", "comments": "kernellab/explorer/panel_comments.html",
                "discovery": "kernellab/explorer/panel_discovery.html"}
@@ -84,8 +89,11 @@ def _node_for(request, run_id: int, key: str):
 
 # Highlighting is most of a panel's cost and a kernel's source never changes: rendered once, kept in
 # Django's cache (shared by the web processes where Redis is configured, not in each one's memory).
+# HTML_VERSION changes with the markup highlight_cuda writes, so that no page gets what an older release kept
+# (2: line numbers out of the tab order).
+HTML_VERSION = 2
 def _cached_html(kind: str, render, *parts: str):
-    key = f"html:{kind}:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    key = f"html:{HTML_VERSION}:{kind}:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
     try:
         kept = cache.get(key)
     except Exception as exc:  # an unreachable cache costs the highlighting, not the page
@@ -251,6 +259,8 @@ def node_verification_decide(request, run_id: int, key: str):
     try:
         if verification is None:
             raise ServiceError("That verification is not one of this node's.")
+        if decision == "approve" and request.POST.get("reason", "").strip():
+            raise ServiceError(AMBIGUOUS_DECISION)
         if decision == "approve":
             verification_approve(verification=verification, user=request.user)
             notice = "GPU verification approved and queued."
@@ -276,9 +286,9 @@ def node_child_create(request, run_id: int, key: str):
     from kernellab.services import search
 
     add_child = getattr(search, "node_add_human_child", None)
-    if add_child is None:
+    if add_child is None:  # a 200, like every refusal of the panel: htmx swaps no 4xx or 5xx answer into it
         return _render_panel(
-            request, run, node, status=501, forms={"child": form},
+            request, run, node, forms={"child": form},
             error="Adding a hand-written candidate is not available yet: the search service has no node_add_human_child.",
         )
     launch = form.cleaned_data["launch"]

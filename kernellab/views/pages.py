@@ -74,6 +74,11 @@ def verification_decide(request, slug: str):
     decision = request.POST.get("decision")
     if not ids:
         messages.error(request, "Select at least one verification first.")
+    elif decision == "approve" and request.POST.get("reason", "").strip():
+        # Approve with a reason for a rejection typed is ambiguous (and was what Enter in the reason box sent before Reject
+        # became the form's first button): nothing is decided, since an approval cannot be taken back.
+        messages.error(request, "A reason for a rejection came with Approve selected, so nothing was decided: "
+                                "press Reject selected to reject, or empty the reason to approve.")
     elif decision == "approve":
         done, errors = verification_approve_many(verifications=rows, user=request.user)
         _report(request, done, "approved", errors)

@@ -274,7 +274,7 @@ def test_a_viewer_cannot_approve(server, feed, browser_as):
         }""",
         verification,
     )
-    assert "You need the approver role or above to approve in Team; you are a viewer." in response
+    assert "You need the approver role or above to approve or reject GPU verifications in Team; you are a viewer." in response
     assert feed("node_state", run=run, key="v1")["state"] == "awaiting-approval"
     page.goto(f"{server.url}/w/team/verifications/")
     expect(page.locator("text=Only approvers can approve")).to_be_visible()

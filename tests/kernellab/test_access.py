@@ -52,7 +52,7 @@ def test_a_viewer_sees_the_queue_but_cannot_approve_through_it(client, pending, 
     page = client.get("/w/team/verifications/")
     assert b"Only approvers can approve" in page.content
     response = client.post("/w/team/verifications/decide", {"verification": [pending.pk], "decision": "approve"}, follow=True)
-    assert b"You need the approver role or above to approve in Team; you are a viewer." in response.content
+    assert b"You need the approver role or above to approve or reject GPU verifications in Team; you are a viewer." in response.content
     pending.refresh_from_db()
     assert pending.state == "pending-approval"
 
@@ -72,5 +72,5 @@ def test_login_is_required(client):
 
 @pytest.mark.parametrize("role, article", [("viewer", "a"), ("engineer", "an")])
 def test_a_refusal_names_the_role_with_the_right_article(pending, members, role, article):
-    with pytest.raises(PermissionDenied, match=f"to approve in Team; you are {article} {role}\\.$"):
+    with pytest.raises(PermissionDenied, match=f"to approve or reject GPU verifications in Team; you are {article} {role}\\.$"):
         verification_approve(verification=pending, user=members[role])

@@ -148,7 +148,7 @@ def test_a_problem_with_its_own_family_is_left_to_its_author(client, workspace, 
 
 
 @pytest.mark.parametrize("who, sentence", [
-    ("viewer", "You need the engineer role or above to upload in Team; you are a viewer."),
+    ("viewer", "You need the engineer role or above to upload or change problems and datasets in Team; you are a viewer."),
     ("admin", "SAXPY has its own [family]; edit it in its problem.toml instead."),
 ])
 def test_a_post_to_the_knobs_of_a_problem_with_its_own_family_shows_why_it_is_refused(client, workspace, members,

@@ -106,7 +106,7 @@ def test_a_comment_is_added_and_an_empty_one_is_refused_with_a_sentence(client, 
 def test_a_viewer_cannot_comment(client, members, node):
     client.force_login(members["viewer"])
     body = post(client, "node-comment", node, {"body": "hello"}).content.decode()
-    assert "engineer role or above to comment" in body
+    assert "You need the engineer role or above to comment on nodes in Team; you are a viewer." in body
     assert not Comment.objects.exists()
 
 

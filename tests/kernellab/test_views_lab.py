@@ -91,5 +91,5 @@ def test_an_outsider_sees_no_dataset_and_no_report(client, members, data_dir):
 def test_an_engineer_elsewhere_who_only_views_a_team_cannot_import_into_it(client, members, other_engineer, data_dir):
     Membership.objects.create(workspace=Workspace.objects.get(slug="other"), user=members["viewer"], role=Role.ENGINEER)
     response = _upload(client, members["viewer"], synthetic_rows({"a": [1.5]}), workspace="team")
-    assert "You need the engineer role or above to upload in Team; you are a viewer." in response.content.decode()
+    assert "You need the engineer role or above to upload or change problems and datasets in Team; you are a viewer." in response.content.decode()
     assert not (data_dir / "datasets" / "team").exists()
