@@ -283,19 +283,13 @@ def node_child_create(request, run_id: int, key: str):
     form = HumanChildForm(request.POST)
     if not form.is_valid():
         return _render_panel(request, run, node, error=_form_sentence(form), forms={"child": form})
-    from kernellab.services import search
+    from kernellab.services.search import node_add_human_child
 
-    add_child = getattr(search, "node_add_human_child", None)
-    if add_child is None:  # a 200, like every refusal of the panel: htmx swaps no 4xx or 5xx answer into it
-        return _render_panel(
-            request, run, node, forms={"child": form},
-            error="Adding a hand-written candidate is not available yet: the search service has no node_add_human_child.",
-        )
     launch = form.cleaned_data["launch"]
     if launch is None:
         launch = node.kernel.launch if node.kernel else []
     try:
-        child = add_child(node=node, user=request.user, source=form.cleaned_data["source"], launch=launch)
+        child = node_add_human_child(node=node, user=request.user, source=form.cleaned_data["source"], launch=launch)
     except ServiceError as exc:
         return _render_panel(request, run, node, error=str(exc), forms={"child": form})
     child_key = getattr(child, "key", None)

@@ -106,21 +106,6 @@ def test_the_queue_refuses_an_approval_that_carries_a_reason_for_a_rejection(cli
     assert pending.state == "rejected" and pending.reason == "wrong shape"
 
 
-# ---- 3. the panel's refusals are answers htmx shows -----------------------------------------------------------------
-
-def test_adding_a_child_without_the_service_says_so_in_a_panel_htmx_shows(client, members, node, monkeypatch):
-    from kernellab.services import search
-
-    monkeypatch.delattr(search, "node_add_human_child", raising=False)
-    client.force_login(members["engineer"])
-    response = post(client, "node-child", node, {"source": node.kernel.source, "launch": ""})
-    # htmx swaps no 4xx or 5xx answer: the sentence comes in a 200, as every other refusal of the panel does
-    assert response.status_code == 200
-    body = response.content.decode()
-    assert 'role="alert">Adding a hand-written candidate is not available yet' in body
-    assert node.kernel.source.splitlines()[0] in body  # what was written is kept in the form
-
-
 # ---- 4. keyboard and labels -----------------------------------------------------------------------------------------
 
 def test_line_numbers_of_the_panel_code_are_links_out_of_the_tab_order(client, members, node):

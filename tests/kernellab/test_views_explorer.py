@@ -195,22 +195,6 @@ def test_a_bad_launch_plan_is_refused_before_the_service(client, members, node):
     assert Node.objects.filter(run=node.run).count() == 2
 
 
-def _search_stack_present() -> bool:
-    import importlib.util
-
-    if importlib.util.find_spec("search_engine.surrogates.roofline") is None:
-        return False
-    from search_engine.driver import SearchDriver
-
-    return hasattr(SearchDriver, "add_candidate")
-
-
-@pytest.mark.xfail(
-    not _search_stack_present(),
-    reason="node_add_human_child calls SearchDriver.add_candidate (and the roofline surrogate), which search_engine does not have yet",
-    raises=(ModuleNotFoundError, AttributeError),
-    strict=True,
-)
 def test_an_engineer_adds_a_hand_written_child(client, members, problem):
     from kernellab.services.runs import run_create
 
