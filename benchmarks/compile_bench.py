@@ -9,8 +9,8 @@ path, with an empty cache:
 - serial: one compile after another (`compile_cubin(..., use_cache=False)`), per engine;
 - parallel: `Runner("static").check_many` per problem, one compile per core (NVRTC servers, or nvcc
   processes), as the search's compile checks run;
-- SASS: a few serial compiles with `sass=True`, to show what cuobjdump adds (the search's checks
-  ask for no SASS).
+- SASS (--sass-n K, 0 to skip): K serial compiles with `sass=True`, to show what cuobjdump adds (the
+  search's checks ask for no SASS).
 - parity (--parity K, 0 to skip): the bundled references, K evenly spaced valid variants of each
   family and the own kernels' references, each compiled by both engines with SASS counts: whether
   registers, spills and every opcode count are the same, and the registers of each where not.
@@ -116,6 +116,11 @@ def _stats(seconds: list[float]) -> dict:
             "mean_s": statistics.fmean(ordered), "total_s": sum(ordered)}
 
 
+def _seconds(stats: dict | None, width: int) -> str:
+    """A median in a table column, or "-" where nothing was timed."""
+    return f"{stats['median_s']:>{width}.3f}s" if stats else f"{'-':>{width + 1}}"
+
+
 def run_engine(engine: str, items: list[tuple[Problem, Candidate]], sass_n: int) -> dict:
     os.environ["KERNELLAB_COMPILE_ENGINE"] = "nvcc" if engine == "nvcc" else "auto"
     result: dict = {"engine": engine}
@@ -141,14 +146,14 @@ def run_engine(engine: str, items: list[tuple[Problem, Candidate]], sass_n: int)
         result["compiler"] = sorted(labels)
         result["serial"] = _stats(seconds)
         result["serial"]["checks_per_s"] = len(seconds) / sum(seconds)
-        # serial, with SASS counts
+        # serial, with SASS counts (--sass-n 0: none, and no figure)
         seconds = []
         for _, cand in items[:sass_n]:
             started = time.perf_counter()
             report = compiler.compile_cubin(cand.source, cand.compile_options, sass=True, use_cache=False).report
             seconds.append(time.perf_counter() - started)
             assert report.ok and report.facts.sass, report.log[-500:]
-        result["serial_with_sass"] = _stats(seconds)
+        result["serial_with_sass"] = _stats(seconds) if seconds else None
         # parallel, through Runner.check_many per problem (an empty cache: every source is new)
         groups: dict[str, tuple[Problem, list[Candidate]]] = {}
         for problem, cand in items:
@@ -223,14 +228,20 @@ def parity(per_family: int) -> dict:
             "nvcc_only": nvcc_only, "recipe_points_refused": len(refused), "rows": rows}
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=40)
-    parser.add_argument("--sass-n", type=int, default=8)
+    parser.add_argument("--sass-n", type=int, default=8, help="serial compiles with SASS counts (0: none)")
     parser.add_argument("--parity", type=int, default=10, help="variants per family in the parity sample (0: none)")
     parser.add_argument("--tag", default="cpu-2core")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # Checked before the first compile, not found wrong after every one of them.
+    for flag, value, least in (("--n", args.n, 1), ("--sass-n", args.sass_n, 0), ("--parity", args.parity, 0)):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, not {value}")
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"--out-dir {args.out_dir} is a file, not a folder")
 
     refused: list[str] = []
     items = candidates(args.n, refused)
@@ -258,7 +269,7 @@ def main() -> None:
           f"{'parallel median':>17}{'parallel p90':>14}{'checks/s':>10}")
     for r in results["engines"]:
         print(f"{r['engine']:<8}{r['serial']['median_s']:>14.3f}s{r['serial']['p90_s']:>11.3f}s"
-              f"{r['serial']['checks_per_s']:>10.2f}{r['serial_with_sass']['median_s']:>13.3f}s"
+              f"{r['serial']['checks_per_s']:>10.2f}{_seconds(r['serial_with_sass'], 13)}"
               f"{r['parallel']['median_s']:>16.3f}s{r['parallel']['p90_s']:>13.3f}s{r['parallel']['checks_per_s']:>10.2f}")
     if "server_start_s" in nvrtc_r:
         print(f"NVRTC servers: {nvrtc_r['servers']}, all started in {nvrtc_r['server_start_s']:.2f} s (before timing)")

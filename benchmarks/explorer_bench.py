@@ -6,7 +6,7 @@ node change in the database to the browser, and 50 websocket clients on a run gr
 
 Each setup starts a real daphne server on a fresh database (tests/browser/harness.py), feeds it from
 a helper process, and drives Debian's Chromium through Playwright. Prints a table and writes
-benchmarks/results/explorer_<cpu>_<date>.json.
+benchmarks/results/explorer_<cpu>_<date>.json (or --out FILE).
 """
 from __future__ import annotations
 
@@ -467,7 +467,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the 50-client run")
     parser.add_argument("--browser-seconds", type=float, default=10.0)
     parser.add_argument("--skip-tree", action="store_true", help="skip the 5,000-node measurements")
+    parser.add_argument("--out", type=Path, help="the JSON to write (default benchmarks/results/explorer_<cpu>_<date>.json)")
     args = parser.parse_args()
+    if args.out is not None and args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file name (.json)")
     if not os.path.exists(CHROMIUM):
         sys.exit(f"Chromium is not installed at {CHROMIUM} (apt-get install -y chromium).")
     from playwright.sync_api import sync_playwright
@@ -480,14 +483,14 @@ def main() -> None:
             results.append(run_setup(setup, args, chromium))
         chromium.close()
     print_table(results)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"explorer_{cpu_slug()}_{datetime.date.today().isoformat()}.json"
+    path = args.out or RESULTS / f"explorer_{cpu_slug()}_{datetime.date.today().isoformat()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "command": " ".join([Path(sys.executable).name] + sys.argv),
         "cpu": cpu_slug(), "cpus": os.cpu_count(), "chromium": subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip(),
         "when": datetime.datetime.now().isoformat(timespec="seconds"), "results": results,
     }, indent=1))
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ explorer and by cytoscape.js (breadthfirst layout, canvas renderer), in the same
 
 Without --cytoscape it fetches cytoscape with `npm pack` into a temporary folder (it is not vendored:
 KernelLab does not use it). Measures layout + first frame and frame intervals while zooming and
-panning. Prints a table and writes benchmarks/results/explorer_renderer_<cpu>_<date>.json.
+panning. Prints a table and writes benchmarks/results/explorer_renderer_<cpu>_<date>.json
+(or --out FILE).
 """
 from __future__ import annotations
 
@@ -68,7 +69,11 @@ def main() -> None:
     parser.add_argument("--cytoscape", help="path to cytoscape.min.js (default: npm pack into a temporary folder)")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path,
+                        help="the JSON to write (default benchmarks/results/explorer_renderer_<cpu>_<date>.json)")
     args = parser.parse_args()
+    if args.out is not None and args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file name (.json)")
     cytoscape = Path(args.cytoscape) if args.cytoscape else fetch_cytoscape()
     tree = search_shaped_tree(args.nodes)
     from playwright.sync_api import sync_playwright
@@ -110,10 +115,10 @@ def main() -> None:
         f = r["frame_interval_ms"]
         print(f"{name:20} layout + first frame {r['layout_and_first_frame_ms_median']:8.1f} ms   "
               f"frame interval while zooming/panning p50 {f['p50']:6.1f} ms  p95 {f['p95']:6.1f} ms  max {f['max']:6.1f} ms")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"explorer_renderer_{cpu_slug()}_{datetime.date.today().isoformat()}.json"
+    path = args.out or RESULTS / f"explorer_renderer_{cpu_slug()}_{datetime.date.today().isoformat()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"command": " ".join(["python"] + sys.argv), "when": datetime.datetime.now().isoformat(timespec="seconds"), **result}, indent=1))
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Turn benchmarks/kernelbench_h200.py's records.jsonl into the replay records of the KernelBench
 problems (kernellab/problems/kernelbench/records/h200.jsonl.gz, re-judged with the current verdict) and
-benchmarks/results/kernelbench_h200_<date>.json.
+benchmarks/results/kernelbench_h200_<date>.json (or --out FILE).
 
     python benchmarks/kernelbench_h200_summarize.py RECORDS_JSONL [RECORDS_JSONL ...] --kernelbench KERNELBENCH_DIR
         [--cuda-l1 CUDA_L1_DIR] [--base kernellab/problems/kernelbench/records/h200.jsonl.gz] [--date YYYY-MM-DD]
@@ -484,7 +484,12 @@ def main() -> int:
     parser.add_argument("--ncu-base", nargs="*", default=[],
                         help="earlier summarized records whose Nsight Compute readings are kept for programs that "
                              "have none (a summary before the carry above lost them)")
+    parser.add_argument("--out", type=Path,
+                        help="the JSON to write (default benchmarks/results/kernelbench_h200_<date>.json, which is also "
+                             "read for what an earlier summary of that date kept)")
     args = parser.parse_args()
+    if args.out is not None and args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file name (.json)")
     names = {}
     for level_dir in Path(args.kernelbench).glob("level*"):
         level = int(level_dir.name[5:])
@@ -663,7 +668,8 @@ def main() -> int:
                                               if previous.is_file() else [],
         "bundled_problems": bundled_summary or latest_result_value("bundled_problems", previous.parent),
     }
-    results = ROOT / "benchmarks" / "results" / f"kernelbench_h200_{args.date}.json"
+    results = args.out or ROOT / "benchmarks" / "results" / f"kernelbench_h200_{args.date}.json"
+    results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "reference_vs_do_bench"}, indent=1))
     return 0

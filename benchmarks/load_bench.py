@@ -14,7 +14,7 @@ tests/browser/harness.py), loads the bundled problems and grows a run on recorde
   exactly once (gaps and duplicates are counted per client by the change sequence number).
 daphne's RSS is read before the load and --settle seconds after it; PostgreSQL connections of the
 benchmark's database are counted at peak and after. Prints a table and writes
-benchmarks/results/load_<machine>_<date>.json.
+benchmarks/results/load_<machine>_<date>.json (or --out FILE; nothing with --no-write).
 """
 from __future__ import annotations
 
@@ -423,15 +423,18 @@ def main() -> None:
     parser.add_argument("--web-processes", type=int, default=2,
                         help="daphne processes sharing the port, as `serve --web-processes` starts them (RSS is their sum)")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--out", type=Path, help="the JSON to write (default benchmarks/results/load_<machine>_<date>.json)")
     args = parser.parse_args()
+    if args.out is not None and args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file name (.json)")
     result = measure(args)
     print_table(result)
     failed = verdict(result)
     print("goal met" if not failed else "goal NOT met: " + "; ".join(failed))
     if args.no_write:
         return
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"load_{args.machine}_{datetime.date.today().isoformat()}.json"
+    path = args.out or RESULTS / f"load_{args.machine}_{datetime.date.today().isoformat()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         **result,
         "goal_met": not failed,
@@ -442,7 +445,7 @@ def main() -> None:
         "command": " ".join([Path(sys.executable).name] + sys.argv),
         "when": datetime.datetime.now().isoformat(timespec="seconds"),
     }, indent=1))
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python benchmarks/problems_table.py [--gpu h200]
 
-Prints the table and writes benchmarks/results/problems_<gpu>_<date>.json. The roofline bound
+Prints the table and writes benchmarks/results/problems_<gpu>_<date>.json (or --out FILE). The roofline bound
 uses the H200's measured device copy bandwidth and its FP32 peak (shared/H200-REFERENCE.md)."""
 from __future__ import annotations
 
@@ -20,14 +20,17 @@ FP32_TFLOPS = 66.9  # 132 SMs x 128 lanes x 2 x 1.98 GHz
 FP16_TENSOR_TFLOPS = 989.4  # dense FP16/BF16 tensor-core peak of the H100/H200 SXM (NVIDIA's data sheet)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     from gpu_runner import load_problem
     from gpu_runner.backends.replay import read_records
     from kernellab.datasets import bundled_problem_dirs, problem_numbers
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--gpu", default="h200")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="the JSON to write (default benchmarks/results/problems_<gpu>_<date>.json)")
+    args = parser.parse_args(argv)
+    if args.out is not None and args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file name (.json)")
     rows = []
     for folder in bundled_problem_dirs():
         path = folder / "records" / f"{args.gpu}.jsonl.gz"
@@ -73,9 +76,10 @@ def main() -> int:
               f"{r['achieved_tflops']:7.2f} {r['recording_s']:6.0f}  {r['best_variant']}")
     print(f"total: {sum(r['variants'] for r in rows)} variants, {sum(r['correct'] for r in rows)} correct, "
           f"{sum(r['profiled'] for r in rows)} with profiler metrics, {sum(r['with_energy'] for r in rows)} with energy")
-    out = ROOT / "benchmarks" / "results" / f"problems_{args.gpu}_{datetime.date.today().isoformat()}.json"
+    out = args.out or ROOT / "benchmarks" / "results" / f"problems_{args.gpu}_{datetime.date.today().isoformat()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"gpu": args.gpu, "copy_gbs": COPY_GBS, "fp32_tflops": FP32_TFLOPS, "problems": rows}, indent=1))
-    print(f"wrote {out.relative_to(ROOT)}")
+    print(f"wrote {out.resolve().relative_to(ROOT) if out.resolve().is_relative_to(ROOT) else out}")
     return 0
 
 

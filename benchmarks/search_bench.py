@@ -15,7 +15,8 @@ the family's budget (every variant measured) in medians, means and the resamplin
 Part 2 — the learned surrogate leave-one-problem-out: exact and ±1-bin accuracy, Brier, CRPS, ECE,
 AURC, recovered speedup at top 1/5/10/50%, against a random ranking and the roofline heuristic.
 
-Prints tables and writes benchmarks/results/search_<cpu>_<date>.json.
+Prints tables and writes benchmarks/results/search_<cpu>_<date>.json (or --out FILE); while baselines run, what
+each family gave so far is kept beside it in <name>.partial.json, removed once the whole result is written.
 """
 
 from __future__ import annotations
@@ -974,7 +975,10 @@ def named_families(text: str, datasets: list[Dataset], flag: str) -> set[str]:
 
 
 def main(argv=None) -> dict:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, not {args.seeds}")
     _TARGET["fraction"] = args.target
 
     earlier = _earlier_baselines(args) if args.baselines_from is not None else None
@@ -992,9 +996,19 @@ def main(argv=None) -> dict:
     for dataset in datasets:
         dataset.vendor_in_target = dataset.name not in no_vendor
     if args.families:
-        wanted = set(args.families.split(","))
+        wanted = named_families(args.families, datasets, "--families")  # a typo would search nothing and say so late
+        if not wanted:
+            raise SystemExit(f"--families {args.families!r} names no family.")
     else:
         wanted = {d.name for d in datasets}
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        f"search_{cpu_name()}_{dt.date.today().isoformat()}{'_synthetic' if synthetic else ''}"
+        f"{'' if args.target == TARGET_FRACTION else f'_target{round(args.target * 100)}'}.json")
+    if out.is_dir():
+        raise SystemExit(f"--out {args.out} is a folder; give a file name (.json).")
+    # What each family's baselines took so far, beside the output (not in benchmarks/results/ whatever --out says),
+    # so that a run stopped part way keeps them; none beside a device such as /dev/null.
+    partial = out.with_name(f"{out.stem}.partial.json") if not out.exists() or out.is_file() else None
     all_datasets = datasets
     strategies = [s for s in args.kt.split(",") if s]
     started = time.time()
@@ -1054,8 +1068,10 @@ def main(argv=None) -> dict:
                 results[f"kt_{strategy}"] = summarise_runs(runs, dataset.budget, dataset.compile_s) | {
                     "seconds": time.time() - t0, "max_evaluations": configurations}
             search[dataset.name] = results
-            partial = ROOT / "benchmarks" / "results" / ".search_partial.json"
-            partial.write_text(json.dumps({"search": search, "surrogate_lopo": evaluation}, indent=1, default=float))
+            if partial is not None:
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                partial.write_text(json.dumps({"search": search, "surrogate_lopo": evaluation}, indent=1,
+                                              default=float))
             _print_results(results)
 
     if args.skip_baselines:
@@ -1105,11 +1121,10 @@ def main(argv=None) -> dict:
         "search": search, "verdicts": verdicts, "bootstrap": bootstrap, "surrogate_lopo": evaluation,
         "seconds": time.time() - started,
     }
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
-        f"search_{cpu_name()}_{dt.date.today().isoformat()}{'_synthetic' if synthetic else ''}"
-        f"{'' if args.target == TARGET_FRACTION else f'_target{round(args.target * 100)}'}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(output, indent=1, default=float))
+    if partial is not None:
+        partial.unlink(missing_ok=True)  # the whole result is written: what it kept for a stopped run is in it
     print(f"\nwrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} in {output['seconds']:.0f} s")
     return output
 

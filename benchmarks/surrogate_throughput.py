@@ -12,7 +12,8 @@ Each rate is given twice: per second of wall time, and per second of this proces
 shared machine the first also counts the time other processes held the core; the second is what one
 core does for the forecasts alone.
 
-Prints a table and writes benchmarks/results/surrogate_throughput_cpu_<date>.json.
+Prints a table and writes benchmarks/results/surrogate_throughput_cpu_<date>.json (or --out FILE).
+--families, --batch and --repeats are checked before the model is fitted.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.search_bench import _requests, cpu_name, recorded_datasets  # noqa: E402
+from benchmarks.search_bench import _requests, cpu_name, named_families, recorded_datasets  # noqa: E402
 from search_engine.bins import DEFAULT_BINS  # noqa: E402
 from search_engine.surrogates import features  # noqa: E402
 from search_engine.surrogates.base import Forecast  # noqa: E402
@@ -77,13 +78,23 @@ def main(argv=None) -> dict:
                              "(default: the app's, %(default)s)")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    # Checked before the model is fitted on every family (minutes), not found wrong after it.
+    for flag, value in (("--batch", args.batch), ("--repeats", args.repeats)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, not {value}")
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        f"surrogate_throughput_cpu_{dt.date.today().isoformat()}.json")
+    if out.is_dir():
+        parser.error(f"--out {args.out} is a folder; give a file name (.json)")
 
     datasets = recorded_datasets()
     if not datasets:
         raise SystemExit("No recorded families (kernellab/problems/*/records/h200.jsonl.gz) to forecast.")
-    wanted = set(args.families.split(",")) if args.families else {d.name for d in datasets}
+    wanted = named_families(args.families, datasets, "--families") if args.families else {d.name for d in datasets}
+    if not wanted:
+        raise SystemExit(f"--families {args.families!r} names no family.")
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     rows = [r for d in datasets for r in d.rows]
     started = time.perf_counter()
     model = LearnedSurrogate(seed=0, ranker_weight=args.ranker_weight, committee=args.committee).fit(
@@ -136,8 +147,6 @@ def main(argv=None) -> dict:
           f"(medians {statistics.median(cold_all):.0f}/s and {statistics.median(warm_all):.0f}/s) of wall time; "
           f"cold {min(cold_cpu):.0f}/s, warm {min(warm_cpu):.0f}/s (medians {statistics.median(cold_cpu):.0f}/s and "
           f"{statistics.median(warm_cpu):.0f}/s) of CPU time")
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
-        f"surrogate_throughput_cpu_{dt.date.today().isoformat()}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(output, indent=1))
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")

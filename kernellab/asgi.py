@@ -80,7 +80,10 @@ def return_freed_memory(interval_s: float) -> threading.Thread | None:
 
 return_freed_memory(float(os.environ.get("KERNELLAB_MALLOC_TRIM_S", "5") or 0))
 
-if os.environ.get("KERNELLAB_WARM_START", "1") != "0":
+from kernellab import config  # noqa: E402
+
+# 1/0, true/false, yes/no or on/off: settings already stopped start-up on anything else (config.web_processes).
+if config.warm_start():
     # Before the first request, not during it (kernellab/warmup.py says why).
     from kernellab.warmup import warm_process  # noqa: E402
 

@@ -6,6 +6,7 @@ updates fed from the database.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -59,6 +60,8 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
         value = float(raw)
     except ValueError:
         raise StartupError(f"{name} must be a number, not {raw!r}.") from None
+    if not math.isfinite(value):  # float() takes nan and inf, which no interval, timeout or sleep can use
+        raise StartupError(f"{name} must be a number, not {raw!r}.")
     if value < minimum:
         raise StartupError(f"{name} must be at least {minimum}, not {value}.")
     return value
@@ -133,19 +136,31 @@ def database_pool() -> dict | None:
     }
 
 
+def _redis_database(variable: str, raw: str) -> int:
+    """The database number of a redis:// address (0 where it names none), checked with a sentence naming `variable`:
+    redis-py would quietly use database 0 for a path that is not a number, and the Celery worker stop with a
+    traceback."""
+    parsed = urlparse(raw)
+    if parsed.scheme not in {"redis", "rediss"}:
+        raise StartupError(f"{variable} must start with redis:// or rediss://, not {parsed.scheme or 'nothing'!r}.")
+    try:
+        parsed.port
+    except ValueError:
+        raise StartupError(f"{variable} has a port that is not a number.") from None
+    if not parsed.hostname:
+        raise StartupError(f"{variable} must name a host, as in redis://127.0.0.1:6379/0.")
+    number = parsed.path.strip("/")
+    if number and not (number.isascii() and number.isdigit()):
+        raise StartupError(f"{variable}'s database must be a whole number, as in redis://127.0.0.1:6379/0, "
+                           f"not {number!r}.")
+    return int(number or 0)
+
+
 def redis_url() -> str | None:
     raw = os.environ.get("REDIS_URL", "").strip()
     if not raw:
         return None
-    parsed = urlparse(raw)
-    if parsed.scheme not in {"redis", "rediss"}:
-        raise StartupError(f"REDIS_URL must start with redis:// or rediss://, not {parsed.scheme or 'nothing'!r}.")
-    try:
-        parsed.port
-    except ValueError:
-        raise StartupError("REDIS_URL has a port that is not a number.") from None
-    if not parsed.hostname:
-        raise StartupError("REDIS_URL must name a host, as in redis://127.0.0.1:6379/0.")
+    _redis_database("REDIS_URL", raw)
     return raw
 
 
@@ -153,21 +168,67 @@ def cache_settings(redis: str | None) -> dict:
     """Django's cache: where Redis is configured, one cache for every web process (login failures
     count together, and a highlighted kernel is rendered once for all of them), in a Redis database of
     its own so that clearing it leaves the broker and channel layer alone (KERNELLAB_CACHE_URL names
-    another; by default the next database number on REDIS_URL's server). Without Redis, a bounded
-    memory cache in the one web process."""
+    another; by default the next database number on REDIS_URL's server, which must exist: check_services
+    and `check --deploy` ask the server, see cache_problem). Without Redis, a bounded memory cache in the one
+    web process."""
     if not redis:
         return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "OPTIONS": {"MAX_ENTRIES": 256}}}
     location = os.environ.get("KERNELLAB_CACHE_URL", "").strip()
-    if not location:
-        parsed = urlparse(redis)
-        number = parsed.path.strip("/")
-        if number and not number.isdigit():
-            raise StartupError(f"REDIS_URL's database must be a number, not {number!r}.")
-        location = parsed._replace(path=f"/{int(number or 0) + 1}").geturl()
-    elif urlparse(location).scheme not in {"redis", "rediss"}:
-        raise StartupError("KERNELLAB_CACHE_URL must start with redis:// or rediss://.")
+    if location:
+        _redis_database("KERNELLAB_CACHE_URL", location)
+    else:
+        number = _redis_database("REDIS_URL", redis)
+        location = urlparse(redis)._replace(path=f"/{number + 1}").geturl()
     return {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": location,
                         "KEY_PREFIX": "kernellab", "TIMEOUT": 24 * 3600}}
+
+
+def _redis_database_count(url: str) -> int | None:
+    """How many databases the Redis server at `url` has (CONFIG GET databases), or None where it will not say."""
+    import redis
+
+    try:
+        answer = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).config_get("databases")
+        return int(answer.get("databases"))
+    except Exception:  # CONFIG may be renamed or forbidden (managed Redis): the count is then left unsaid
+        return None
+
+
+def cache_problem() -> str | None:
+    """Why Django's cache (settings.CACHES, Redis in the team setup) cannot be used, as one sentence naming the
+    variable to fix; None when it answers or is the in-process memory cache. A cache that does not answer turns
+    login throttling off (services/login_throttle.py fails open), so start-up must say so rather than the first
+    failed log-in: REDIS_URL on a server's last database (15 of 16) derives a cache database that does not exist."""
+    from django.conf import settings
+
+    cache = settings.CACHES.get("default") or {}
+    if not cache.get("BACKEND", "").endswith("RedisCache"):
+        return None
+    location = cache.get("LOCATION")
+    location = location[0] if isinstance(location, (list, tuple)) else str(location or "")
+    explicit = bool(os.environ.get("KERNELLAB_CACHE_URL", "").strip())
+    parsed = urlparse(location)
+    where = f"{parsed.hostname}:{parsed.port or 6379}"
+    problem = _reachable(parsed.hostname or "127.0.0.1", parsed.port or 6379)
+    if problem is None:
+        import redis
+
+        try:
+            redis.Redis.from_url(location, socket_connect_timeout=3, socket_timeout=3).ping()
+        except Exception as exc:
+            problem = str(exc).strip() or type(exc).__name__
+    if problem is None:
+        return None
+    database = parsed.path.strip("/") or "0"
+    if not explicit and "DB index is out of range" in problem:
+        count = _redis_database_count(parsed._replace(path="/0").geturl())
+        has = f"Redis at {where} has {count}: 0-{count - 1}" if count else f"Redis at {where}: {problem}"
+        return (f"REDIS_URL's database {int(database) - 1} leaves no database {database} for the cache ({has}); set "
+                f"KERNELLAB_CACHE_URL to a Redis database of its own, or use a lower database number in REDIS_URL.")
+    if explicit:
+        return f"KERNELLAB_CACHE_URL: cannot reach the cache at {where}/{database} ({problem})."
+    return (f"REDIS_URL: cannot reach the cache in the next database, {where}/{database} ({problem}); set "
+            f"KERNELLAB_CACHE_URL to a Redis database of its own.")
 
 
 def allowed_hosts() -> list[str]:
@@ -235,6 +296,11 @@ def compile_engine() -> str:
     if value not in COMPILE_ENGINES:
         raise StartupError(f"KERNELLAB_COMPILE_ENGINE must be {_one_of(COMPILE_ENGINES)}, not {raw!r}.")
     return value
+
+
+def warm_start() -> bool:
+    """KERNELLAB_WARM_START: whether each web process warms before its first request (kernellab/asgi.py)."""
+    return env_bool("KERNELLAB_WARM_START", True)
 
 
 def web_processes() -> int:
@@ -348,3 +414,6 @@ def check_services() -> None:
                 problem = str(exc)
         if problem:
             raise StartupError(f"REDIS_URL: cannot reach Redis at {parsed.hostname}:{parsed.port or 6379} ({problem}).")
+    problem = cache_problem()
+    if problem:
+        raise StartupError(problem)

@@ -249,8 +249,15 @@ class RunCreateForm(forms.Form):
                 preferred = ["auto", "replay"] if auto.measures_with != "replay" else ["replay"]
                 self.fields["backend"].initial = next((name for name in preferred if name in offered), offered[0] if offered else None)
         generators = GENERATORS
+        self.nothing_to_propose = ""
         if pytorch:
-            generators = ["replayed"]
+            from kernellab.selectors.kernelbench import recorded_solutions
+
+            # Its one generator replays recorded ModelNew programs: without any, a run could propose nothing.
+            generators = ["replayed"] if recorded_solutions(problem=problem)[0] else []
+            if not generators:
+                self.nothing_to_propose = self.no_recorded_solutions(problem)
+                self.fields["generator"].help_text = self.nothing_to_propose
         elif problem is not None:
             from kernellab.selectors.kernelbench import lab_dataset_solutions
 
@@ -258,6 +265,24 @@ class RunCreateForm(forms.Form):
             generators = [g for g in GENERATORS if g != "replayed" or lab_dataset_solutions(problem=problem)]
         self.fields["generator"].choices = [(g, self._label(g)) for g in generators]
         self.fields["surrogate"].choices = [(s, self._label(s)) for s in SURROGATES]
+
+    @staticmethod
+    def no_recorded_solutions(problem) -> str:
+        """Why a PyTorch problem without recorded solutions gets no run (the form and the problem page say it)."""
+        return (f"{problem.title} has no recorded solutions to replay (no bundled candidates, no CUDA-L1 solutions "
+                "of its KernelBench task, no rows in this workspace's lab datasets), so a search run of it could "
+                "propose nothing.")
+
+    @property
+    def can_propose(self) -> bool:
+        return not self.nothing_to_propose
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.nothing_to_propose:
+            self.errors.pop("generator", None)  # (no choice to make): the sentence below says why
+            raise forms.ValidationError(self.nothing_to_propose)
+        return cleaned
 
     def clean_retrain_every(self):
         return self.cleaned_data.get("retrain_every") or 10  # a page from before the field posts none

@@ -386,6 +386,9 @@ class Verification(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=3)
     claim_token = models.CharField(max_length=40, blank=True)
+    # The Celery worker (its hostname, as in WorkerHeartbeat) that made the current claim: a claim whose worker
+    # stopped beating, or started again since, is taken over without waiting for KERNELLAB_STALE_RUNNING_S.
+    claimed_by = models.CharField(max_length=200, blank=True, default="", db_index=True)
     progress = models.CharField(max_length=120, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     measurement = models.ForeignKey(Measurement, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

@@ -33,6 +33,8 @@ try:
     # interval; reading them here stops start-up on a bad value with one sentence instead of a later traceback.
     KERNELLAB_COMPILE_ENGINE = config.compile_engine()
     KERNELLAB_WEB_PROCESSES = config.web_processes()
+    # read by kernellab/asgi.py in each web process; read here so that a bad value stops every command at start-up
+    KERNELLAB_WARM_START = config.warm_start()
     config.env_float("KERNELLAB_MALLOC_TRIM_S", 5.0)  # read by kernellab/asgi.py in each web process
 except config.StartupError as exc:
     # One sentence and no traceback: the operator sees what to fix.

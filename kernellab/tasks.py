@@ -16,7 +16,10 @@ def verification_execute(self, verification_id: int) -> str:
     from kernellab.services.measurement import measure_for_verification
     from kernellab.services.verifications import verification_claim, verification_fail, verification_finish
 
-    verification = verification_claim(verification_id=verification_id, token=self.request.id or "eager")
+    # The worker's name goes with the claim, so that a claim whose worker was killed is taken over at once; an eager
+    # run (./kl search, tests) has no worker heartbeat to judge it by, and keeps to the stale-heartbeat rule.
+    worker = "" if self.request.is_eager else (self.request.hostname or "")
+    verification = verification_claim(verification_id=verification_id, token=self.request.id or "eager", worker=worker)
     if verification is None:
         return "nothing to do"
     delay = float(os.environ.get("KERNELLAB_TEST_VERIFY_DELAY_S", "0") or 0)

@@ -7,6 +7,7 @@ api_key and model.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,21 +31,106 @@ _RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimi
 # time limit, celery's SoftTimeLimitExceeded among them, KeyboardInterrupt) propagates to the caller.
 _GARBLED = (ValueError, TypeError, AttributeError, KeyError, IndexError, LookupError, httpx.HTTPError)
 
-# Calls in a row that found nobody at the endpoint (each already retried max_retries times) before the
-# client gives up with LLMUnreachable: one refused call may be a server restarting, three in a row (twelve
-# connection attempts over several back-offs) is an address that is wrong or a server that is down, and
-# every further call only spends the run's LLM budget on the same error.
+# Calls in a row that the endpoint failed (each already retried max_retries times where retrying can help) before
+# the client gives up with LLMUnreachable: a refused or dropped connection, an answer of HTTP 401/403/404 (a wrong
+# key, model or address), or server errors (5xx), rate limits (429) and time-outs that outlasted every retry. One
+# such call may be a server restarting; three in a row is an endpoint that is wrong or down, and every further call
+# would only spend the run's LLM budget on the same error.
 UNREACHABLE_AFTER_CALLS = 3
+
+# HTTP statuses that say the key (401, 403), the model or the address (404) is wrong: no retry can help.
+CONFIGURATION_STATUSES = (401, 403, 404)
+
+
+def redact_url(url: str | None) -> str:
+    """An endpoint's address as it may be shown in a message, a log or a run's status: without the user:password
+    part and the query string or fragment (where credentials go), "(default)" when none was given."""
+    if not url:
+        return "(default)"
+    text = str(url).strip().split("#", 1)[0].split("?", 1)[0]
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    if "@" in rest:  # userinfo: everything up to the last @ (a password may hold characters a parser stops at)
+        rest = rest.rpartition("@")[2]
+    return f"{scheme}{sep}{rest}"
+
+
+def as_clause(sentence: str) -> str:
+    """A sentence as the end of another: its full stop dropped, its first word in lower case unless it is a name
+    (LLM, HTTP)."""
+    text = sentence.strip().rstrip(".")
+    first = text.split(" ", 1)[0]
+    if first[:1].isupper() and first[1:2].islower():
+        text = text[0].lower() + text[1:]
+    return text
+
+
+@dataclass(frozen=True)
+class EndpointFailure:
+    """Why one call got nothing from the endpoint itself: `kind` is connection, timeout, server (5xx),
+    overloaded (429), auth (401, 403) or not-found (404); `detail` the error's own words."""
+
+    kind: str
+    detail: str
+    status: int | None = None
+
+
+# The most of the server's own words a message about a failing endpoint quotes: a status line shows the first 160
+# characters of a run's reason, and what to check comes after them.
+DETAIL_CHARS = 60
 
 
 class LLMUnreachable(Exception):
-    """The endpoint refused or dropped the connection on several calls in a row: the run cannot go on."""
+    """The endpoint failed several calls in a row (UNREACHABLE_AFTER_CALLS): the caller cannot go on.
 
-    def __init__(self, base_url: str | None, detail: str) -> None:
-        self.base_url = base_url
-        self.detail = detail
-        super().__init__(f"The LLM endpoint {base_url or '(default)'} did not answer: {detail.rstrip('.')}. "
-                         "Check OPENAI_BASE_URL and resume.")
+    `problem` says what happened, as a clause ("the LLM endpoint http://host/v1 did not answer: Connection error");
+    `check(...)` what to check, in the caller's own names for the settings (a run's environment variables, a
+    command's flags); str() is the problem as a sentence, without advice. The address never shows credentials."""
+
+    def __init__(self, base_url: str | None, failure: EndpointFailure | str, *, model: str | None = None,
+                 calls: int = 1) -> None:
+        if isinstance(failure, str):
+            failure = EndpointFailure("connection", failure)
+        self.base_url = redact_url(base_url)
+        self.failure = failure
+        self.kind = failure.kind
+        self.detail = failure.detail
+        self.status = failure.status
+        self.model = model
+        self.calls = calls
+        super().__init__(self.problem[0].upper() + self.problem[1:] + ".")
+
+    @property
+    def problem(self) -> str:
+        where = f"the LLM endpoint {self.base_url}"
+        in_a_row = f"{self.calls} calls in a row" if self.calls > 1 else "a call"
+        if self.kind == "auth":
+            what = f"{where} refused the API key (HTTP {self.status})"
+        elif self.kind == "not-found":
+            what = f"{where} answered HTTP 404" + (f" for model {self.model}" if self.model else "")
+        elif self.kind == "timeout":
+            what = f"{where} timed out on {in_a_row}"
+        elif self.kind in ("server", "overloaded"):
+            what = f"{where} answered HTTP {self.status} to {in_a_row}"
+        else:
+            what = f"{where} did not answer"
+        # The server's words, less the status the clause already gives ("Error code: 404 - no such model").
+        detail = "" if self.kind == "timeout" else re.sub(r"^Error code: \d+ - ", "", self.detail.strip()).rstrip(".")
+        if len(detail) > DETAIL_CHARS:
+            detail = detail[: DETAIL_CHARS - 1].rstrip() + "…"
+        return f"{what}: {detail}" if detail else what
+
+    def check(self, *, base_url: str, api_key: str, model: str, timeout: str) -> str:
+        """What to check, as a clause ("check OPENAI_API_KEY"), given the caller's names for the endpoint's
+        address, key, model and time-out settings."""
+        return {
+            "auth": f"check {api_key}",
+            "not-found": f"check {model} and {base_url}",
+            "timeout": f"check the server or raise {timeout}",
+            "server": "check the server's logs",
+            "overloaded": "check the server's rate limits",
+        }.get(self.kind, f"check {base_url} and that the server runs")
 
 
 def never_swallow(exc: BaseException) -> bool:
@@ -86,6 +172,10 @@ class LLMCallBudget:
     def __init__(self, limit: int, used: int = 0) -> None:
         self.limit = max(0, int(limit))
         self.used = max(0, int(used))
+        # What the calls came to, for the run's last word when the budget is spent: how many gave something the
+        # search used (a candidate, a forecast), and the reason the last one that did not failed.
+        self.useful = 0
+        self.last_error: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -99,22 +189,36 @@ class LLMCallBudget:
             self.used += 1
             return True
 
+    def note(self, error: str | None) -> None:
+        """What a call came to: None when the search could use its answer, else the reason it could not."""
+        with self._lock:
+            if error is None:
+                self.useful += 1
+            else:
+                self.last_error = error
+
+    @property
+    def every_call_failed(self) -> bool:
+        return self.used > 0 and self.useful == 0 and self.last_error is not None
+
 
 class AnswerTooLarge(Exception):
     """The HTTP body of an answer passed the size cap while it was being read."""
 
 
 class _CappedStream(httpx.SyncByteStream):
-    def __init__(self, stream, max_bytes: int) -> None:
+    def __init__(self, stream, max_bytes: int, limit_chars: int) -> None:
         self.stream = stream
         self.max_bytes = max_bytes
+        self.limit_chars = limit_chars
 
     def __iter__(self):
         read = 0
         for chunk in self.stream:
             read += len(chunk)
             if read > self.max_bytes:
-                raise AnswerTooLarge(f"The LLM answer is larger than the {self.max_bytes // 1024} KiB limit.")
+                raise AnswerTooLarge(f"The LLM answer is over the {self.limit_chars // 1024} KiB limit "
+                                     f"(KERNELLAB_LLM_MAX_ANSWER_KB); reading stopped at {self.max_bytes // 1024} KiB.")
             yield chunk
 
     def close(self) -> None:
@@ -124,20 +228,21 @@ class _CappedStream(httpx.SyncByteStream):
 class _CappedTransport(httpx.HTTPTransport):
     """Stops reading an HTTP body at max_bytes, so a runaway answer cannot fill the worker's memory."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, limit_chars: int | None = None) -> None:
         super().__init__()
         self.max_bytes = max_bytes
+        self.limit_chars = limit_chars or max_bytes
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
-        response.stream = _CappedStream(response.stream, self.max_bytes)
+        response.stream = _CappedStream(response.stream, self.max_bytes, self.limit_chars)
         return response
 
 
 @dataclass
 class LLMClient:
-    base_url: str | None
-    api_key: str | None
+    base_url: str | None = field(repr=False)  # may hold credentials: shown only through redact_url
+    api_key: str | None = field(repr=False)
     model: str
     timeout_s: float = 120.0
     max_retries: int = 3
@@ -153,7 +258,7 @@ class LLMClient:
     budget: LLMCallBudget | None = None
     sleep: Callable[[float], None] = time.sleep
     client: object | None = None
-    unreachable_after: int = UNREACHABLE_AFTER_CALLS  # calls in a row without a connection; 0: never give up
+    unreachable_after: int = UNREACHABLE_AFTER_CALLS  # calls in a row the endpoint failed; 0: never give up
     _semaphore: threading.BoundedSemaphore = field(init=False, repr=False)
     _unreachable_calls: int = field(default=0, init=False, repr=False)
     _unreachable_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -161,7 +266,8 @@ class LLMClient:
     def __post_init__(self) -> None:
         if self.client is None:
             # JSON escapes (\n, \") make the body of an answer longer than its text: room for twice.
-            http_client = httpx.Client(transport=_CappedTransport(2 * self.max_answer_chars + 64 * 1024),
+            http_client = httpx.Client(transport=_CappedTransport(2 * self.max_answer_chars + 64 * 1024,
+                                                                  self.max_answer_chars),
                                        timeout=self.timeout_s)
             # The openai client's own retries are off: this class retries with its own back-off.
             self.client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or "not-needed",
@@ -173,25 +279,30 @@ class LLMClient:
         """One chat completion; with a tool, the call is forced (tool_choice names the function) unless
         `force_tool` is False, when the model may call it or answer in text.
 
-        Raises LLMUnreachable once `unreachable_after` calls in a row found no connection; an exception
-        that interrupts the call (a worker's time limit) propagates, noting what it was waiting for."""
+        Raises LLMUnreachable once `unreachable_after` calls in a row got nothing from the endpoint itself
+        (EndpointFailure: no connection, HTTP 401/403/404, or 5xx, 429 and time-outs after every retry); an
+        exception that interrupts the call (a worker's time limit) propagates, noting what it was waiting for."""
         try:
-            answer, unreachable = self._chat(messages, tool=tool, max_tokens=max_tokens, temperature=temperature,
-                                             seed=seed, force_tool=force_tool)
+            answer, failure = self._chat(messages, tool=tool, max_tokens=max_tokens, temperature=temperature,
+                                         seed=seed, force_tool=force_tool)
         except BaseException as exc:
-            note_waiting_for(exc, f"an answer from the LLM endpoint {self.base_url or '(default)'} (model {self.model})")
+            note_waiting_for(exc, f"an answer from the LLM endpoint {redact_url(self.base_url)} (model {self.model})")
             raise
+        if self.budget is not None and answer.error and answer.attempts:  # (no attempt: the budget was spent)
+            self.budget.note(answer.error)
         with self._unreachable_lock:
-            self._unreachable_calls = self._unreachable_calls + 1 if unreachable else 0
-            give_up = bool(unreachable and self.unreachable_after and self._unreachable_calls >= self.unreachable_after)
+            self._unreachable_calls = self._unreachable_calls + 1 if failure else 0
+            calls = self._unreachable_calls
+            give_up = bool(failure and self.unreachable_after and calls >= self.unreachable_after)
         if give_up:
-            raise LLMUnreachable(self.base_url, unreachable)
+            raise LLMUnreachable(self.base_url, failure, model=self.model, calls=calls)
         return answer
 
-    def _chat(self, messages, *, tool, max_tokens, temperature, seed, force_tool) -> tuple[ChatAnswer, str | None]:
-        """The answer, and the connection error when the endpoint could not be reached at all (else None)."""
+    def _chat(self, messages, *, tool, max_tokens, temperature, seed,
+              force_tool) -> tuple[ChatAnswer, EndpointFailure | None]:
+        """The answer, and why the endpoint itself failed the call (EndpointFailure), else None."""
         answer = ChatAnswer()
-        unreachable = None
+        failure = None
         if self.fold_system:
             messages = fold_system_message(messages)
         use_tools = tool is not None
@@ -238,16 +349,16 @@ class LLMClient:
                     answer.error = str(too_large)
                     break
                 if attempt > self.max_retries:
-                    answer.error = f"The LLM endpoint did not answer after {attempt} attempts: {_short(exc)}"
-                    # A time-out means a server took the connection (slow, not absent): only refused or
-                    # dropped connections count towards LLMUnreachable.
-                    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
-                        unreachable = _short(exc)
+                    tries = f"{attempt} attempt" + ("s" if attempt != 1 else "")
+                    answer.error = f"The LLM endpoint did not answer after {tries}: {_short(exc)}"
+                    failure = _endpoint_failure(exc)
                     break
                 self.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
                 continue
             except openai.APIError as exc:
                 answer.error = f"The LLM endpoint answered with an error: {_short(exc)}"
+                if getattr(exc, "status_code", None) in CONFIGURATION_STATUSES:
+                    failure = _endpoint_failure(exc)  # a wrong key, model or address: no retry can help
                 break
             except RecursionError:
                 answer.error = "The LLM answer is nested too deeply to read."
@@ -259,7 +370,7 @@ class LLMClient:
             break
         answer.attempts = attempt
         answer.latency_s = time.monotonic() - started
-        return answer, unreachable
+        return answer, failure
 
     def _read(self, response, answer: ChatAnswer) -> None:
         """Copy what the answer holds into `answer`; a field of the wrong shape becomes answer.error.
@@ -318,8 +429,26 @@ class LLMClient:
             if text is not None and len(text) > self.max_answer_chars:
                 answer.content = answer.tool_arguments = None
                 answer.error = (f"The LLM answer is {len(text) // 1024} KiB long, over the "
-                                f"{self.max_answer_chars // 1024} KiB limit.")
+                                f"{self.max_answer_chars // 1024} KiB limit (KERNELLAB_LLM_MAX_ANSWER_KB).")
                 return
+
+
+def _endpoint_failure(exc: Exception) -> EndpointFailure:
+    """The kind of failure an exception of the openai client is (see EndpointFailure)."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, openai.APITimeoutError):
+        kind = "timeout"
+    elif isinstance(exc, openai.APIConnectionError):
+        kind = "connection"
+    elif status in (401, 403):
+        kind = "auth"
+    elif status == 404:
+        kind = "not-found"
+    elif status == 429:
+        kind = "overloaded"
+    else:
+        kind = "server"
+    return EndpointFailure(kind, _short(exc), status if isinstance(status, int) else None)
 
 
 def _field(obj, name: str):

@@ -226,16 +226,20 @@ def _loads(text: str):
 
 
 def parse_forecast(tool_arguments: str | dict | None, content: str | None, bins: BinTable = DEFAULT_BINS,
-                   refusal: str | None = None) -> ParsedForecast:
-    """Read a forecast from the tool call, else from a JSON object in the content; raise AnswerError."""
+                   refusal: str | None = None, max_chars: int | None = None) -> ParsedForecast:
+    """Read a forecast from the tool call, else from a JSON object in the content; raise AnswerError.
+
+    `max_chars`: the longest answer read (the LLM client's limit, KERNELLAB_LLM_MAX_ANSWER_KB; MAX_ANSWER_CHARS
+    when not given)."""
     k = bins.n_bins
+    limit = max_chars or MAX_ANSWER_CHARS
     obj = None
     if tool_arguments is not None and not isinstance(tool_arguments, (str, dict)):
         raise AnswerError("The tool call's arguments are not text.")
     if content is not None and not isinstance(content, str):
         raise AnswerError("The answer's content is not text.")
-    if isinstance(tool_arguments, str) and len(tool_arguments) > MAX_ANSWER_CHARS:
-        raise AnswerError(f"The tool call's arguments are over the {MAX_ANSWER_CHARS // 1024} KiB limit.")
+    if isinstance(tool_arguments, str) and len(tool_arguments) > limit:
+        raise AnswerError(f"The tool call's arguments are over the {limit // 1024} KiB limit.")
     if isinstance(tool_arguments, dict):
         obj = tool_arguments
     elif tool_arguments:
@@ -244,11 +248,11 @@ def parse_forecast(tool_arguments: str | dict | None, content: str | None, bins:
         except RecursionError:
             raise AnswerError("The tool call's arguments are nested too deeply to read.") from None
         except ValueError:
-            obj = find_json_object(tool_arguments)
+            obj = find_json_object(tool_arguments, max_chars=limit)
             if obj is None:
                 raise AnswerError("The tool call's arguments are not valid JSON (garbled or cut off).") from None
     if obj is None:
-        obj = find_json_object(content or "")
+        obj = find_json_object(content or "", max_chars=limit)
     if obj is None:
         if refusal:
             raise AnswerError(f"The model refused: {refusal[:200]}")
@@ -377,21 +381,28 @@ class GeneratedKernel:
     rationale: str
 
 
-def parse_generated(content: str | None) -> GeneratedKernel:
-    """Read a generator answer; raise AnswerError with a reason when it holds no usable code."""
+def parse_generated(content: str | None, *, max_chars: int | None = None) -> GeneratedKernel:
+    """Read a generator answer; raise AnswerError with a reason when it holds no usable code.
+
+    The code is the block's text as a file holds it: without the blank lines around it, ending in one newline, so
+    that a kernel the model copies from a recording has the recording's source (and source_hash). Whether it is
+    whole is for the compile check to say (and, for an answer cut off at the token limit, the caller; see
+    generators/llm.py): braces in comments, strings and #if/#else branches make counting them no test.
+    `max_chars`: the longest answer read (the LLM client's limit; MAX_ANSWER_CHARS when not given)."""
+    limit = max_chars or MAX_ANSWER_CHARS
     if content is not None and not isinstance(content, str):
         raise AnswerError("The answer's content is not text.")
     if not content or not content.strip():
         raise AnswerError("The answer is empty.")
-    if len(content) > MAX_ANSWER_CHARS:
-        raise AnswerError(f"The answer is over the {MAX_ANSWER_CHARS // 1024} KiB limit.")
+    if len(content) > limit:
+        raise AnswerError(f"The answer is over the {limit // 1024} KiB limit.")
     blocks = re.findall(r"```([a-zA-Z+]*)\s*\n(.*?)```", content, re.S)
     code = None
     launch = None
     for lang, body in blocks:
         lang = lang.lower()
         if code is None and (lang in ("cuda", "cu", "cpp", "c++", "c") or "__global__" in body):
-            code = body.strip()
+            code = body.strip() + "\n"
         elif launch is None and lang == "json":
             parsed = _loads(body)
             if parsed is None:
@@ -403,13 +414,11 @@ def parse_generated(content: str | None) -> GeneratedKernel:
             launch = parsed
     if code is None:
         if "__global__" in content and "```" not in content:
-            code = content.strip()
+            code = content.strip() + "\n"
         else:
             raise AnswerError("The answer holds no CUDA code block.")
     if "__global__" not in code:
         raise AnswerError("The code block defines no __global__ kernel.")
-    if code.count("{") != code.count("}"):
-        raise AnswerError("The code is cut off or garbled (unbalanced braces).")
     match = re.search(r"Rationale:\s*(.+)", content)
     rationale = match.group(1).strip()[:500] if match else ""
     return GeneratedKernel(code, launch, rationale)

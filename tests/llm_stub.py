@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -328,6 +329,29 @@ BUDGET_SPENT = "LLM calls is spent"
 DUPLICATE = "already in the tree"
 
 
+@contextmanager
+def patient_llm_clients():
+    """Runs' LLM clients that never give up on an endpoint (LLMClient.unreachable_after 0). The catalogues serve
+    HTTP errors and time-outs at random among their malformed answers, and a fuzz wants each recorded on its node:
+    a run pauses once its endpoint fails UNREACHABLE_AFTER_CALLS calls in a row, which a random draw may do now
+    and then, abandoning the step's other answers. That pause is tested on its own (tests/kernellab/
+    test_qa3_llm_runs.py)."""
+    from kernellab.services import run_context
+
+    original = run_context.llm_client
+
+    def patient(role: str, *, budget=None):
+        client = original(role, budget=budget)
+        client.unreachable_after = 0
+        return client
+
+    run_context.llm_client = patient
+    try:
+        yield
+    finally:
+        run_context.llm_client = original
+
+
 def readable(reason) -> bool:
     """A sentence a person can read on the node: text, capitalised, ends like a sentence, no trace."""
     return (isinstance(reason, str) and 0 < len(reason) <= 1200 and reason[0].isupper()
@@ -350,20 +374,21 @@ def fuzz_runs(*, problem, user, stub: StubServer, min_answers: int, llm_call_bud
     runs: list[int] = []
     crashes: list[str] = []
     started = time.monotonic()
-    while len(stub.served) < min_answers and len(runs) < max_runs:
-        # A surrogate model of its own per run: usable forecasts are cached per model, and the next run's
-        # surrogate should be asked again about the same few good kernels.
-        settings.KERNELLAB_LLM = replace(endpoint, surrogate_model=f"{endpoint.surrogate_model}-{len(runs)}")
-        try:
-            run = run_create(problem=problem, user=user, generator="llm", surrogate="llm", backend="replay",
-                             gpu_budget=gpu_budget, children_per_step=4, max_gpu_per_step=2,
-                             llm_call_budget=llm_call_budget, seed=len(runs))
-            runs.append(run.pk)
-        except Exception as exc:  # counted, and the fuzz goes on: the figure is the point
-            crashes.append(f"{type(exc).__name__}: {exc}"[:300])
-            run = SearchRun.objects.filter(problem=problem).order_by("-pk").first()
-            if run is not None and run.pk not in runs:
+    with patient_llm_clients():  # (every answer recorded: see patient_llm_clients)
+        while len(stub.served) < min_answers and len(runs) < max_runs:
+            # A surrogate model of its own per run: usable forecasts are cached per model, and the next run's
+            # surrogate should be asked again about the same few good kernels.
+            settings.KERNELLAB_LLM = replace(endpoint, surrogate_model=f"{endpoint.surrogate_model}-{len(runs)}")
+            try:
+                run = run_create(problem=problem, user=user, generator="llm", surrogate="llm", backend="replay",
+                                 gpu_budget=gpu_budget, children_per_step=4, max_gpu_per_step=2,
+                                 llm_call_budget=llm_call_budget, seed=len(runs))
                 runs.append(run.pk)
+            except Exception as exc:  # counted, and the fuzz goes on: the figure is the point
+                crashes.append(f"{type(exc).__name__}: {exc}"[:300])
+                run = SearchRun.objects.filter(problem=problem).order_by("-pk").first()
+                if run is not None and run.pk not in runs:
+                    runs.append(run.pk)
     elapsed = time.monotonic() - started
     settings.KERNELLAB_LLM = endpoint
 

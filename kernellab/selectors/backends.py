@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from kernellab.models import Problem, SearchRun, Verification, VerificationState
 from kernellab.selectors.problems import problem_records_file
-from kernellab.selectors.workers import queue_has_live_worker, queue_worker_sentence
+from kernellab.selectors.workers import (claim_holder_stopped, queue_has_live_worker, queue_worker_sentence,
+                                         worker_incarnations)
 
 BACKENDS = ("auto", "replay", "cupy", "pycuda")
 
@@ -82,11 +83,31 @@ def run_wait_reason(*, run: SearchRun) -> str:
             parts.append(f"{queued} verification{plural} queued, but {queue_worker_sentence(queue=run.gpu_queue)}")
     if running:
         # A worker that stopped sending heartbeats is gone: say so, not "being measured" for ever.
-        stale = timezone.now() - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
+        now = timezone.now()
+        stale = now - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
         heard = list(Verification.objects.filter(node__run=run, state=VerificationState.RUNNING, heartbeat_at__lt=stale)
                      .values_list("heartbeat_at", flat=True))
-        if len(heard) < running:
-            parts.append(f"{running - len(heard)} being measured")
+        # So is a claim whose worker was killed (it stopped beating, or started again under its name since): the
+        # beat, or that worker starting again, sends it back to the queue long before its heartbeat is stale.
+        claims = list(Verification.objects.filter(node__run=run, state=VerificationState.RUNNING)
+                      .exclude(heartbeat_at__lt=stale).exclude(claimed_by="")
+                      .values_list("claimed_by", "started_at", "heartbeat_at", "queued_at"))
+        incarnations = worker_incarnations(hostnames={claim[0] for claim in claims})
+        orphans = [(worker, bool(queued_at and claimed_at and queued_at > claimed_at))
+                   for worker, claimed_at, heard_at, queued_at in claims
+                   if claim_holder_stopped(hostname=worker, claimed_at=claimed_at, heard_at=heard_at,
+                                           incarnations=incarnations, now=now)]
+        if len(heard) + len(orphans) < running:
+            parts.append(f"{running - len(heard) - len(orphans)} being measured")
+        if orphans:
+            names = ", ".join(sorted({worker for worker, _ in orphans}))
+            requeued = all(sent for _, sent in orphans)
+            if len(orphans) == 1:
+                parts.append(f"1 verification's worker ({names}) stopped; "
+                             + ("it was requeued and waits for a worker" if requeued else "it will be requeued"))
+            else:
+                parts.append(f"{len(orphans)} verifications' workers ({names}) stopped; "
+                             + ("they were requeued and wait for a worker" if requeued else "they will be requeued"))
         if heard:
             minutes = max(1, int((timezone.now() - max(heard)).total_seconds() // 60))
             if len(heard) == 1:

@@ -24,6 +24,7 @@ from kernellab.models import (
     Verification,
     VerificationState,
 )
+from kernellab.selectors.runs import run_table_rows
 
 FAILED_STATES = {NodeState.FAILED_COMPILE, NodeState.FAILED_CORRECTNESS, NodeState.FAILED_RUNTIME}
 
@@ -131,10 +132,18 @@ def node_forecast(*, node: Node) -> Forecast | None:
 
 
 def run_measurements(*, run: SearchRun) -> QuerySet[Measurement]:
-    """Measurements of the run's problem by a backend of the run's kind: a replay run sees replayed
-    answers, a GPU run only measurements taken on a GPU, whichever run of the problem asked."""
+    """Measurements of the run's problem of the kinds the run's own verifications produced, whichever run of the
+    problem asked: replayed answers (recorded data) and measurements taken on a GPU are kept apart. The kind is
+    what the answers were, not the run's backend: a run set to "auto" that a worker answered from recorded data
+    lists those answers on its measured nodes. A run with no answer yet goes by its backend."""
     rows = Measurement.objects.filter(problem_id=run.problem_id)
-    return rows.filter(backend="replay") if run.backend == "replay" else rows.exclude(backend="replay")
+    produced = set(Verification.objects.filter(node__run=run, measurement__isnull=False).order_by()
+                   .values_list("measurement__backend", flat=True).distinct())
+    replayed = "replay" in produced if produced else run.backend == "replay"
+    on_a_gpu = bool(produced - {"replay"}) if produced else run.backend != "replay"
+    if replayed and on_a_gpu:
+        return rows
+    return rows.filter(backend="replay") if replayed else rows.exclude(backend="replay")
 
 
 def node_measurements(*, node: Node) -> list[Measurement]:
@@ -152,8 +161,17 @@ def node_verifications(*, node: Node) -> list[Verification]:
     return list(node.verifications.select_related("requested_by", "approver").order_by("-created_at", "-pk"))
 
 
-def node_comments(*, node: Node) -> QuerySet[Comment]:
-    return node.comments.select_related("author").order_by("created_at", "pk")
+# A node panel shows the latest comments only (a panel is re-fetched for every viewer on every new comment); the node's
+# own page shows them all.
+PANEL_COMMENTS_SHOWN = 100
+
+
+def node_comments(*, node: Node, latest: int | None = None) -> list[Comment]:
+    """The node's comments, oldest first; with `latest`, only the last that many of them."""
+    rows = node.comments.select_related("author")
+    if latest is None:
+        return list(rows.order_by("created_at", "pk"))
+    return list(reversed(rows.order_by("-created_at", "-pk")[:latest]))
 
 
 def node_discovery(*, node: Node) -> Discovery | None:
@@ -171,7 +189,8 @@ class NodeStory:
     forecast: Forecast | None
     verifications: list
     measurements: list
-    comments: list
+    comments: list  # the latest PANEL_COMMENTS_SHOWN
+    comments_total: int
     discovery: Discovery | None
     failed_proposals: list
 
@@ -198,7 +217,8 @@ def node_story(*, node: Node) -> NodeStory:
             return story
     story = NodeStory(
         forecast=node_forecast(node=node), verifications=node_verifications(node=node),
-        measurements=node_measurements(node=node), comments=list(node_comments(node=node)),
+        measurements=node_measurements(node=node), comments=node_comments(node=node, latest=PANEL_COMMENTS_SHOWN),
+        comments_total=node.comments.count(),
         discovery=node_discovery(node=node), failed_proposals=node_failed_proposals(node=node))
     with _STORIES_LOCK:
         _STORIES[key] = story
@@ -207,8 +227,13 @@ def node_story(*, node: Node) -> NodeStory:
     return story
 
 
-def problem_runs(*, problem: Problem) -> QuerySet[SearchRun]:
-    return problem.runs.select_related("created_by", "best_node").order_by("-created_at")
+# Runs a problem's page lists; the rest are on the workspace's run list, filtered to the problem.
+PROBLEM_RUNS_SHOWN = 10
+
+
+def problem_runs(*, problem: Problem, limit: int = PROBLEM_RUNS_SHOWN) -> QuerySet[SearchRun]:
+    """The problem's `limit` most recent runs, with only what a table of runs shows (never the driver's state)."""
+    return run_table_rows(problem.runs.all())[:limit]
 
 
 # Datasheet figures, used for a roofline bound only until a GPU of that model has measured the
@@ -304,11 +329,23 @@ def _bins():
     return DEFAULT_BINS
 
 
-def _forecasts_by_node(run: SearchRun) -> dict[int, Forecast]:
-    chosen: dict[int, Forecast] = {}
-    # Same rule as node_forecast: the latest.
-    for forecast in Forecast.objects.filter(node__run=run).order_by("node_id", "created_at", "pk"):
-        chosen[forecast.node_id] = forecast
+# What the dashboard reads of a forecast.
+_DASHBOARD_FORECAST_FIELDS = ("node_id", "bin", "confidence", "probabilities", "abstained", "created_at")
+
+
+def _forecasts_by_node(run: SearchRun) -> dict[int, dict]:
+    """The latest forecast (same rule as node_forecast) of each of the run's measured nodes, the only ones the
+    dashboard pairs with a measurement, as a dict of _DASHBOARD_FORECAST_FIELDS: a large run has tens of thousands
+    of forecasts, with their reasoning, that no chart reads."""
+    from django.db import connection
+
+    forecasts = Forecast.objects.filter(node__run=run, node__state=NodeState.MEASURED, node__speedup__isnull=False)
+    if connection.features.can_distinct_on_fields:  # PostgreSQL: the database keeps one row a node
+        rows = forecasts.order_by("node_id", "-created_at", "-pk").distinct("node_id").values(*_DASHBOARD_FORECAST_FIELDS)
+        return {row["node_id"]: row for row in rows}
+    chosen: dict[int, dict] = {}
+    for row in forecasts.order_by("node_id", "created_at", "pk").values(*_DASHBOARD_FORECAST_FIELDS):
+        chosen[row["node_id"]] = row  # the last, the latest
     return chosen
 
 
@@ -385,19 +422,20 @@ def run_dashboard(*, run: SearchRun) -> dict:
     pairs = []
     for row in measured:
         forecast = forecasts.get(row["pk"])
-        if forecast is None or forecast.abstained or not forecast.probabilities:
+        if forecast is None or forecast["abstained"] or not forecast["probabilities"]:
             continue
         try:
             measured_bin = bins.bin_of(row["speedup"])
         except ValueError:
             continue
-        probabilities = [float(p) for p in forecast.probabilities]
+        probabilities = [float(p) for p in forecast["probabilities"]]
         pairs.append({"key": row["key"], "speedup": row["speedup"], "measured_bin": measured_bin,
-                      "forecast_bin": forecast.bin or scoring.predicted_bin(probabilities),
-                      "forecast_confidence": forecast.confidence if forecast.confidence is not None else max(probabilities),
+                      "forecast_bin": forecast["bin"] or scoring.predicted_bin(probabilities),
+                      "forecast_confidence": forecast["confidence"] if forecast["confidence"] is not None
+                      else max(probabilities),
                       "forecast_log_speedup": _expected_log_speedup(probabilities, bins),
                       "after_first_measurement": first_measured_at is not None
-                      and forecast.created_at > first_measured_at})
+                      and forecast["created_at"] > first_measured_at})
 
     n = bins.n_bins
     confusion = [[0] * n for _ in range(n)]  # rows: forecast bin, columns: measured bin
@@ -470,7 +508,12 @@ def run_dashboard(*, run: SearchRun) -> dict:
 def _search_times(run: SearchRun) -> dict | None:
     """Where the driver's wall time went: its compile batches and the measurements it timed (the saved
     state's SearchTimes), with compiling's share of the two; None before the first batch."""
-    times = (run.driver_state or {}).get("times") or {}
+    if "driver_state" in run.get_deferred_fields():
+        # Only the times, with a JSON key lookup: the whole state is megabytes (about 4 KB per node) for these numbers.
+        times = SearchRun.objects.filter(pk=run.pk).values_list("driver_state__times", flat=True).first()
+    else:
+        times = (run.driver_state or {}).get("times")
+    times = times if isinstance(times, dict) else {}
     compile_s, measure_s = float(times.get("compile_s") or 0.0), float(times.get("measure_s") or 0.0)
     if not times.get("compile_batches"):
         return None

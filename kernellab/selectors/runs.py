@@ -25,11 +25,29 @@ def run_for_user(*, run_id: int, user) -> SearchRun | None:
     return run
 
 
+# What a table of runs (partials/run_table.html) shows, and no more: never the driver's saved state (megabytes per
+# run, about 4 KB per node it ever made), nor the problem's sources or the best node's texts. A column the table
+# starts to show must be added here, or each row loads it with a query of its own.
+RUN_TABLE_FIELDS = (
+    "id", "name", "problem_id", "status", "generator", "surrogate", "nodes_count", "gpu_used", "gpu_budget",
+    "best_speedup", "best_node_id", "created_at",
+    "problem__id", "problem__title",
+    "best_node__id", "best_node__origin",
+)
+
+RUNS_PER_PAGE = 50
+
+
+def run_table_rows(runs: QuerySet[SearchRun]) -> QuerySet[SearchRun]:
+    """`runs` with only what a table of runs shows (RUN_TABLE_FIELDS), newest first."""
+    return runs.select_related("problem", "best_node").only(*RUN_TABLE_FIELDS).order_by("-created_at", "-pk")
+
+
 def run_list(*, workspaces: QuerySet[Workspace] | list[Workspace], problem=None) -> QuerySet[SearchRun]:
-    runs = SearchRun.objects.filter(problem__workspace__in=workspaces).select_related("problem", "created_by", "best_node")
+    runs = SearchRun.objects.filter(problem__workspace__in=workspaces)
     if problem is not None:
         runs = runs.filter(problem=problem)
-    return runs.order_by("-created_at")
+    return run_table_rows(runs)
 
 
 def change_as_message(change: RunChange) -> dict:

@@ -6,6 +6,8 @@ run_advance, measured by the verification task and stored in the same database, 
 the explorer like any other. The tasks run eagerly (inline) for the length of the search."""
 from __future__ import annotations
 
+import logging
+import math
 import shutil
 import time
 from contextlib import contextmanager
@@ -23,6 +25,7 @@ from kernellab.services.errors import ServiceError
 FAILED_STATES = (NodeState.FAILED_COMPILE, NodeState.FAILED_CORRECTNESS, NodeState.FAILED_RUNTIME)
 DEFAULT_GPU_BUDGET = 40
 UNBOUNDED_GPU_BUDGET = 100_000  # the run form's ceiling: with only --seconds, time is the budget
+FAILURE_REASONS_SHOWN = 3  # the most common reasons a report gives for its failed proposals
 TARGET_GPU = "h200"  # run_create's default, named here since the backend check before it needs it too
 
 
@@ -67,6 +70,10 @@ class SearchReport:
     measure_s: float
     other_s: float
     counters: dict = field(default_factory=dict)
+    # Proposals that never became a candidate (an LLM answer without usable code, a recipe that cannot apply, an
+    # endpoint that failed): how many, and the most common reasons with their counts, most common first.
+    proposals_failed: int = 0
+    proposal_failure_reasons: list = field(default_factory=list)
 
     @property
     def compile_share(self) -> float:
@@ -90,6 +97,10 @@ class SearchReport:
             f"  wall {self.wall_s:.1f} s: compile checks {self.compile_s:.1f} s ({100 * self.compile_share:.0f}%), "
             f"measurements {self.measure_s:.1f} s, search and database {self.other_s:.1f} s",
         ]
+        if self.proposals_failed:
+            lines.insert(4, f"  proposals failed: {self.proposals_failed}"
+                         + (" (" + "; ".join(f"{n}× {reason.rstrip('.')}" for reason, n in self.proposal_failure_reasons)
+                            + ")" if self.proposal_failure_reasons else ""))
         if self.best_source:
             lines += ["", "Best kernel:", self.best_source.rstrip()]
         return "\n".join(lines) + "\n"
@@ -151,7 +162,9 @@ PROBLEMS_NAMED = 20
 def problem_find(*, workspace: Workspace, key: str) -> Problem:
     """An uploaded problem by id or name."""
     problems = Problem.objects.filter(workspace=workspace)
-    problem = problems.filter(pk=int(key)).first() if key.isdigit() else problems.filter(name=key).first()
+    # ASCII digits only: str.isdigit() is true of "²" (which int() refuses) and of "١" (which int() reads as 1).
+    is_id = key.isascii() and key.isdecimal()
+    problem = problems.filter(pk=int(key)).first() if is_id else problems.filter(name=key).first()
     if problem is None:
         names = list(problems.order_by("name").values_list("name", flat=True))
         known = ", ".join(names[:PROBLEMS_NAMED]) or "none"
@@ -173,10 +186,19 @@ def _tasks_inline():
 
     before = app.conf.task_always_eager
     app.conf.task_always_eager = True
+    kombu = logging.getLogger("kombu.connection")
+    kombu.addFilter(_no_default_hostname_warning)
     try:
         yield
     finally:
+        kombu.removeFilter(_no_default_hostname_warning)
         app.conf.task_always_eager = before
+
+
+def _no_default_hostname_warning(record: logging.LogRecord) -> bool:
+    """Drops kombu's "No hostname was supplied. Reverting to default 'localhost'": an eager task still takes a
+    producer from the pool, whose filesystem broker (the embedded setup's) has no host to name; nothing is wrong."""
+    return not record.getMessage().startswith("No hostname was supplied.")
 
 
 @contextmanager
@@ -252,7 +274,7 @@ def _watching_steps(run: SearchRun, on_step: Callable[[RunChange], None]):
 
 def search_budget(*, gpu_budget: int | None, seconds: float | None) -> int:
     """The GPU budget of a search given in measurements, seconds or neither; refuses a time budget that is no time."""
-    if seconds is not None and seconds <= 0:
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):  # nan and inf: no limit, no JSON
         raise ServiceError("The time budget must be a positive number of seconds.")
     if gpu_budget is None:
         gpu_budget = UNBOUNDED_GPU_BUDGET if seconds else DEFAULT_GPU_BUDGET
@@ -268,9 +290,22 @@ def search_check_backend(*, problem: Problem, backend: str, records: Path | None
     # Asked with the tasks inline, as the search runs: a GPU backend then measures in this process, not on a worker.
     with _tasks_inline():
         choice = backend_choice(problem=problem, backend=backend, target_gpu=TARGET_GPU)
+    recorded = records / f"{TARGET_GPU}.jsonl.gz" if records is not None else None
+    if choice.measures_with == "replay" and choice.available and (recorded is None or not recorded.is_file()):
+        from kernellab.selectors.problems import problem_records_file
+
+        recorded = problem_records_file(problem, TARGET_GPU)  # what replay reads: bundled, or copied in before
+    if choice.measures_with == "replay" and recorded is not None and recorded.is_file():
+        # Read, not only found: a corrupt or empty file, or one of another problem's records, measures nothing (and
+        # a folder's would replace the records an earlier search of it copied in).
+        from gpu_runner.backends.replay import records_unusable
+
+        wrong = records_unusable(recorded, problem.name)
+        if wrong is None:
+            return
+        raise ServiceError(f"The {backend} backend cannot measure {problem.title}: {recorded} holds no readable "
+                           f"measurement of {problem.name}, since {wrong}.")
     if choice.available:
-        return
-    if choice.measures_with == "replay" and records is not None and (records / f"{TARGET_GPU}.jsonl.gz").is_file():
         return
     # With the tasks inline a GPU backend has no worker to wait for: the worker sentence would mislead.
     why = (choice.unavailable if choice.measures_with == "replay"
@@ -286,7 +321,10 @@ def search_check_generator(*, problem: Problem, generator: str | None) -> None:
 
     if generator is None:
         return
-    allowed = [name for name, _ in RunCreateForm(problem=problem).fields["generator"].choices]
+    form = RunCreateForm(problem=problem)
+    if form.nothing_to_propose:
+        raise ServiceError(form.nothing_to_propose)
+    allowed = [name for name, _ in form.fields["generator"].choices]
     if generator not in allowed:
         raise ServiceError(f"The {generator} generator cannot search {problem.title}; "
                            f"choose {' or '.join(allowed) if allowed else 'another problem'}.")
@@ -437,7 +475,19 @@ def search_report(*, run: SearchRun, wall_s: float, compile_s: float, measure_s:
         measure_s=round(measure_s, 3),
         other_s=round(max(0.0, wall_s - compile_s - measure_s), 3),
         counters=counters,
+        **_proposal_failures(run, counters),
     )
+
+
+def _proposal_failures(run: SearchRun, counters: dict) -> dict:
+    """How many proposals failed (the search's count) and the most common reasons the nodes keep for them."""
+    from collections import Counter
+
+    tally: Counter = Counter()
+    for failures in Node.objects.filter(run=run).values_list("failed_proposals", flat=True):
+        tally.update(str(f.get("reason") or "no reason given") for f in failures or [] if isinstance(f, dict))
+    return {"proposals_failed": int(counters.get("failed_proposals") or sum(tally.values())),
+            "proposal_failure_reasons": [[reason, n] for reason, n in tally.most_common(FAILURE_REASONS_SHOWN)]}
 
 
 def _recipe_of(kernel_name: str) -> str | None:

@@ -43,7 +43,30 @@ def measure_for_verification(verification: Verification) -> tuple[dict, list[dic
         timeout_s=min(settings.KERNELLAB_VERIFY_TIME_LIMIT_S - 5, 300),
     ).to_dict()
     _profile_reference_once(runner, run, spec, result, seed)
-    return result, expert_notes_for(spec, result)
+    notes = expert_notes_for(spec, result)
+    label_recorded_answer(result, queue=verification.queue)
+    return result, notes
+
+
+# What a replayed answer's hardware name gets on a gpu.* queue, after the recording's GPU name.
+RECORDED_SUFFIX = " (recorded data, not measured by this worker)"
+
+
+def label_recorded_answer(result: dict, *, queue: str) -> dict:
+    """A verification sent to a GPU queue (gpu.h200) that the worker answered from recorded data (a run set to
+    "auto" on a worker with KERNELLAB_RUNNER_BACKEND=replay) carries the recording's hardware, "NVIDIA H200", as
+    if this worker had measured it live: its stored hardware says it was recorded (`recorded`: true, and the
+    name). The GPU's name stays first, so what reads the GPU's figures by name (gpu_key) reads the same GPU. A
+    replay run's answers (the replay queue) are labelled replay everywhere already and are left as they are."""
+    if not queue.startswith("gpu.") or result.get("backend") != "replay" or not result.get("hardware"):
+        return result
+    hardware = dict(result["hardware"])
+    name = str(hardware.get("name") or "a GPU")
+    if not name.endswith(RECORDED_SUFFIX):
+        hardware["name"] = name + RECORDED_SUFFIX
+    hardware["recorded"] = True
+    result["hardware"] = hardware
+    return result
 
 
 def _profile_reference_once(runner, run, spec, result: dict, seed: int) -> None:

@@ -9,13 +9,15 @@ search_port.py."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import cache
-from django.db import OperationalError, connection, transaction
+from django.db import OperationalError, connection, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 from search_engine.llm_client import LLMUnreachable
@@ -43,7 +45,11 @@ __all__ = ["DatabasePort", "RunContext", "llm_client", "measurement_as_result", 
 
 log = logging.getLogger(__name__)
 
-LEASE_S = 15 * 60
+# An advance holds its run's lease; while it runs, a thread renews it every LEASE_RENEW_S (a step may wait minutes on
+# compiles or a slow LLM). A worker process that dies holding it (killed, out of memory) blocks the run for at most
+# LEASE_S: its redelivered message, and the beat's sweep of stuck runs, take the run over once the lease has passed.
+LEASE_S = 120
+LEASE_RENEW_S = 30
 STEPS_PER_ADVANCE = 25
 # A transient database error (deadlock, serialization failure, lost connection) rolls the step back and the advance
 # is tried again after TRANSIENT_RETRY_S; only after TRANSIENT_DB_ERRORS_MAX of them in a row does the run fail.
@@ -51,6 +57,11 @@ TRANSIENT_DB_ERRORS_MAX = 5
 TRANSIENT_RETRY_S = 2.0
 TRANSIENT_OUTCOME = "retrying after a transient database error"
 _SEARCHING = (RunStatus.RUNNING, RunStatus.WAITING)
+# Saved beside the driver's state: what the run's LLM calls came to (LLMCallBudget.useful and .last_error), so that
+# a run whose budget is spent says so when every call failed, and why the last one did.
+LLM_OUTCOMES_KEY = "llm_outcomes"
+# What to check for each way an LLM endpoint fails (LLMUnreachable.check), in the names a run's settings have.
+LLM_SETTINGS_NAMES = {"base_url": "OPENAI_BASE_URL", "api_key": "OPENAI_API_KEY", "timeout": "KERNELLAB_LLM_TIMEOUT_S"}
 
 
 # ---- advancing a run ------------------------------------------------------------------------
@@ -75,6 +86,30 @@ def _release(run_id: int) -> None:
 def _renew(run_id: int) -> None:
     # A step that waits on a slow LLM may take minutes: the lease is held from step to step, not per advance.
     SearchRun.objects.filter(pk=run_id).update(lease_until=timezone.now() + timedelta(seconds=LEASE_S))
+
+
+@contextmanager
+def _lease_kept(run_id: int):
+    """Keep a taken lease alive while the body runs, from a thread with its own database connection."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        try:
+            while not stop.wait(LEASE_RENEW_S):
+                try:
+                    _renew(run_id)
+                except Exception as exc:  # tried again next period; the lease lasts LEASE_S meanwhile
+                    log.warning("could not renew the lease of run %s: %s", run_id, exc)
+        finally:
+            connections.close_all()  # this thread's connections only
+
+    keeper = threading.Thread(target=renew, name=f"run-{run_id}-lease", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join(timeout=5)
 
 
 def _advance_later(run_id: int) -> None:
@@ -333,7 +368,8 @@ def run_advance(*, run_id: int) -> str:
         _advance_later(run_id)
         return "another worker is advancing this run"
     try:
-        outcome = _advance_leased(run_id)
+        with _lease_kept(run_id):
+            outcome = _advance_leased(run_id)
     finally:
         _release(run_id)
     if outcome == TRANSIENT_OUTCOME:
@@ -372,6 +408,7 @@ def _advance_leased(run_id: int) -> str:
         port = DatabasePort(RunContext(run))
         with port.holding_writes():
             driver = _load_driver(run, port)
+            _llm_outcomes_restore(port.context.llm_budget, run)
             counted = _hand_counted(run, driver)
             _feed_outside_events(driver, run, counted)
         with transaction.atomic():
@@ -428,7 +465,7 @@ def _advance_leased(run_id: int) -> str:
         return run_pause_for_time_limit(run_id=run_id, exc=exc, budget=budget)
     except LLMUnreachable as exc:
         # Retrying would only spend the LLM budget on the same error: paused, to resume once the endpoint is fixed.
-        return _pause(run_id, str(exc), budget)
+        return _pause(run_id, llm_unreachable_reason(exc), budget)
     except ServiceError as exc:
         if isinstance(exc, IllegalTransition) and (status_now := _status_now(run_id)) not in _SEARCHING:
             return f"run is {status_now}"  # a person paused or cancelled it meanwhile (the wake, wait or finish lost)
@@ -483,12 +520,41 @@ def _pause(run_id: int, reason: str, budget=None) -> str:
     return "paused"
 
 
+def llm_unreachable_reason(exc: LLMUnreachable) -> str:
+    """The status reason of a run paused because its LLM endpoint failed: what happened and what to check, one
+    clause ("the LLM endpoint http://host/v1 did not answer: Connection error; check OPENAI_BASE_URL and that the
+    server runs"), short enough for the run's status line (160 characters) with an address of common length; the
+    address is shown without credentials (redact_url). The run's page offers to resume it."""
+    endpoint = settings.KERNELLAB_LLM
+    roles = (("KERNELLAB_GENERATOR_MODEL", endpoint.generator_model), ("KERNELLAB_SURROGATE_MODEL", endpoint.surrogate_model))
+    model = " and ".join([name for name, value in roles if value == exc.model] or [name for name, _ in roles])
+    return f"{exc.problem}; {exc.check(model=model, **LLM_SETTINGS_NAMES)}"
+
+
+def _llm_outcomes_restore(budget, run: SearchRun) -> None:
+    """What the run's earlier LLM calls came to, from its saved state, onto this advance's budget."""
+    if budget is None:
+        return
+    state = run.driver_state or {}
+    saved = state.get(LLM_OUTCOMES_KEY)
+    if isinstance(saved, dict):
+        budget.useful = int(saved.get("useful") or 0)
+        budget.last_error = saved.get("last_error") or None
+    elif run.llm_calls:
+        budget.useful = 1  # saved before outcomes were kept: not said to have failed every call
+
+
 def _llm_budget_spent(run: SearchRun, driver, budget) -> str:
-    """No LLM call is left: the run waits for what is already on the GPU, then finishes, saying why."""
+    """No LLM call is left: the run waits for what is already on the GPU, then finishes, saying why (and, when
+    no call gave the search anything, the last call's error)."""
+    from search_engine.llm_client import as_clause
+
     from kernellab.services.runs import run_transition
 
     run.refresh_from_db()
     spent = f"the budget of {budget.limit} LLM calls is spent"
+    if budget.every_call_failed:
+        spent += f" and every call failed, the last because {as_clause(budget.last_error)}"
     if driver.pending():
         if run.status == RunStatus.RUNNING:
             run_transition(run=run, action="wait", reason=f"waiting for the last GPU measurements; {spent}")
@@ -503,6 +569,8 @@ def _save(run: SearchRun, driver, budget=None, counted: set[int] | None = None) 
     best = driver.best()
     state = driver.state_dict()
     state[HAND_COUNTED_KEY] = sorted(counted if counted is not None else _hand_counted(run, driver))
+    if budget is not None:
+        state[LLM_OUTCOMES_KEY] = {"useful": budget.useful, "last_error": budget.last_error}
     updates = {"driver_state": state}
     if budget is not None and run.llm_calls != budget.used:
         run.llm_calls = updates["llm_calls"] = budget.used
@@ -556,18 +624,20 @@ def node_add_human_child(*, node: Node, user, source: str, launch: list | None =
     if not _lease(run.pk, wait_s=30):
         raise ServiceError("The search is busy with this run; try again in a moment.")
     try:
-        run = SearchRun.objects.select_related("problem__reference", "problem__workspace").get(pk=run.pk)
-        port = DatabasePort(context)
-        with port.holding_writes():
-            driver = _load_driver(run, port)
-            child_id = driver.add_candidate(int(node.key), candidate, rationale or f"hand-written by {user.get_username()}",
-                                            origin="human", author_id=user.pk)
-        if child_id is None:
-            raise ServiceError("This candidate is already in the tree.")
-        with transaction.atomic():
-            port.flush()
-            _save(run, driver, context.llm_budget, _hand_counted(run, driver))
-            child = Node.objects.get(run=run, key=str(child_id))
+        with _lease_kept(run.pk):
+            run = SearchRun.objects.select_related("problem__reference", "problem__workspace").get(pk=run.pk)
+            port = DatabasePort(context)
+            with port.holding_writes():
+                driver = _load_driver(run, port)
+                _llm_outcomes_restore(context.llm_budget, run)
+                child_id = driver.add_candidate(int(node.key), candidate, rationale or f"hand-written by {user.get_username()}",
+                                                origin="human", author_id=user.pk)
+            if child_id is None:
+                raise ServiceError("This candidate is already in the tree.")
+            with transaction.atomic():
+                port.flush()
+                _save(run, driver, context.llm_budget, _hand_counted(run, driver))
+                child = Node.objects.get(run=run, key=str(child_id))
     finally:
         _release(run.pk)
     run_gpu_recount(run=run)  # a finished run's count takes the child's request in now (a running one's is the search's)

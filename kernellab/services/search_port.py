@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Callable
 
+from django.db.models import F
 from search_engine.events import (
     BestChanged,
     Discovery,
@@ -68,6 +69,9 @@ class DatabasePort:
         self.run = context.run
         self._nodes: dict[str, Node] = {}
         self._held: list[Callable[[], None]] | None = None
+        # Nodes made while a flush applies its writes: the run's nodes_count grows by them once, at its end.
+        self._flushing = False
+        self._nodes_made = 0
         self._handlers: dict[EventKind, Callable[[SearchEvent], None]] = {
             EventKind.NODE_CREATED: self._node_created,
             EventKind.FORECAST: self._forecast_made,
@@ -93,8 +97,19 @@ class DatabasePort:
 
     def flush(self) -> None:
         held, self._held = self._held or [], None
-        for write in held:
-            write()
+        self._flushing, self._nodes_made = True, 0
+        try:
+            for write in held:
+                write()
+            self._count_nodes(self._nodes_made)
+        finally:
+            self._flushing, self._nodes_made = False, 0
+
+    def _count_nodes(self, made: int) -> None:
+        """The run's nodes_count grows by the nodes just made: one UPDATE, never a count of all the run's nodes (a
+        large run made each of its 20,000 nodes counting the ones before it)."""
+        if made:
+            SearchRun.objects.filter(pk=self.run.pk).update(nodes_count=F("nodes_count") + made)
 
     def _write(self, write: Callable, *args) -> None:
         if self._held is None:
@@ -182,7 +197,7 @@ class DatabasePort:
         parent = self.node(event["parent_id"]) if event["parent_id"] is not None else None
         kernel = self.run.problem.reference if parent is None else kernel_get_or_create(candidate=candidate)
         origin = "root" if parent is None else event.get("origin", "generator")
-        node, _ = Node.objects.update_or_create(
+        node, made = Node.objects.update_or_create(
             run=self.run,
             key=str(event["node_id"]),
             defaults=dict(
@@ -200,7 +215,10 @@ class DatabasePort:
             ),
         )
         self._nodes[node.key] = node
-        SearchRun.objects.filter(pk=self.run.pk).update(nodes_count=Node.objects.filter(run=self.run).count())
+        if made and self._flushing:
+            self._nodes_made += 1  # counted once at the end of the flush
+        elif made:
+            self._count_nodes(1)
         node_changed(node=node)
 
     def _forecast_made(self, event: ForecastMade) -> None:

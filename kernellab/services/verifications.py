@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from kernellab.models import (
@@ -251,9 +251,18 @@ def verification_reject_many(*, verifications, user, reason: str = "") -> tuple[
     return done, errors
 
 
-def verification_claim(*, verification_id: int, token: str) -> Verification | None:
-    """Take the row for one attempt. Returns None when there is nothing to do (done, rejected,
-    claimed by a live worker, or out of attempts)."""
+def _claim_holder_stopped(row: Verification, now) -> bool:
+    """Whether the worker named in a running row's claim is gone (selectors.workers.claim_holder_stopped): killed
+    and started again under its name, or silent for three heartbeats."""
+    from kernellab.selectors.workers import claim_holder_stopped, worker_incarnations
+
+    return claim_holder_stopped(hostname=row.claimed_by, claimed_at=row.started_at, heard_at=row.heartbeat_at,
+                                incarnations=worker_incarnations(hostnames=[row.claimed_by]), now=now)
+
+
+def verification_claim(*, verification_id: int, token: str, worker: str = "") -> Verification | None:
+    """Take the row for one attempt, for the Celery worker named `worker` (its hostname). Returns None when there
+    is nothing to do (done, rejected, claimed by a live worker, or out of attempts)."""
     now = timezone.now()
     stale = now - timedelta(seconds=settings.KERNELLAB_STALE_RUNNING_S)
     with transaction.atomic():
@@ -263,9 +272,12 @@ def verification_claim(*, verification_id: int, token: str) -> Verification | No
             return None
         claimable = row.state == VerificationState.QUEUED or (
             # The same message redelivered means its earlier execution died; a stale heartbeat
-            # means a worker vanished without the broker noticing.
+            # means a worker vanished without the broker noticing; a claim whose worker stopped
+            # beating, or started again since, is held by nobody. A claim still held by a live
+            # worker is never taken: it finishes (or fails) the row itself.
             row.state == VerificationState.RUNNING
-            and (row.claim_token == token or (row.heartbeat_at is not None and row.heartbeat_at < stale))
+            and (row.claim_token == token or (row.heartbeat_at is not None and row.heartbeat_at < stale)
+                 or _claim_holder_stopped(row, now))
         )
         if not claimable:
             return None
@@ -276,6 +288,7 @@ def verification_claim(*, verification_id: int, token: str) -> Verification | No
             state=VerificationState.RUNNING,
             attempts=row.attempts + 1,
             claim_token=token,
+            claimed_by=(worker or "")[:200],
             started_at=now,
             heartbeat_at=now,
             progress="starting",
@@ -593,6 +606,39 @@ def verification_requeue_stale() -> int:
         if Verification.objects.filter(due, pk=pk).update(queued_at=now) != 1:
             continue
         verification_execute.apply_async(args=[pk], queue=queue)
+        sent += 1
+    return sent + verifications_requeue_of_stopped_workers(now=now)
+
+
+def verifications_requeue_of_stopped_workers(*, hostname: str | None = None, now=None) -> int:
+    """Re-send the running rows whose claiming worker is gone (selectors.workers.claim_holder_stopped: it was killed
+    and started again under its name, or it has not beaten for three heartbeats), well before
+    KERNELLAB_STALE_RUNNING_S; with `hostname`, only that worker's (a worker starting again re-sends what its
+    earlier process held). Each claim is re-sent once (queued_at moves past its started_at). The row stays as it
+    is until the new message claims it (verification_claim takes a claim whose worker is gone): a worker that was
+    only slow and finishes first leaves the new message nothing to do, so nothing is measured twice."""
+    from kernellab.selectors.workers import claim_holder_stopped, worker_incarnations
+    from kernellab.tasks import verification_execute
+
+    now = now or timezone.now()
+    not_sent_since_claim = Q(queued_at__isnull=True) | Q(queued_at__lt=F("started_at"))
+    held = Verification.objects.filter(not_sent_since_claim, state=VerificationState.RUNNING).exclude(claimed_by="")
+    if hostname is not None:
+        held = held.filter(claimed_by=hostname)
+    rows = list(held.values_list("pk", "queue", "claimed_by", "claim_token", "attempts", "started_at", "heartbeat_at"))
+    incarnations = worker_incarnations(hostnames={row[2] for row in rows})
+    sent = 0
+    for pk, queue, worker, token, attempts, started_at, heard_at in rows:
+        if not claim_holder_stopped(hostname=worker, claimed_at=started_at, heard_at=heard_at,
+                                    incarnations=incarnations, now=now):
+            continue
+        # Conditional on the same claim, not yet re-sent: of two overlapping callers only one sends it.
+        same_claim = Verification.objects.filter(not_sent_since_claim, pk=pk, state=VerificationState.RUNNING,
+                                                 claim_token=token, attempts=attempts)
+        if same_claim.update(queued_at=now) != 1:
+            continue
+        log.warning("verification %s was claimed by worker %s, which stopped; sent again on %s", pk, worker, queue)
+        _publish(verification_execute, pk, queue)
         sent += 1
     return sent
 

@@ -165,6 +165,7 @@ def _panel_context(request, run, node, *, error: str | None = None, notice: str 
         "compile_facts": compile_facts,
         "compile_errors": (node.kernel.compile_errors if node.kernel else []) or [],
         "comments": story.comments,
+        "comments_total": story.comments_total,
         "discovery": story.discovery,
         "children_count": node_children_count(node=node),  # a new child changes the child, not this node
         "failed_proposals": story.failed_proposals,
@@ -186,6 +187,9 @@ def _render_panel(request, run, node, *, status: int = 200, **kwargs):
     context = _panel_context(request, run, node, **kwargs)
     if request.htmx:
         return render(request, "kernellab/explorer/panel.html", context, status=status)
+    from kernellab.selectors.explorer import node_comments
+
+    context["comments"] = node_comments(node=node)  # the node's own page: every comment, not the panel's latest
     return render(request, "kernellab/explorer/node_page.html", context, status=status)
 
 

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
 import json
+from itertools import islice
 
+from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse, JsonResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from kernellab.models import Verification
-from kernellab.selectors.discoveries import discovery_as_record, discovery_list
+from kernellab.selectors.discoveries import discovery_as_record
 from kernellab.selectors.runs import run_list
 from kernellab.selectors.verifications import verification_active, verification_pending, verification_queue
 from kernellab.selectors.workspaces import workspace_list_for_user
@@ -46,22 +49,41 @@ def workspace_detail(request, slug: str):
 
 @login_required
 def run_index(request, slug: str):
+    """The workspace's runs, newest first, a page at a time (RUNS_PER_PAGE); `?problem=<id>`: only that problem's."""
+    from django.core.paginator import Paginator
+    from django.http import Http404
+
+    from kernellab.selectors.runs import RUNS_PER_PAGE
+
     workspace = workspace_for(request, slug)
-    return render(request, "kernellab/run_list.html", {"workspace": workspace, "runs": run_list(workspaces=[workspace])})
+    problem = None
+    if "problem" in request.GET:
+        problem = workspace.problems.filter(pk=db_id(request.GET["problem"])).only("pk", "title").first()
+        if problem is None:
+            raise Http404("No such problem in this workspace.")
+    page = Paginator(run_list(workspaces=[workspace], problem=problem), RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "kernellab/run_list.html", {"workspace": workspace, "problem": problem, "page": page})
 
 
 @login_required
 def verification_index(request, slug: str):
+    from django.core.paginator import Paginator
+
+    from kernellab.selectors.verifications import ACTIVE_SHOWN, PENDING_PER_PAGE
+
     workspace = workspace_for(request, slug)
+    active = verification_active(workspace=workspace)
     context = {
         "workspace": workspace,
-        "pending": verification_pending(workspace=workspace),
-        "active": verification_active(workspace=workspace),
+        "active": active[:ACTIVE_SHOWN],
+        "active_count": active.count(),
         "recent": verification_queue(workspace=workspace, states=["done", "failed", "rejected", "cancelled"])[:30],
         "can_approve": user_can(user=request.user, workspace=workspace, action="approve"),
     }
     if request.htmx and request.GET.get("part") == "active":
         return render(request, "kernellab/partials/verification_active.html", context)
+    page = Paginator(verification_pending(workspace=workspace), PENDING_PER_PAGE).get_page(request.GET.get("page"))
+    context.update(page=page, pending=page.object_list)
     return render(request, "kernellab/verification_queue.html", context)
 
 
@@ -99,15 +121,42 @@ def _report(request, done: int, verb: str, errors: list[str]) -> None:
 
 @login_required
 def discovery_index(request):
+    """The discoveries of the user's workspaces, newest first, a page at a time (DISCOVERIES_PER_PAGE)."""
+    from django.core.paginator import Paginator
+
+    from kernellab.selectors.discoveries import DISCOVERIES_PER_PAGE, discovery_page_rows
+
     workspaces = workspace_list_for_user(user=request.user)
-    return render(request, "kernellab/discoveries.html", {"discoveries": discovery_list(workspaces=workspaces)})
+    page = Paginator(discovery_page_rows(workspaces=workspaces), DISCOVERIES_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "kernellab/discoveries.html", {"page": page, "discoveries": page.object_list})
 
 
 @login_required
 def discovery_export(request):
+    """Every discovery of the user's workspaces as a JSON line (discovery_as_record), streamed from a database cursor:
+    the export holds two kernel sources a row, so it is never built in memory whole."""
+    from kernellab.selectors.discoveries import discovery_export_rows
+
     workspaces = workspace_list_for_user(user=request.user)
-    lines = [json.dumps(discovery_as_record(d)) for d in discovery_list(workspaces=workspaces)]
-    response = HttpResponse("\n".join(lines) + ("\n" if lines else ""), content_type="application/x-ndjson")
+    rows = discovery_export_rows(workspaces=workspaces).iterator(chunk_size=200)
+    lines = (json.dumps(discovery_as_record(d)) + "\n" for d in rows)
+
+    def chunks():  # about 200 lines a write
+        while chunk := "".join(islice(lines, 200)):
+            yield chunk
+
+    if isinstance(request, ASGIRequest):
+        # Served by daphne: a synchronous iterator would be read whole into a list before the first byte is sent.
+        next_chunk = sync_to_async(lambda it=chunks(): next(it, None), thread_sensitive=True)
+
+        async def streamed():
+            while (chunk := await next_chunk()) is not None:
+                yield chunk
+
+        content = streamed()
+    else:
+        content = chunks()
+    response = StreamingHttpResponse(content, content_type="application/x-ndjson")
     response["Content-Disposition"] = 'attachment; filename="discoveries.jsonl"'
     return response
 

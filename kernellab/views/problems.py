@@ -211,11 +211,20 @@ def problem_detail(request, problem_id: int):
         recorded["floor_ms"] = floor
         recorded["roofline_pct"] = 100.0 * floor / recorded["median_ms"] if floor else None
         recorded["headroom"] = recorded["median_ms"] / floor if floor else None
+    nothing_to_propose = ""
+    if pytorch:
+        from kernellab.forms import RunCreateForm
+        from kernellab.selectors.kernelbench import recorded_solutions
+
+        # A PyTorch problem's runs replay recorded ModelNew programs only: without any, a run could propose nothing.
+        if not recorded_solutions(problem=problem)[0]:
+            nothing_to_propose = RunCreateForm.no_recorded_solutions(problem)
     return render(
         request,
         "kernellab/problems/detail.html",
         {
             "problem": problem,
+            "nothing_to_propose": nothing_to_propose,
             "workspace": problem.workspace,
             "source_html": (highlight_python if pytorch else highlight_cuda)(problem.reference.source, anchor="ref"),
             "pytorch": pytorch,
@@ -228,7 +237,8 @@ def problem_detail(request, problem_id: int):
             "recorded_reference": recorded,
             "gpu": gpu,
             "facts": problem.reference.compiler_facts or {},
-            "runs": problem_runs(problem=problem),
+            "runs": problem_runs(problem=problem),  # the most recent few; the run list has them all
+            "runs_total": problem.runs.count(),
             "can_run": user_can(user=request.user, workspace=problem.workspace, action="run"),
         },
     )

@@ -1,9 +1,10 @@
 """LLM generator: a chat model rewrites the parent kernel, shown its measurements, its expert notes
 (or raw metrics, or nothing) and the search memory. The caller compiles what comes back.
 
-An answer without code, with a kernel that does not fit the launch plan, or garbled, becomes a failed
-proposal with the reason; an endpoint that does not answer too. Only an endpoint that refuses the
-connection on several calls in a row (LLMUnreachable) or a worker's time limit stops the step.
+An answer without code, with a kernel that does not fit the launch plan, cut off at the token limit, or garbled,
+becomes a failed proposal with the reason; an endpoint that does not answer too. Only an endpoint that fails
+several calls in a row (LLMUnreachable: no connection, HTTP 401/403/404, or server errors, 429 and time-outs after
+every retry) or a worker's time limit stops the step. Whether code is whole is the compile check's to say.
 
 Given a code search (`code_search(query) -> text`, the CUTLASS/CuTe index where the web app has one),
 the model is first offered the function `search_cutlass(query)`: if it calls it, the results are shown
@@ -18,7 +19,7 @@ from typing import Callable
 
 from search_engine.candidates import candidate_hash, make_candidate, signature_problem
 from search_engine.generators.base import Proposal, ProposalContext
-from search_engine.llm_client import LLMClient, never_swallow, note_waiting_for
+from search_engine.llm_client import LLMClient, never_swallow, note_waiting_for, redact_url
 from search_engine.prompts import (AnswerError, code_search_messages, code_search_note, generator_messages,
                                    parse_generated)
 
@@ -50,7 +51,7 @@ class LLMGenerator:
             # would wait for every call still out, which against an endpoint that never answers is past the
             # worker's hard limit. The calls still out finish (or time out) in their threads, unread.
             pool.shutdown(wait=False, cancel_futures=True)
-            note_waiting_for(exc, f"{n} proposal(s) from the LLM endpoint {self.client.base_url or '(default)'}")
+            note_waiting_for(exc, f"{n} proposal(s) from the LLM endpoint {redact_url(self.client.base_url)}")
             raise
         pool.shutdown(wait=True)
         seen = set(context.known_hashes)
@@ -82,22 +83,31 @@ class LLMGenerator:
                                               seed=seed)
         cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}
         if answer.error:
-            return Proposal(None, failure=answer.error, **cost)
+            return Proposal(None, failure=answer.error, **cost)  # (the client noted it on the budget)
         content = answer.content if isinstance(answer.content, str) else ""
         try:
-            return self._read(context, answer, content, cost)
+            proposal = self._read(context, answer, content, cost)
         except Exception as exc:  # whatever an answer holds, it becomes a failed proposal, never a crash
             if never_swallow(exc):
                 raise
-            return Proposal(None, failure=f"The answer could not be used ({type(exc).__name__}: {str(exc)[:200]}).",
-                            raw_excerpt=content[:1000], **cost)
+            proposal = Proposal(None, failure=f"The answer could not be used ({type(exc).__name__}: {str(exc)[:200]}).",
+                                raw_excerpt=content[:1000], **cost)
+        budget = getattr(self.client, "budget", None)
+        if budget is not None:
+            budget.note(None if proposal.candidate is not None else proposal.failure)
+        return proposal
 
     def _read(self, context: ProposalContext, answer, content: str, cost: dict) -> Proposal:
         try:
-            generated = parse_generated(content)
+            generated = parse_generated(content, max_chars=getattr(self.client, "max_answer_chars", None))
         except AnswerError as exc:
             reason = str(exc) + (" The answer hit the token limit." if answer.finish_reason == "length" else "")
             return Proposal(None, failure=reason, raw_excerpt=content[:1000], **cost)
+        if answer.finish_reason == "length":
+            # Its code block closed, but the answer was cut off after it or within it (what parse_generated cannot
+            # tell): the launch plan or the code may be missing their end.
+            return Proposal(None, generated.rationale, "The answer hit the token limit, so its kernel may be cut off.",
+                            content[:1000], **cost)
         parent = context.parent
         candidate = make_candidate(
             generated.source, generated.launch if generated.launch is not None else parent.get("launch") or [],

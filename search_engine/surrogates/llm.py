@@ -2,7 +2,7 @@
 
 One forced tool call; a JSON object in the content as the fallback. A garbled, partial, out-of-range
 or refused answer, or an endpoint that does not answer, becomes an abstention with its reason; an endpoint
-that refuses the connection on several calls in a row raises LLMUnreachable, which stops the run.
+that fails several calls in a row (see LLMClient.chat) raises LLMUnreachable, which stops the run.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from search_engine.bins import DEFAULT_BINS, BinTable
-from search_engine.llm_client import LLMClient, never_swallow, note_waiting_for
+from search_engine.llm_client import LLMClient, never_swallow, note_waiting_for, redact_url
 from search_engine.prompts import AnswerError, forecast_messages, forecast_tool, parse_forecast
 from search_engine.surrogates.base import Forecast, ForecastRequest
 from search_engine.surrogates.cache import ForecastCache, MemoryCache
@@ -44,23 +44,31 @@ class LLMSurrogate:
                                   max_tokens=self.max_tokens)
         cost = {"latency_s": answer.latency_s, "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out}
         if answer.error:
-            return Forecast.abstention(answer.error, surrogate=self.id, **cost)
+            return Forecast.abstention(answer.error, surrogate=self.id, **cost)  # (the client noted it on the budget)
+        budget = getattr(self.client, "budget", None)
         excerpt = answer.tool_arguments or answer.content
         excerpt = excerpt[:1000] if isinstance(excerpt, str) else ""
         try:
-            parsed = parse_forecast(answer.tool_arguments, answer.content, self.bins, refusal=answer.refusal)
+            parsed = parse_forecast(answer.tool_arguments, answer.content, self.bins, refusal=answer.refusal,
+                                    max_chars=getattr(self.client, "max_answer_chars", None))
             forecast = Forecast.from_probabilities(parsed.probabilities, surrogate=self.id, reasoning=parsed.reasoning,
                                            raw_sum=parsed.raw_sum, **cost)
         except AnswerError as exc:
             reason = str(exc)
             if answer.finish_reason == "length":
                 reason += " The answer hit the token limit."
+            if budget is not None:
+                budget.note(reason)
             return Forecast.abstention(reason, surrogate=self.id, reasoning=excerpt, **cost)
         except Exception as exc:  # whatever an answer holds, it becomes an abstention, never a crash
             if never_swallow(exc):
                 raise
             reason = f"The answer could not be used ({type(exc).__name__}: {str(exc)[:200]})."
+            if budget is not None:
+                budget.note(reason)
             return Forecast.abstention(reason, surrogate=self.id, reasoning=excerpt, **cost)
+        if budget is not None:
+            budget.note(None)
         # Only usable answers are cached: an abstention may be a passing fault worth asking again.
         self.cache.put(key, forecast.to_dict())
         return forecast
@@ -73,7 +81,7 @@ class LLMSurrogate:
             forecasts = list(pool.map(self.forecast, requests))
         except BaseException as exc:  # as in LLMGenerator.propose: never wait for calls still out
             pool.shutdown(wait=False, cancel_futures=True)
-            note_waiting_for(exc, f"{len(requests)} forecast(s) from the LLM endpoint {self.client.base_url or '(default)'}")
+            note_waiting_for(exc, f"{len(requests)} forecast(s) from the LLM endpoint {redact_url(self.client.base_url)}")
             raise
         pool.shutdown(wait=True)
         return forecasts

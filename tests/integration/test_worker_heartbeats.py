@@ -23,7 +23,8 @@ def _shared_database_or_skip() -> str:
 @pytest.mark.parametrize("broker", ["filesystem", "redis"])
 def test_a_worker_says_which_queues_it_serves_while_it_runs(broker, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "KERNELLAB_TASKS_EAGER"}}
-    env.update({"DATABASE_URL": _shared_database_or_skip(), "KERNELLAB_DATA_DIR": str(tmp_path)})
+    # KERNELLAB_GPU=1: a worker on a gpu.* queue without a GPU refuses to start.
+    env.update({"DATABASE_URL": _shared_database_or_skip(), "KERNELLAB_DATA_DIR": str(tmp_path), "KERNELLAB_GPU": "1"})
     if broker == "redis":
         env["REDIS_URL"] = redis_url_or_skip()
     queue = "gpu.t" + uuid.uuid4().hex[:8]

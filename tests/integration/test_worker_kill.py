@@ -19,12 +19,16 @@ def static_node(node):
     return node
 
 
+# A gpu.* worker without a GPU refuses to start; the static backend these tests use needs none.
+GPU = {"KERNELLAB_GPU": "1"}
+
+
 def state_of(verification):
     return Verification.objects.values_list("state", "attempts").get(pk=verification.pk)
 
 
 def test_a_verification_runs_through_a_real_worker_over_redis(static_node, worker_factory):
-    worker = worker_factory(static_node.run.gpu_queue)
+    worker = worker_factory(static_node.run.gpu_queue, **GPU)
     worker.start()
     verification = verification_request(node=static_node, policy_reason="integration test")
     wait_for(lambda: state_of(verification)[0] == VerificationState.DONE, 90, "the worker to finish the verification")
@@ -35,7 +39,7 @@ def test_a_verification_runs_through_a_real_worker_over_redis(static_node, worke
 
 
 def test_a_worker_killed_mid_verification_finishes_it_exactly_once_after_restart(static_node, worker_factory):
-    env = {"KERNELLAB_TEST_VERIFY_DELAY_S": "8", "KERNELLAB_VISIBILITY_TIMEOUT_S": "3"}
+    env = {"KERNELLAB_TEST_VERIFY_DELAY_S": "8", "KERNELLAB_VISIBILITY_TIMEOUT_S": "3", **GPU}
     first = worker_factory(static_node.run.gpu_queue, **env)
     first.start()
     verification = verification_request(node=static_node, policy_reason="integration test")
@@ -44,7 +48,7 @@ def test_a_worker_killed_mid_verification_finishes_it_exactly_once_after_restart
     assert state_of(verification) == (VerificationState.RUNNING, 1)
     assert Measurement.objects.filter(kernel=static_node.kernel).count() == 0
 
-    second = worker_factory(static_node.run.gpu_queue, KERNELLAB_VISIBILITY_TIMEOUT_S="3")
+    second = worker_factory(static_node.run.gpu_queue, KERNELLAB_VISIBILITY_TIMEOUT_S="3", **GPU)
     second.start()
     wait_for(lambda: state_of(verification)[0] == VerificationState.DONE, 120, "the restarted worker to finish the verification")
     assert state_of(verification) == (VerificationState.DONE, 2)

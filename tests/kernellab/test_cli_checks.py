@@ -99,7 +99,7 @@ def test_an_endpoint_nobody_listens_on_is_a_sentence_not_a_traceback(dataset, da
     with socket.socket() as sock:  # a port nobody listens on: every request fails at once
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(CommandError, match=r"did not answer.*No report was saved\."):
+    with pytest.raises(CommandError, match=r"did not answer.*check --base-url.*\(no report was saved\)\.$"):
         _evaluate("--dataset", str(dataset), "--surrogate", "llm", "--llm-model", "m", "--no-cache",
                   "--base-url", f"http://127.0.0.1:{port}/v1", "--timeout", "2", "--concurrency", "1")
     assert not list_reports(data_dir / "reports" / workspace.slug)

@@ -229,3 +229,24 @@ def test_no_restart_while_serve_stops(children):
     children.request_stop()
     keeper.check()
     assert keeper.process is first
+
+
+def test_a_killed_web_process_is_started_again_and_a_failed_one_stops_serve(children):
+    """One web process killed (the out-of-memory killer) no longer takes the site down; one that exits with an error
+    by itself (it could not listen, it failed to start) would fail again, so serve stops with a sentence."""
+    from django.core.management.base import CommandError
+
+    from kernellab.management.commands.serve import WebKeeper
+
+    said = []
+    web = WebKeeper(children, [sys.executable, "-c", "import time; time.sleep(600)"], say=said.append, limit=3, window=60)
+    first = web.process
+    os.kill(first.pid, signal.SIGKILL)
+    assert wait_for(lambda: first.poll() is not None, 10)
+    web.check()
+    assert web.process is not first and web.process.poll() is None
+    assert said and said[0].startswith("The web server exited (code -9); starting a new one")
+    failing = WebKeeper(children, [sys.executable, "-c", "raise SystemExit(3)"], say=said.append)
+    assert wait_for(lambda: failing.process.poll() is not None, 30)
+    with pytest.raises(CommandError, match=r"^The web server exited \(code 3\); its log is above\.$"):
+        failing.check()

@@ -178,10 +178,12 @@ def test_a_generator_answer_is_read_into_code_launch_and_rationale():
     ("", "empty"),
     ("I would use shared memory here.", "no CUDA code"),
     ("```cuda\nint main() { return 0; }\n```", "no __global__"),
-    ("```cuda\n__global__ void k(float* y) { if (1) { y[0] = 1;\n```", "unbalanced"),
     (GOOD_ANSWER.replace('"shared": "0"', '"shared": '), "not valid JSON"),
 ])
 def test_a_generator_answer_without_usable_code_is_refused_with_a_reason(answer, reason):
+    # (Code cut off inside its block is no longer refused by counting braces, which comments, strings and #if/#else
+    # branches upset: the compile check says so, and an answer cut at the token limit is refused by the generator;
+    # tests/search_engine/test_qa3_llm_answers.py.)
     with pytest.raises(AnswerError, match=reason):
         parse_generated(answer)
 

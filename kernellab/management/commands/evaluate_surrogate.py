@@ -43,7 +43,9 @@ def add_surrogate_arguments(parser) -> None:
                         help="llm: the OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
     parser.add_argument("--concurrency", type=int, default=4, help="llm: requests in flight at once")
     parser.add_argument("--max-tokens", type=int, default=1024, help="llm: answer token limit")
-    parser.add_argument("--timeout", type=float, default=120.0, help="llm: seconds per request")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="llm: seconds per request (default $KERNELLAB_LLM_TIMEOUT_S, else 120); the retries and "
+                             "the answer size limit are $KERNELLAB_LLM_RETRIES and $KERNELLAB_LLM_MAX_ANSWER_KB, as a run's")
     parser.add_argument("--cache", help="llm: forecast cache (SQLite file; default DATA_DIR/forecast-cache.sqlite3)")
     parser.add_argument("--no-cache", action="store_true", help="llm: ask the endpoint for every row")
     parser.add_argument("--no-tools", action="store_true", help="llm: ask for a JSON answer, not a tool call")
@@ -58,9 +60,28 @@ def _why(exc: BaseException) -> str:
         message or type(exc).__name__
 
 
+# What to check for each way an LLM endpoint fails (LLMUnreachable.check), in this command's names.
+LLM_FLAG_NAMES = {"base_url": "--base-url", "api_key": "OPENAI_API_KEY", "model": "--llm-model",
+                  "timeout": "--timeout"}
+
+
+def llm_unreachable_reason(exc) -> str:
+    """What happened to the endpoint and what to check, as one clause (the address without credentials)."""
+    return f"{exc.problem}; {exc.check(**LLM_FLAG_NAMES)}"
+
+
+def command_line() -> str:
+    """This command's line as a report keeps it, with every address in it shown without credentials."""
+    from search_engine.llm_client import redact_url
+
+    return "manage.py evaluate_surrogate " + shlex.join(redact_url(a) if "://" in a else a for a in sys.argv[2:])
+
+
 def check_base_url(url: str) -> None:
     """An LLM endpoint is an http(s) URL with a host: anything else fails only once every row has been asked."""
     from urllib.parse import urlparse
+
+    from search_engine.llm_client import redact_url
 
     try:
         parsed = urlparse(url)
@@ -68,7 +89,7 @@ def check_base_url(url: str) -> None:
     except ValueError:
         parsed, host = None, None
     if parsed is None or parsed.scheme not in ("http", "https") or not host:
-        raise CommandError(f"--base-url {url!r} is no http(s) URL with a host; give the endpoint as "
+        raise CommandError(f"--base-url {redact_url(url)!r} is no http(s) URL with a host; give the endpoint as "
                            "http://HOST[:PORT]/v1 or https://HOST/v1.")
 
 
@@ -94,7 +115,7 @@ def build_surrogate(options) -> tuple[object, dict]:
         surrogate = RooflineSurrogate()
         return surrogate, {"id": surrogate.id, "kind": kind, "settings": {"sigma": surrogate.sigma}}
     if kind == "llm":
-        from search_engine.llm_client import LLMClient
+        from search_engine.llm_client import LLMClient, redact_url
         from search_engine.surrogates.cache import MemoryCache, SqliteCache
         from search_engine.surrogates.llm import LLMSurrogate
 
@@ -102,9 +123,13 @@ def build_surrogate(options) -> tuple[object, dict]:
             raise CommandError("The LLM surrogate needs an endpoint and a model: --base-url (or OPENAI_BASE_URL) "
                                "and --llm-model (or KERNELLAB_SURROGATE_MODEL).")
         check_base_url(options["base_url"])
+        # The endpoint's settings as a run takes them (kernellab.config.llm_endpoint); --timeout wins over its own.
+        endpoint = settings.KERNELLAB_LLM
+        timeout = options.get("timeout") if options.get("timeout") is not None else endpoint.timeout_s
         client = LLMClient(base_url=options["base_url"], api_key=os.environ.get("OPENAI_API_KEY") or "none",
                            model=options["llm_model"], max_concurrency=max(1, options["concurrency"]),
-                           max_tokens=options["max_tokens"], timeout_s=options["timeout"])
+                           max_tokens=options["max_tokens"], timeout_s=timeout, max_retries=endpoint.max_retries,
+                           max_answer_chars=endpoint.max_answer_chars)
         if options.get("no_cache"):
             cache = MemoryCache()
         else:
@@ -112,8 +137,10 @@ def build_surrogate(options) -> tuple[object, dict]:
         surrogate = LLMSurrogate(client, cache=cache, use_tools=not options.get("no_tools"),
                                  max_tokens=options["max_tokens"])
         return surrogate, {"id": surrogate.id, "kind": kind, "settings": {
-            "base_url": options["base_url"], "model": options["llm_model"], "concurrency": options["concurrency"],
-            "max_tokens": options["max_tokens"], "tools": not options.get("no_tools"),
+            "base_url": redact_url(options["base_url"]), "model": options["llm_model"],
+            "concurrency": options["concurrency"], "max_tokens": options["max_tokens"], "timeout_s": timeout,
+            "retries": endpoint.max_retries, "max_answer_kb": endpoint.max_answer_chars // 1024,
+            "tools": not options.get("no_tools"),
             "cache": "none" if options.get("no_cache") else str(options.get("cache") or "DATA_DIR/forecast-cache.sqlite3")}}
     from search_engine.surrogates.learned import LearnedSurrogate
 
@@ -228,7 +255,8 @@ class Command(BaseCommand):
             try:
                 forecasts = forecast_rows(surrogate, rows, batch_size=options["batch_size"], progress=self._progress)
             except LLMUnreachable as exc:
-                raise CommandError(f"{exc} No report was saved.") from None
+                reason = llm_unreachable_reason(exc)
+                raise CommandError(f"{reason[0].upper()}{reason[1:]} (no report was saved).") from None
             protocol = "every row"
             test_rows, test_forecasts = rows, forecasts
             if options["recalibration"]:
@@ -284,7 +312,7 @@ class Command(BaseCommand):
         title = options["title"] or f"{description['id']} on {path.stem}" + (" (leave one problem out)" if options["loo"] else "")
         report = new_report(title=title, surrogate=description, dataset=dataset_summary(path.stem, rows, str(path)),
                             protocol=protocol, evaluation=evaluation, cost=cost, recalibration_result=recal,
-                            discovery=discovery, command="manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]))
+                            discovery=discovery, command=command_line())
         self.stdout.write(self._text(report))
         if rows and not evaluation["answered"] and not (cost["tokens_out"] or cost["cached"]):
             # The endpoint never answered: nothing was forecast and nothing was spent, the figures would be the
@@ -343,14 +371,15 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         except LLMUnreachable as exc:   # (calls in a row refused: the rest would be too)
-            raise CommandError(f"{description['id']} made no forecast: {exc} Nothing was written.") from None
+            raise CommandError(f"{description['id']} made no forecast: {llm_unreachable_reason(exc)} "
+                               "(nothing was written).") from None
         if report["rows"] and report["abstained"] == report["rows"]:
             # Nothing was forecast (an endpoint that never answered, a model that cannot read these programs):
             # the ranking figures would be the random tie-break's, so there is no report to write.
             why, count = next(iter(report["abstain_reasons"].items()), ("no reason given", report["rows"]))
             raise CommandError(f"{description['id']} made no forecast: all {report['rows']} abstained "
                                f"({count} with: {why}). Nothing was written.")
-        report = {"surrogate": description, "command": "manage.py evaluate_surrogate " + shlex.join(sys.argv[2:]),
+        report = {"surrogate": description, "command": command_line(),
                   **{key: report.get(key) for key in HEADLINE}, "abstained": report["abstained"],
                   "abstain_reasons": report["abstain_reasons"],
                   "cost": report["cost"], "report": report}

@@ -13,7 +13,9 @@ records, variants one knob apart (the template generator's moves), both directio
 """
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -24,12 +26,34 @@ from kernellab.management.database import require_migrated_database
 from search_engine.lab.datasets import comparison_row, neighbour_pairs, pair_row, rows_from_records, write_dataset
 
 
-def check_out_file(value: str | None, option: str) -> None:
-    """An output file's path, checked before the export runs: a folder there would end it only once every
-    row was read. A folder is refused, not written into, so that the file is always the one named."""
-    if value and Path(value).expanduser().is_dir():
-        raise CommandError(f"{option} {value} is a folder; give a file name (.jsonl or .jsonl.gz), "
-                           f"e.g. {Path(value) / 'dataset.jsonl'}.")
+def check_out_file(value: str | None, option: str, *, example: str = "dataset.jsonl",
+                   kinds: str = ".jsonl or .jsonl.gz") -> None:
+    """An output file's path, checked before the export (or training) runs: what would end it only once every row
+    was read or the model fitted. A folder is refused, not written into, so that the file is always the one named;
+    the missing folders on the way are made when it is written, so the nearest one that exists must be a folder
+    that takes new files (tried: as root, os.access says yes even of /proc)."""
+    if not value:
+        return
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise CommandError(f"{option} {value} is a folder; give a file name ({kinds}), e.g. {Path(value) / example}.")
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CommandError(f"{option} {value} cannot be written: {existing} is a file, not a folder.")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".kernellab-write-check-")
+    except OSError as exc:
+        raise CommandError(f"{option} {value} cannot be written: {existing} takes no new file "
+                           f"({(exc.strerror or str(exc)).rstrip('.')}).") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def write_failure(path, exc: OSError) -> CommandError:
+    """A write that failed after the checks (the disk filled, the folder was removed): one sentence, no traceback."""
+    return CommandError(f"Cannot write {path}: {(exc.strerror or str(exc)).rstrip('.')}.")
 
 
 # ---- recorded datasets (gpu_runner renders; search_engine.lab stays pure) -------------------------
@@ -49,14 +73,15 @@ def knob_values(spec) -> dict[str, list]:
 
 
 def recorded_rows(problem_dir: Path, records_path: Path, source: str) -> tuple[list[dict], list[str], dict]:
-    """(rows, skipped reasons, knob values) for one problem's recorded file."""
+    """(rows, skipped reasons, knob values) for one problem's recorded file; a file that cannot be read raises
+    gpu_runner's RecordsUnreadable, naming it, rather than exporting none of its rows without a word."""
     from gpu_runner import load_problem, reference_candidate, render_variant
     from gpu_runner.backends.replay import read_records
 
     spec = load_problem(problem_dir)
     reference = reference_candidate(spec).to_dict()
     rows, skipped = rows_from_records(
-        read_records(records_path), problem=spec.name, reference=reference,
+        read_records(records_path, strict=True), problem=spec.name, reference=reference,
         render=lambda knobs: render_variant(spec, knobs).to_dict(), source=source,
         problem_context=problem_context(spec),
     )
@@ -200,6 +225,36 @@ def _workspaces(named: list[str], every: bool) -> list[str] | None:
     return slugs
 
 
+PROBLEMS_NAMED = 20  # the most problem names a refused --problem lists
+
+
+def _check_problems(only: set[str], *, wanted: set[str], problems_dir: Path, extra: list[tuple[str, Path]],
+                    workspaces: list[str] | None) -> None:
+    """Refuse a --problem that names no problem of the sources read, before reading them: otherwise a typo ends in
+    "Nothing to export", which blames the measurements."""
+    from kernellab.datasets import bundled_problem_dirs
+    from kernellab.models import Problem
+
+    known: set[str] = set()
+    where = []
+    if "records" in wanted:
+        known |= {folder.name for folder in bundled_problem_dirs(problems_dir)} | {name for name, _ in extra}
+        where.append(f"the recorded datasets under {problems_dir}")
+    if "db" in wanted:
+        stored = Problem.objects.all()
+        if workspaces is not None:
+            stored = stored.filter(workspace__slug__in=workspaces)
+        known |= set(stored.values_list("name", flat=True))
+        where.append("the database")
+    unknown = sorted(only - known)
+    if unknown:
+        names = sorted(known)
+        listed = ", ".join(names[:PROBLEMS_NAMED]) + (f" and {len(names) - PROBLEMS_NAMED} more"
+                                                      if len(names) > PROBLEMS_NAMED else "")
+        raise CommandError(f"--problem {', '.join(unknown)}: no such problem in {' or '.join(where)}; "
+                           f"there are: {listed or 'none'}.")
+
+
 class Command(BaseCommand):
     help = ("Export every measurement (database and recorded datasets) as JSON Lines in the GPU Forecasters "
             "layout: anchor_code, candidate_code, hardware, aggregated_speedup, true_bin, pack, source.")
@@ -240,30 +295,46 @@ class Command(BaseCommand):
         only = set(problem) or None
         log = lambda line: self.stderr.write(line)  # noqa: E731
         rows, pair_rows = [], []
+        workspaces = None
         if "db" in wanted:
             try:
                 require_migrated_database()
             except CommandError as exc:
                 raise CommandError(f"{exc} (Or export only the recorded datasets: --from records.)") from None
+            workspaces = _workspaces(workspace, all_workspaces)
+        if only:
+            _check_problems(only, wanted=wanted, problems_dir=problems_dir, extra=extra, workspaces=workspaces)
+        if "db" in wanted:
             db_rows, db_pairs = database_rows(include_replays=include_replays, problems=only, log=log,
-                                              workspaces=_workspaces(workspace, all_workspaces))
+                                              workspaces=workspaces)
             rows += db_rows
             pair_rows += db_pairs
         if "records" in wanted:
-            rec_rows, rec_pairs = records_dataset(problems_dir=problems_dir, gpu=None if gpu == "any" else gpu,
-                                                  extra_files=extra, problems=only, log=log)
+            from gpu_runner.backends.replay import RecordsUnreadable
+
+            try:
+                rec_rows, rec_pairs = records_dataset(problems_dir=problems_dir, gpu=None if gpu == "any" else gpu,
+                                                      extra_files=extra, problems=only, log=log)
+            except RecordsUnreadable as exc:
+                raise CommandError(f"{exc}.") from None
             rows += rec_rows
             pair_rows += rec_pairs
         if not rows:
             raise CommandError("Nothing to export: no successful measurements in the database and no recorded "
                                f"files under {problems_dir}/*/records/ for '{gpu}'.")
-        count = write_dataset(out, rows)
+        try:
+            count = write_dataset(out, rows)
+        except OSError as exc:
+            raise write_failure(out, exc) from None
         by_source = Counter(r["source"] for r in rows)
         self.stdout.write(f"Wrote {count} rows to {out} ({', '.join(f'{n} {s}' for s, n in by_source.items())}).")
         if pairs:
             if not pair_rows:
                 self.stderr.write("No parent -> child pairs to write.")
             else:
-                n = write_dataset(pairs, pair_rows)
+                try:
+                    n = write_dataset(pairs, pair_rows)
+                except OSError as exc:
+                    raise write_failure(pairs, exc) from None
                 found = sum(1 for p in pair_rows if p["g_speedup"] >= 2 ** 0.5)
                 self.stdout.write(f"Wrote {n} pairs to {pairs} ({found} with the child >= √2x its parent).")

@@ -10,7 +10,7 @@ from collections import Counter
 
 from django.core.management.base import BaseCommand, CommandError
 
-from kernellab.management.commands.export_dataset import check_out_file
+from kernellab.management.commands.export_dataset import check_out_file, write_failure
 from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from search_engine.lab.datasets import split_rows, write_dataset
 from search_engine.lab.rl import rl_examples
@@ -28,6 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
 
     def handle(self, *args, dataset, out, eval_out, eval_fraction, seed, workspace, **options):
+        if not 0 < eval_fraction < 1:  # (nan too) checked here, so the message names the option given
+            raise CommandError(f"--eval-fraction must be between 0 and 1 (both excluded), not {eval_fraction:g}.")
         check_out_file(out, "--out")
         check_out_file(eval_out, "--eval-out")
         path, data = load_dataset(dataset, workspace=workspace)
@@ -37,11 +39,17 @@ class Command(BaseCommand):
                 rows, held = split_rows(data.rows, eval_fraction, seed=seed, by_problem=True)
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
-        n = write_dataset(out, rl_examples(rows))
+        try:
+            n = write_dataset(out, rl_examples(rows))
+        except OSError as exc:
+            raise write_failure(out, exc) from None
         bins = Counter(int(r["true_bin"]) for r in rows)
         self.stdout.write(f"Wrote {n} prompts to {out}; true bins " +
                           ", ".join(f"{b}: {bins.get(b, 0)}" for b in range(1, 9)) + ".")
         if eval_out:
-            m = write_dataset(eval_out, rl_examples(held))
+            try:
+                m = write_dataset(eval_out, rl_examples(held))
+            except OSError as exc:
+                raise write_failure(eval_out, exc) from None
             problems = sorted({r.get("pack") or r.get("problem_id") for r in held})
             self.stdout.write(f"Wrote {m} held-out prompts ({', '.join(problems)}) to {eval_out}.")

@@ -71,8 +71,9 @@ class Command(BaseCommand):
     def handle(self, *args, problem, budget, seconds, backend, generator, surrogate, children, parents,
                min_children, compile_share, gpu_per_step, screening_width, seed, workspace, user, out, auto_knobs,
                list_problems, **options):
-        require_migrated_database()
+        run, started = None, False
         try:
+            require_migrated_database()
             target = lab_workspace_for_command(workspace)
             if list_problems:
                 self._list(target)
@@ -105,7 +106,7 @@ class Command(BaseCommand):
                 folder_records_copy(problem=found, folder=folder)
             self.stdout.write(f"Searching {found.name} in {target.slug}"
                               + (f" for {seconds:g} s" if seconds else "") + (f", {budget} GPU measurements" if budget else ""))
-            interrupted = False
+            interrupted, started = False, True
             try:
                 with _sigterm_interrupts():
                     report = search_run(run=run, user=person, seconds=seconds, on_progress=self._progress_printer())
@@ -113,6 +114,10 @@ class Command(BaseCommand):
                 report, interrupted = exc.report, True
         except ServiceError as exc:
             raise CommandError(str(exc)) from None
+        except KeyboardInterrupt:
+            if started:  # search_run makes Ctrl-C during the search a paused run and a report; past that, as it was
+                raise
+            raise CommandError(_interrupted_before_start(run), returncode=130) from None
         if self.stdout.isatty():
             self.stdout.write("")
         # The report is printed before it is written, so that a folder that cannot take it loses nothing.
@@ -120,6 +125,9 @@ class Command(BaseCommand):
         self.stdout.write(text, ending="")
         self.stdout.write(f"Explore it at /runs/{report.run_id}/")
         failed = f"The search failed: {report.status_reason}" if report.status == "failed" else ""
+        if report.status == "paused" and report.status_reason:
+            # Paused by the search itself (an LLM endpoint that fails every call): nothing advances it any more here.
+            failed = f"The search paused: {report.status_reason.rstrip('.')}; then resume run {report.run_id} from the web app."
         if interrupted:
             failed = (f"The search was interrupted; run {report.run_id} is {report.status}"
                       + (" (resume it from the web app)." if report.status == "paused" else "."))
@@ -190,6 +198,17 @@ class Command(BaseCommand):
                 self.stdout.write(f"{100 * done:3.0f}% {numbers}")
 
         return show
+
+
+def _interrupted_before_start(run) -> str:
+    """Ctrl-C while the search was being set up: the transaction that stores the problem, its knobs and the run was
+    taken back, unless it had committed (then the run is stored, not started)."""
+    from kernellab.models import SearchRun
+
+    if run is not None and SearchRun.objects.filter(pk=run.pk).exists():
+        return (f"The search was interrupted before it started; run {run.pk} is stored but not started "
+                "(start it from the web app).")
+    return "The search was interrupted before it started; nothing was stored."
 
 
 @contextmanager

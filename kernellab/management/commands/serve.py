@@ -1,6 +1,7 @@
 """Start KernelLab: the ASGI web server and, unless told otherwise, a local Celery worker."""
 from __future__ import annotations
 
+import argparse
 import atexit
 import os
 import signal
@@ -56,20 +57,62 @@ def web_commands(host: str, port: int, count: int) -> tuple[list[tuple[list[str]
     by address. One shared socket would not: whichever process is awake takes nearly every keep-alive
     connection and websocket. Every process reads the same database and channel layer."""
     app = "kernellab.asgi:application"
-    if count <= 1:
-        return [([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), app], ())], []
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if count <= 1:
+        # daphne binds the port itself, where a failure is only a line in its log: tried here first, so that a port
+        # in use or a host that is not this machine's is serve's sentence, before anything has started.
+        probe = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CommandError(_listen_failure(host, port, exc)) from None
+        finally:
+            probe.close()
+        return [([sys.executable, "-m", "daphne", "-b", host, "-p", str(port), app], ())], []
     listeners = []
-    for _ in range(count):
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        listener.bind((host, port))
-        port = listener.getsockname()[1]  # port 0: the others join the port the first one got
-        listener.listen(1024)
-        listener.set_inheritable(True)
-        listeners.append(listener)
+    try:
+        for _ in range(count):
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            listeners.append(listener)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            listener.bind((host, port))
+            port = listener.getsockname()[1]  # port 0: the others join the port the first one got
+            listener.listen(1024)
+            listener.set_inheritable(True)
+    except OSError as exc:
+        for listener in listeners:
+            listener.close()
+        raise CommandError(_listen_failure(host, port, exc)) from None
     return [([sys.executable, "-m", "daphne", "--fd", str(s.fileno()), app], (s.fileno(),)) for s in listeners], listeners
+
+
+def _listen_failure(host: str, port: int, exc: OSError) -> str:
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"Cannot listen on {address}: {(exc.strerror or str(exc)).rstrip('.')}."
+
+
+def port_number(value: str) -> int:
+    """--port: a TCP port, 0 (any free one) to 65535, refused when the arguments are read."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 65535, not {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, not {port}")
+    return port
+
+
+def process_count(value: str) -> int:
+    """--web-processes: at least one, as KERNELLAB_WEB_PROCESSES (kernellab.config.web_processes) must be."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {count}")
+    return count
 
 
 class ChildProcesses:
@@ -215,36 +258,67 @@ def _exit_with_parent() -> None:
         _PRCTL(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-class WorkerKeeper:
-    """Restarts the local worker when it dies while serve runs (a crash on a broker reconnect, the out-of-memory
-    killer), after ending what is left of its process group, so runs keep advancing. A worker that dies `limit`
-    times within `window` seconds is not restarted again: serve says so and stops, since a server whose runs can
-    never advance should not look healthy."""
+class ProcessKeeper:
+    """Restarts one child of serve when it dies while serve runs, after ending what is left of its process group. One
+    that dies `limit` times within `window` seconds is not restarted again: serve says so and stops (CommandError), so
+    that a supervisor sees a failure rather than a server that looks healthy and is not."""
 
-    def __init__(self, children: ChildProcesses, command: list[str], *, say, limit: int = 5, window: float = 300.0):
+    what = "A child process"
+    consequence = "it keeps failing"
+
+    def __init__(self, children: ChildProcesses, command: list[str], *, say, limit: int = 5, window: float = 300.0,
+                 **popen_kwargs):
         self.children = children
         self.command = command
+        self.popen_kwargs = popen_kwargs
         self.say = say
         self.limit = limit
         self.window = window
         self.deaths: list[float] = []
-        self.process = children.start(command)
+        self.process = children.start(command, **popen_kwargs)
+
+    def restarts(self, code: int) -> bool:
+        """Whether a child that ended with this code is started again (else check raises CommandError)."""
+        return True
 
     def check(self) -> None:
         """Called every half second while serve runs; raises CommandError when it gives up."""
         code = self.process.poll()
         if code is None or self.children.stopping:
             return
+        self.children.end_group(self.process)
+        if not self.restarts(code):
+            raise CommandError(f"{self.what} exited (code {code}); its log is above.")
         now = time.monotonic()
         self.deaths = [t for t in self.deaths if now - t < self.window] + [now]
-        self.children.end_group(self.process)
         span = f"{self.window / 60:g} minutes" if self.window >= 120 else f"{self.window:g} seconds"
         if len(self.deaths) >= self.limit:
-            raise CommandError(f"The local worker exited {len(self.deaths)} times in {span} (last exit code {code}); "
-                               f"its log is above. Stopping, since no run could advance.")
-        self.say(f"The local worker exited (code {code}); starting a new one "
+            raise CommandError(f"{self.what} exited {len(self.deaths)} times in {span} (last exit code {code}); "
+                               f"its log is above. Stopping, since {self.consequence}.")
+        self.say(f"{self.what} exited (code {code}); starting a new one "
                  f"(restart {len(self.deaths)} of at most {self.limit - 1} in {span}).")
-        self.process = self.children.start(self.command)
+        self.process = self.children.start(self.command, **self.popen_kwargs)
+
+
+class WorkerKeeper(ProcessKeeper):
+    """The local worker: restarted whatever ended it (a crash on a broker reconnect, the out-of-memory killer), so
+    that runs keep advancing."""
+
+    what = "The local worker"
+    consequence = "no run could advance"
+
+
+class WebKeeper(ProcessKeeper):
+    """A web process killed by a signal (the out-of-memory killer, an operator's kill) is started again on the same
+    port (or the same inherited socket), so one process's death does not take the site down. One that exits by itself
+    with an error (it could not listen after all, it failed to start) is not: that would fail again, and serve stops
+    with an exit status a supervisor can act on. A clean exit (0) ends serve quietly."""
+
+    what = "The web server"
+    consequence = "the site keeps failing"
+
+    def restarts(self, code: int) -> bool:
+        return code < 0
 
 
 class Command(BaseCommand):
@@ -252,9 +326,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--port", type=port_number, default=8000, help="0 to 65535 (default 8000)")
         parser.add_argument("--no-worker", action="store_true", help="do not start a local Celery worker")
-        parser.add_argument("--web-processes", type=int, default=None,
+        parser.add_argument("--web-processes", type=process_count, default=None,
                             help="daphne processes sharing the port (default: KERNELLAB_WEB_PROCESSES or 1)")
 
     def handle(self, *args, host: str, port: int, no_worker: bool, web_processes: int | None = None, **options):
@@ -263,6 +337,8 @@ class Command(BaseCommand):
         except StartupError as exc:
             raise CommandError(str(exc)) from None
         require_migrated_database()
+        count = web_processes if web_processes is not None else settings.KERNELLAB_WEB_PROCESSES  # (kernellab.config)
+        webs, listeners = web_commands(host, port, count)  # binds (or tries) now; the sockets stay open while they serve
         from gpu_runner.compile_sandbox import SandboxUnavailable, sandbox_status
 
         try:
@@ -288,18 +364,16 @@ class Command(BaseCommand):
                     queues.append(gpu_queue)
                 keeper = WorkerKeeper(children, worker_command(queues), say=lambda text: self.stderr.write(self.style.WARNING(text)))
                 self.stdout.write(f"Local worker consuming {', '.join(queues)}.")
-            count = web_processes or settings.KERNELLAB_WEB_PROCESSES  # (checked at start: kernellab.config)
             self.stdout.write(self.style.SUCCESS(f"KernelLab at http://{host}:{port}/"
                                                  + (f" ({count} web processes)" if count > 1 else "")))
-            webs, listeners = web_commands(host, port, count)  # the sockets stay open while they serve
-            started = [children.start(command, pass_fds=fds, env=web_environment(dict(os.environ)))
-                       for command, fds in webs]
+            say = lambda text: self.stderr.write(self.style.WARNING(text))  # noqa: E731
+            web_keepers = [WebKeeper(children, command, say=say, pass_fds=fds, env=web_environment(dict(os.environ)))
+                           for command, fds in webs]
             while not children.stopping:  # until a signal (the web may not stop by itself) or a web process ends
-                ended = next((web for web in started if web.poll() is not None), None)
-                if ended is not None:
-                    if ended.returncode:
-                        self.stderr.write(f"A web process exited (code {ended.returncode}); stopping.")
-                    break
+                if any(web.process.poll() == 0 for web in web_keepers):
+                    break  # a web process that stopped by itself, cleanly: serve stops too
+                for web in web_keepers:
+                    web.check()  # a killed one is started again; a failed one is serve's CommandError
                 if keeper is not None:
                     keeper.check()
                 time.sleep(0.5)

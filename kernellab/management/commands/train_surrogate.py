@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from kernellab.management.commands.evaluate_surrogate import add_surrogate_arguments, build_surrogate
+from kernellab.management.commands.export_dataset import check_out_file, write_failure
 from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from search_engine.lab import recalibration
 from search_engine.lab.datasets import row_problem, training_rows
@@ -40,6 +41,10 @@ class Command(BaseCommand):
 
         if options["surrogate"] == "learned" and options["model"]:
             raise CommandError("--model loads a trained surrogate; train_surrogate makes a new one (leave it out).")
+        # Checked before the dataset is read and the model fitted (minutes on a real dataset), not after.
+        learned = options["surrogate"] == "learned"
+        check_out_file(options["out"], "--out", example="surrogate.pkl" if learned else "recalibration.json",
+                       kinds="a .pkl" if learned else "a .json")
         path, dataset = load_dataset(options["dataset"], workspace=options["workspace"])
         rows = [r for r in dataset.rows if row_problem(r) not in set(options["exclude_problem"])]
         if not rows:
@@ -51,8 +56,11 @@ class Command(BaseCommand):
             if options["surrogate"] == "learned":
                 surrogate.fit(training_rows(rows), groups=[row_problem(r) for r in rows])
                 out = Path(options["out"] or folder / f"learned-{path.stem}.pkl")
-                out.parent.mkdir(parents=True, exist_ok=True)
-                surrogate.save(out)
+                try:
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    surrogate.save(out)
+                except OSError as exc:
+                    raise write_failure(out, exc) from None
                 self.stdout.write(
                     f"Trained {surrogate.id} on {surrogate.trained_rows} rows of {path} "
                     f"({len({row_problem(r) for r in rows})} problems) in {time.monotonic() - started:.1f} s; "
@@ -66,9 +74,12 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
         out = Path(options["out"] or folder / f"{options['surrogate']}-{path.stem}-{model.name}.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({**model.to_dict(), "surrogate": description["id"], "dataset": str(path),
-                                   "rows": len(rows)}))
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({**model.to_dict(), "surrogate": description["id"], "dataset": str(path),
+                                       "rows": len(rows)}))
+        except OSError as exc:
+            raise write_failure(out, exc) from None
         what = f"temperature {model.temperature:.3f}" if model.name == "temperature" else "isotonic maps per bin"
         self.stdout.write(f"Fitted a {model.name} recalibration of {description['id']} on {len(rows)} rows of {path} "
                           f"({what}) in {time.monotonic() - started:.1f} s. Saved to {out}; use it with "
