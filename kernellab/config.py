@@ -329,7 +329,10 @@ def llm_endpoint() -> LLMEndpoint:
     if base_url:
         parsed = urlparse(base_url)
         if parsed.scheme not in {"http", "https"} or not parsed.hostname:
-            raise StartupError(f"OPENAI_BASE_URL must be an http(s) address, as in http://127.0.0.1:8080/v1, not {base_url!r}.")
+            from search_engine.llm_client import redact_url  # (only here: the module imports the OpenAI client)
+
+            raise StartupError(f"OPENAI_BASE_URL must be an http(s) address, as in http://127.0.0.1:8080/v1, "
+                               f"not {redact_url(base_url)!r}.")
     return LLMEndpoint(
         base_url=base_url,
         api_key=os.environ.get("OPENAI_API_KEY", "").strip() or None,

@@ -83,3 +83,11 @@ def test_web_processes(monkeypatch):
     monkeypatch.setenv("KERNELLAB_WEB_PROCESSES", "0")
     with pytest.raises(config.StartupError, match="KERNELLAB_WEB_PROCESSES must be at least 1"):
         config.web_processes()
+
+
+def test_a_bad_llm_address_is_named_without_its_credentials(monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "ftp://team:S3CRETPW@llm.internal/v1?key=TOKEN42")
+    with pytest.raises(config.StartupError) as refused:
+        config.llm_endpoint()
+    message = str(refused.value)
+    assert "ftp://llm.internal/v1" in message and "S3CRETPW" not in message and "TOKEN42" not in message
