@@ -5,6 +5,7 @@ from itertools import islice
 
 from asgiref.sync import sync_to_async
 from django.contrib import messages
+from django.db.models import Count
 from django.contrib.auth.decorators import login_required
 from django.core.handlers.asgi import ASGIRequest
 from django.http import JsonResponse, StreamingHttpResponse
@@ -38,7 +39,9 @@ def workspace_detail(request, slug: str):
         {
             "workspace": workspace,
             "role": membership_role(user=request.user, workspace=workspace),
-            "problems": workspace.problems.select_related("reference").all(),
+            # what the table shows, the runs counted in the same query (not a query a problem)
+            "problems": workspace.problems.only("pk", "title", "description", "family_source", "name")
+                        .annotate(run_count=Count("runs")),
             "runs": run_list(workspaces=[workspace])[:30],
             "pending_count": verification_pending(workspace=workspace).count(),
             "can_upload": user_can(user=request.user, workspace=workspace, action="upload"),
