@@ -2,6 +2,7 @@
 warning line, not a bare 500 and a traceback (audit finding 6)."""
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
@@ -15,21 +16,25 @@ def application():
 
 
 def _get(application, path: str) -> tuple[int, bytes]:
-    async def ask():
-        scope = {"type": "http", "http_version": "1.1", "method": "GET", "scheme": "http", "path": path,
-                 "raw_path": path.encode(), "query_string": b"", "headers": [(b"host", b"127.0.0.1")],
-                 "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000)}
-        communicator = ApplicationCommunicator(application, scope)
-        await communicator.send_input({"type": "http.request", "body": b""})
-        start = await communicator.receive_output(30)
-        body = b""
-        while True:
-            message = await communicator.receive_output(30)
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                return start["status"], body
+    """The answer to one GET, from a thread of its own: asyncio.run (or an async test) fails in a thread where another
+    loop runs, as the browser tests' Playwright leaves one in the main thread."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, _ask(application, path)).result(timeout=60)
 
-    return asyncio.run(ask())
+
+async def _ask(application, path: str) -> tuple[int, bytes]:
+    scope = {"type": "http", "http_version": "1.1", "method": "GET", "scheme": "http", "path": path,
+             "raw_path": path.encode(), "query_string": b"", "headers": [(b"host", b"127.0.0.1")],
+             "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000)}
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(30)
+    body = b""
+    while True:
+        message = await communicator.receive_output(30)
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return start["status"], body
 
 
 @pytest.mark.parametrize("path", [
