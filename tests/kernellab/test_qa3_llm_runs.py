@@ -14,6 +14,7 @@ from kernellab.config import LLMEndpoint
 from kernellab.models import Node, NodeState, RunChange, RunStatus, SearchRun
 from kernellab.services.runs import run_create
 from tests.llm_stub import Answer, ChatServer, recorded_saxpy_variants, text_answer
+from tests.kernelbench.test_replayed_run import KERNELBENCH_FREE_RELU as RELU  # no task: no CUDA-L1 solution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -152,24 +153,6 @@ def test_recorded_kernels_the_model_returns_are_found_by_the_replay_lookup(saxpy
 
 # ---- 9. a PyTorch task with nothing to replay ----------------------------------------------------------------
 
-RELU = '''import torch
-import torch.nn as nn
-
-N = 1024
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-'''
 
 
 def test_a_pytorch_task_without_recorded_solutions_says_so_and_offers_no_run(settings, workspace, members, client,
