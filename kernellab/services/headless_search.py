@@ -40,6 +40,7 @@ class SearchProgress:
     elapsed_s: float
     seconds: float | None
     final: bool = False   # the search has ended: the numbers of its report
+    not_recorded: int = 0  # of `measurements`, the replay backend's misses: a GPU slot spent, nothing measured
 
 
 @dataclass
@@ -398,8 +399,9 @@ def search_run(*, run: SearchRun, user, seconds: float | None = None,
     def progress(step: int, elapsed: float, final: bool = False) -> None:
         current = SearchRun.objects.select_related("best_node").get(pk=run.pk)
         best = _best_node(current)  # the report's best, not best_speedup, which counts the reference's 1.0
+        nodes = Node.objects.filter(run=run)
         on_progress(SearchProgress(step=step, measurements=current.gpu_used, gpu_budget=run.gpu_budget,
-                                   nodes=Node.objects.filter(run=run).count(),
+                                   nodes=nodes.count(), not_recorded=nodes.filter(state=NodeState.NOT_RECORDED).count(),
                                    best_speedup=best.speedup if best is not None else None, elapsed_s=elapsed,
                                    seconds=seconds, final=final))
 

@@ -117,11 +117,11 @@ def test_on_a_terminal_progress_is_one_bar_redrawn_in_place(lab):
     call_command("search", str(SAXPY), "--backend", "replay", "--budget", "4", "--surrogate", "roofline", stdout=out)
     bars = out.getvalue().split("\r")[1:]
     assert len(bars) == SearchRun.objects.get().driver_state["step"] + 1   # and once more when the search has ended
-    assert bars[-1].startswith("[" + "#" * 30 + "] done, ") and "measured 4/4" in bars[-1]
+    assert bars[-1].startswith("[" + "#" * 30 + "] done, ") and "GPU 4/4  " in bars[-1]
 
 
 def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, tmp_path):
-    _search(str(SAXPY), "--backend", "replay", "--budget", "3", "--surrogate", "roofline", "--generator", "recipes",
+    printed = _search(str(SAXPY), "--backend", "replay", "--budget", "3", "--surrogate", "roofline", "--generator", "recipes",
             "--out", str(tmp_path / "report"))
     run = SearchRun.objects.get()
     children = Node.objects.filter(run=run).exclude(origin="root").select_related("kernel")
@@ -149,7 +149,11 @@ def test_the_recipes_generator_writes_the_vectorised_kernel_into_the_tree(lab, t
         "The unroll recipe (for loops without unrolling) cannot apply: the kernel has no for loop to unroll."])
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     # The recorded H200 data never measured these kernels: replay says so rather than guess.
-    assert report["candidates_not_recorded"] == Node.objects.filter(run=run, state=NodeState.NOT_RECORDED).count() > 0
+    misses = Node.objects.filter(run=run, state=NodeState.NOT_RECORDED).count()
+    assert report["candidates_not_recorded"] == misses > 0
+    # The progress counts the GPU slots the misses spent, and says how many measured nothing.
+    last = [line for line in printed.splitlines() if line.startswith("100% done, ")][-1]
+    assert f"GPU {run.gpu_used}/3 ({misses} not recorded)" in last, last
     assert report["winning_recipe"] is None
 
 
@@ -329,7 +333,9 @@ def test_the_last_progress_line_shows_the_best_of_the_report(lab, tmp_path):
     last_best = progress[-1].split("best ")[1].split()[0]
     assert report["best_speedup"] is not None and report["best_speedup"] > 1
     assert last_best == f"{report['best_speedup']:.3f}x"
-    assert progress[-1].startswith("100% done, ") and f"measured {report['measurements_requested']}/4" in progress[-1]
+    assert progress[-1].startswith("100% done, ") and f"GPU {report['measurements_requested']}/4" in progress[-1]
+    misses = report["candidates_not_recorded"]
+    assert (f"/4 ({misses} not recorded)  " if misses else "/4  ") in progress[-1]
     assert f"best: {last_best} (node {report['best_node']})" in printed
 
 

@@ -187,8 +187,10 @@ class Command(BaseCommand):
             budget = "" if progress.gpu_budget >= UNBOUNDED_GPU_BUDGET else f"/{progress.gpu_budget}"
             # The last call comes after the search, with the last step's measurements read: the numbers of the report.
             done_steps = f"done, {progress.step} step{'s' if progress.step != 1 else ''}"
+            # A replay miss spends a GPU slot and measures nothing: the slots used, and the misses among them.
+            misses = f" ({progress.not_recorded} not recorded)" if progress.not_recorded else ""
             numbers = (f"{done_steps if progress.final else f'step {progress.step}'}  "
-                       f"measured {progress.measurements}{budget}  "
+                       f"GPU {progress.measurements}{budget}{misses}  "
                        f"nodes {progress.nodes}  best {best}  {progress.elapsed_s:.0f} s")
             if tty:
                 filled = int(round(done * BAR_WIDTH))
