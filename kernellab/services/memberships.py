@@ -102,6 +102,15 @@ def _refuse_losing_the_last_admin(membership: Membership, *, verb: str) -> None:
         )
 
 
+def _names_alike(username: str):
+    """The accounts whose name is `username` but for capitals, in any script. PostgreSQL's iexact (UPPER = UPPER)
+    folds every letter, SQLite's (LIKE) only ASCII ones, so that there `ÉMILE` and `émile` both signed up; a regular
+    expression ignoring case is Python's own `re` on SQLite and `~*` on PostgreSQL, both Unicode-aware."""
+    import re
+
+    return get_user_model().objects.filter(username__iregex=rf"^{re.escape(username)}$")
+
+
 def _account_named(username: str):
     """The active account with exactly this user name, or, when none has it exactly, the one whose name differs
     only in capitals. When several do (Carol and CAROL for carol: only an operator can make such a pair), which
@@ -112,7 +121,7 @@ def _account_named(username: str):
     person = next((found for found in User.objects.filter(username=username) if found.get_username() == username), None)
     if person is not None:
         return person if person.is_active else None
-    matches = list(User.objects.filter(username__iexact=username)[:2])
+    matches = list(_names_alike(username)[:2])
     if len(matches) > 1:
         raise ServiceError(
             f"More than one account has the user name {username!r} in different capitals; "
@@ -236,7 +245,7 @@ def invitation_accept_new_user(*, token: str, username: str, password: str):
     if len(username) > 150:
         raise ServiceError("A user name can be at most 150 characters long.")
     taken = f"The user name {username!r} is taken; choose another, or log in if it is yours."
-    if User.objects.filter(username__iexact=username).exists():
+    if _names_alike(username).exists():
         raise ServiceError(taken)
     candidate = User(username=username)
     try:

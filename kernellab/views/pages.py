@@ -70,23 +70,34 @@ def run_index(request, slug: str):
 
 @login_required
 def verification_index(request, slug: str):
-    from django.core.paginator import Paginator
-
-    from kernellab.selectors.verifications import ACTIVE_SHOWN, PENDING_PER_PAGE
-
     workspace = workspace_for(request, slug)
+    if request.htmx and request.GET.get("part") == "active":
+        return render(request, "kernellab/partials/verification_active.html", _queue_context(request, workspace))
+    return _queue_page(request, workspace, page_number=request.GET.get("page"))
+
+
+def _queue_context(request, workspace) -> dict:
+    from kernellab.selectors.verifications import ACTIVE_SHOWN
+
     active = verification_active(workspace=workspace)
-    context = {
+    return {
         "workspace": workspace,
         "active": active[:ACTIVE_SHOWN],
         "active_count": active.count(),
         "recent": verification_queue(workspace=workspace, states=["done", "failed", "rejected", "cancelled"])[:30],
         "can_approve": user_can(user=request.user, workspace=workspace, action="approve"),
     }
-    if request.htmx and request.GET.get("part") == "active":
-        return render(request, "kernellab/partials/verification_active.html", context)
-    page = Paginator(verification_pending(workspace=workspace), PENDING_PER_PAGE).get_page(request.GET.get("page"))
-    context.update(page=page, pending=page.object_list)
+
+
+def _queue_page(request, workspace, *, page_number, selected=(), reason: str = ""):
+    """The queue's page; a decision refused is answered with it again, the ticks and the reason as they were sent."""
+    from django.core.paginator import Paginator
+
+    from kernellab.selectors.verifications import PENDING_PER_PAGE
+
+    context = _queue_context(request, workspace)
+    page = Paginator(verification_pending(workspace=workspace), PENDING_PER_PAGE).get_page(page_number)
+    context.update(page=page, pending=page.object_list, selected=set(selected), reason=reason)
     return render(request, "kernellab/verification_queue.html", context)
 
 
@@ -97,21 +108,28 @@ def verification_decide(request, slug: str):
     ids = [i for i in map(db_id, request.POST.getlist("verification")) if i is not None]
     rows = Verification.objects.filter(pk__in=ids, node__run__problem__workspace=workspace)
     decision = request.POST.get("decision")
+    reason = request.POST.get("reason", "")
+    refusal = None
     if not ids:
-        messages.error(request, "Select at least one verification first.")
-    elif decision == "approve" and request.POST.get("reason", "").strip():
+        refusal = "Select at least one verification first."
+    elif decision == "approve" and reason.strip():
         # Approve with a reason for a rejection typed is ambiguous (and was what Enter in the reason box sent before Reject
         # became the form's first button): nothing is decided, since an approval cannot be taken back.
-        messages.error(request, "A reason for a rejection came with Approve selected, so nothing was decided: "
-                                "press Reject selected to reject, or empty the reason to approve.")
-    elif decision == "approve":
+        refusal = ("A reason for a rejection came with Approve selected, so nothing was decided: "
+                   "press Reject selected to reject, or empty the reason to approve.")
+    elif decision not in ("approve", "reject"):
+        refusal = "Choose approve or reject."
+    if refusal is not None:
+        # Nothing was decided: the same page again, with what was ticked and typed, so a long selection is not lost.
+        messages.error(request, refusal)
+        return _queue_page(request, workspace, page_number=request.POST.get("page"), selected=[row.pk for row in rows],
+                           reason=reason)
+    if decision == "approve":
         done, errors = verification_approve_many(verifications=rows, user=request.user)
         _report(request, done, "approved", errors)
     elif decision == "reject":
-        done, errors = verification_reject_many(verifications=rows, user=request.user, reason=request.POST.get("reason", ""))
+        done, errors = verification_reject_many(verifications=rows, user=request.user, reason=reason)
         _report(request, done, "rejected", errors)
-    else:
-        messages.error(request, "Choose approve or reject.")
     return redirect("verification-queue", slug=workspace.slug)
 
 

@@ -99,6 +99,10 @@ def test_the_queue_refuses_an_approval_that_carries_a_reason_for_a_rejection(cli
     assert "approved." not in page
     pending.refresh_from_db()
     assert pending.state == "pending-approval"
+    # the page answers in place, with the ticks and the reason as they were sent, so nothing must be selected again
+    assert not response.redirect_chain
+    assert re.search(rf'<input type="checkbox" name="verification" value="{pending.pk}"[^>]* checked>', page)
+    assert re.search(r'<input name="reason"[^>]* value="wrong shape">', page)
     response = client.post(reverse("verification-decide", args=["team"]),
                            {"verification": [pending.pk], "decision": "reject", "reason": "wrong shape"}, follow=True)
     assert "1 verification rejected." in response.content.decode()

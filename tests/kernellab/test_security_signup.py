@@ -30,6 +30,26 @@ def test_a_look_alike_of_a_taken_name_is_refused_as_taken(token, members, django
     assert Invitation.objects.get().accepted_at is None
 
 
+@pytest.mark.parametrize("taken, spelling", [("émile", "ÉMILE"), ("ÉMILE", "émile"), ("σοφία", "ΣΟΦΊΑ"), ("jürgen", "JÜRGEN")])
+def test_a_name_taken_in_other_capitals_of_any_script_is_refused(token, django_user_model, taken, spelling):
+    """SQLite's iexact folds only ASCII capitals: ÉMILE signed up beside émile there (PostgreSQL refused it)."""
+    django_user_model.objects.create_user(username=taken, password="another-password")
+    with pytest.raises(ServiceError, match=r"is taken; choose another"):
+        invitation_accept_new_user(token=token, username=spelling, password="a-long-password")
+    assert not django_user_model.objects.filter(username=spelling).exists()
+    assert Invitation.objects.get().accepted_at is None
+
+
+def test_the_characters_a_user_name_may_hold_stand_for_themselves_in_the_comparison(django_user_model):
+    """Names are compared as regular expressions ignoring case: '.', '+' and '-' must match only themselves."""
+    from kernellab.services.memberships import _names_alike
+
+    django_user_model.objects.create_user(username="a.b+c-d", password="another-password")
+    assert not _names_alike("aXb+c-d").exists() and not _names_alike("a.bbc-d").exists()
+    assert not _names_alike("a.b").exists()  # the whole name, not a part of it
+    assert list(_names_alike("A.B+C-D").values_list("username", flat=True)) == ["a.b+c-d"]
+
+
 def test_a_new_name_is_stored_as_log_in_reads_it(token, django_user_model):
     person = invitation_accept_new_user(token=token, username="ｆｒｅｓｈ", password="a-long-password")
     assert person.username == "fresh"
