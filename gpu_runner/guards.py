@@ -13,31 +13,42 @@ from .evidence import Evidence, OutputCheck
 from .result import Hardware
 from .spec import Problem, SizeCase
 
+# What a source may not do itself: KernelLab launches a problem's kernels from its launch plan and times them, so
+# work a source launches, or waits for, on its own escapes the timer. A scan of text cannot tell host code from
+# device code, and neither is allowed: a host launcher in a reference (`saxpy<<<...>>>` in a wrapper) is as much
+# outside the plan as dynamic parallelism in a kernel.
 _FORBIDDEN = [
-    (re.compile(r"<<<"), "launches a kernel from device code (dynamic parallelism: '<<<')"),
-    (re.compile(r"\bcudaLaunch(Device|Kernel|CooperativeKernel)\w*\b"), "launches work from device code ({0})"),
-    (re.compile(r"\bcudaGraphLaunch\b"), "launches a CUDA graph from device code"),
-    (re.compile(r"\bcudaStreamCreate\w*\b"), "creates a stream in device code ({0})"),
+    (re.compile(r"<<<"), "launches a kernel itself ('<<<', from a host function or from device code)"),
+    (re.compile(r"\bcudaLaunch(Device|Kernel|CooperativeKernel)\w*\b"), "launches work itself ({0})"),
+    (re.compile(r"\bcudaGraphLaunch\b"), "launches a CUDA graph itself"),
+    (re.compile(r"\bcudaStreamCreate\w*\b"), "creates a stream ({0})"),
     (re.compile(r"\bcudaStreamFireAndForget\b|\bcudaStreamTailLaunch\b"), "uses a device-side launch stream ({0})"),
-    (re.compile(r"\bcudaMemcpy\w*Async\b"), "copies memory asynchronously from device code ({0})"),
-    (re.compile(r"\bcudaDeviceSynchronize\b"), "synchronises from device code ({0})"),
+    (re.compile(r"\bcudaMemcpy\w*Async\b"), "copies memory asynchronously ({0})"),
+    (re.compile(r"\bcudaDeviceSynchronize\b"), "synchronises the device itself ({0})"),
     (re.compile(r"\bcudaGetParameterBuffer\w*\b"), "builds device-side launches ({0})"),
 ]
 
 
-def scan_source(source: str) -> str | None:
-    """Constructs that let work escape the timer or read the host's files are refused outright."""
+def find_escaping_work(source: str) -> tuple[int, str] | None:
+    """(line, reason) of the first construct that lets work escape the timer or read the host's files, else None."""
     refusal = find_forbidden_directive(source)
     if refusal is not None:
-        return refusal.reason
+        return refusal.line, refusal.reason
     stripped = _strip_comments(source)
     for pattern, message in _FORBIDDEN:
         match = pattern.search(stripped)
         if match:
             line = stripped.count("\n", 0, match.start()) + 1
-            return f"The source {message.format(match.group(0).strip())} at line {line}; work launched " \
-                   "from device code escapes the timer and is not allowed."
+            return line, (f"The source {message.format(match.group(0).strip())} at line {line}; KernelLab launches "
+                          "the kernels itself, from the problem's launch steps, and work a source launches or waits "
+                          "for on its own escapes the timer, so it is not allowed.")
     return None
+
+
+def scan_source(source: str) -> str | None:
+    """Constructs that let work escape the timer or read the host's files are refused outright."""
+    found = find_escaping_work(source)
+    return found[1] if found is not None else None
 
 
 def _strip_comments(source: str) -> str:

@@ -322,14 +322,25 @@ class Problem:
         raise KeyError(name)
 
 
+def read_source_file(path: Path, field: str) -> str:
+    """A problem folder's text file; one that is not UTF-8 is a SpecError naming the file and the first bad byte.
+    utf-8-sig: a file some editor saved with a byte order mark reads as what it says."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(field, f"{path.name} is not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} "
+                               "(save it as UTF-8)") from None
+
+
 def load_problem(folder: str | Path) -> Problem:
     """Read `problem.toml`, its reference source and (if any) its family template from `folder`."""
     folder = Path(folder)
     toml_path = folder / "problem.toml"
     if not toml_path.is_file():
         raise SpecError("problem.toml", f"no problem.toml in {folder}")
-    # utf-8-sig: a file some editor saved with a byte order mark reads as what it says
-    toml_text = toml_path.read_text(encoding="utf-8-sig")
+    toml_text = read_source_file(toml_path, "problem.toml")
     table = _read_toml(toml_text)
     reference_name = table.get("problem", {}).get("reference", "reference.cu")
     reference_path = folder / str(reference_name)
@@ -341,8 +352,8 @@ def load_problem(folder: str | Path) -> Problem:
         family_path = folder / family["source"]
         if not family_path.is_file():
             raise SpecError("family.source", f"the template '{family['source']}' is not in {folder}")
-        family_source = family_path.read_text(encoding="utf-8-sig")
-    problem = parse_problem(toml_text, reference_path.read_text(encoding="utf-8-sig"), family_source)
+        family_source = read_source_file(family_path, "family.source")
+    problem = parse_problem(toml_text, read_source_file(reference_path, "problem.reference"), family_source)
     object.__setattr__(problem, "folder", folder)
     return problem
 

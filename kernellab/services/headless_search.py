@@ -124,7 +124,7 @@ def problem_from_folder(*, workspace: Workspace, user, folder: Path, backend: st
         spec = load_problem(folder)
     except (SpecError, OSError) as exc:
         raise ServiceError(f"The problem in {folder} cannot be read: {exc}") from None
-    spec_toml = (folder / "problem.toml").read_text()
+    spec_toml = (folder / "problem.toml").read_text(encoding="utf-8-sig")  # as load_problem read it
     reference_source = spec.reference.source
     family_source = spec.family.source if spec.family else ""
     existing = Problem.objects.filter(workspace=workspace, name=spec.name).select_related("reference").first()

@@ -54,12 +54,15 @@ def problem_check(*, spec_toml: str, reference_source: str, family_source: str =
         if (family_source or "").strip():
             raise ProblemRejected(FAMILY_WITHOUT_TABLE)
         return _pytorch_problem_check(spec_toml=spec_toml, program_source=reference_source)
-    from gpu_runner.directives import find_forbidden_directive
+    from gpu_runner.guards import find_escaping_work
 
+    # What every measurement would reject (a host launcher, a forbidden #include) is refused now, not after a run
+    # has spent its budget on rejections.
     for label, text in (("reference.cu", reference_source), ("family.cu", family_source)):
-        refusal = find_forbidden_directive(text or "")
+        refusal = find_escaping_work(text or "")
         if refusal is not None:
-            raise ProblemRejected(f"{label}: {refusal.reason}", [{"line": refusal.line, "message": refusal.reason}])
+            line, reason = refusal
+            raise ProblemRejected(f"{label}: {reason}", [{"line": line, "message": reason}])
     try:
         spec = parse_problem(spec_toml, reference_source, family_source or None)
     except SpecError as exc:

@@ -102,6 +102,25 @@ def test_a_changed_folder_with_the_name_of_an_uploaded_problem_is_refused(lab, t
         _search(str(changed), "--backend", "replay", "--budget", "1")
 
 
+def test_a_folder_file_that_is_not_utf8_is_refused_in_a_sentence_naming_it(lab, tmp_path):
+    """A Latin-1 comment in reference.cu was a UnicodeDecodeError traceback (the web form said "not UTF-8 text")."""
+    folder = tmp_path / "saxpy"
+    shutil.copytree(SAXPY, folder)
+    (folder / "reference.cu").write_bytes(b"// caf\xe9\n" + (SAXPY / "reference.cu").read_bytes())
+    with pytest.raises(CommandError, match=r"reference\.cu is not UTF-8 text: byte 0xe9 on line 1 \(save it as UTF-8\)"):
+        _search(str(folder), "--backend", "replay", "--budget", "1")
+    assert not SearchRun.objects.exists()
+
+
+def test_a_folder_whose_spec_has_a_byte_order_mark_is_the_same_problem_the_next_time(lab, tmp_path):
+    folder = tmp_path / "saxpy"
+    shutil.copytree(SAXPY, folder)
+    (folder / "problem.toml").write_text("\ufeff" + (SAXPY / "problem.toml").read_text())
+    for _ in range(2):
+        _search(str(folder), "--backend", "replay", "--budget", "1", "--surrogate", "roofline")
+    assert SearchRun.objects.count() == 2 and len({run.problem_id for run in SearchRun.objects.all()}) == 1
+
+
 def test_an_unknown_problem_names_the_ones_there_are(lab):
     with pytest.raises(CommandError, match="has no problem 'nope'"):
         _search("nope")

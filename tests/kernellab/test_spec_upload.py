@@ -319,3 +319,22 @@ def test_refused_compile_options_are_named_at_the_specs_field_and_line_every_one
     assert "-ccbin" in body and "-Xcompiler" in body  # every refused option, not the first alone
     line = line_of(spec, "compile_options")
     assert f'href="#spec-{line}">line {line}</a>' in body
+
+
+def test_a_reference_with_a_host_launcher_is_refused_at_upload_with_its_line(client, members, workspace):
+    """A host wrapper that launches the kernel itself compiles, so it was saved, and then every measurement of the
+    reference and of each child was rejected by the runner's guard (QA, fourth pass)."""
+    launcher = ("\nvoid launch_scale(const float* x, float* y, int n) {\n"
+                "    scale<<<(n + 255) / 256, 256>>>(x, y, n);\n}\n")
+    source = SIMPLE_REFERENCE + launcher
+    response = upload(client, members["engineer"], spec_toml=SIMPLE_SPEC, reference_source=source)
+    body = html.unescape(response.content.decode())
+    assert response.status_code == 400 and "Nothing was saved." in body
+    line = line_of(source, "<<<")
+    assert (f"reference.cu: The source launches a kernel itself ('<<<', from a host function or from device code) "
+            f"at line {line}; KernelLab launches the kernels itself, from the problem's launch steps") in body
+    assert not Problem.objects.exists()
+    # what the runner's guard says of the same source, word for word: the upload refuses what a run would reject
+    from gpu_runner.guards import scan_source
+
+    assert scan_source(source) in body
