@@ -311,7 +311,19 @@ def search_check_backend(*, problem: Problem, backend: str, records: Path | None
     # With the tasks inline a GPU backend has no worker to wait for: the worker sentence would mislead.
     why = (choice.unavailable if choice.measures_with == "replay"
            else "this machine has no GPU, and the command-line search measures on this machine")
-    raise ServiceError(f"The {backend} backend cannot measure {problem.title}: {why}. Choose a backend that can.")
+    raise ServiceError(f"The {backend} backend cannot measure {problem.title}: {why}. {_what_can_measure(backend)}")
+
+
+def _what_can_measure(refused: str) -> str:
+    """What to do instead of a backend refused: another one, where this machine has one that measures; otherwise
+    what would make the search possible, rather than "choose a backend that can" when none can."""
+    from gpu_runner import gpu_present
+
+    if gpu_present():
+        others = [name for name in ("auto", "cupy", "pycuda") if name != refused]
+        return f"This machine has a GPU: search with --backend {' or '.join(others)}."
+    return (f"No backend can measure it here (no GPU, and no recorded measurements to replay): search it on a "
+            f"machine with a GPU, or put its recorded measurements in the problem folder's records/{TARGET_GPU}.jsonl.gz.")
 
 
 def search_check_generator(*, problem: Problem, generator: str | None) -> None:

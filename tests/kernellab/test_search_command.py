@@ -238,8 +238,12 @@ def no_gpu(monkeypatch):
 @pytest.mark.parametrize("backend", ["auto", "replay", "cupy", "pycuda"])
 def test_a_backend_that_cannot_measure_an_uploaded_problem_leaves_no_run(lab, tmp_path, no_gpu, embedded_setup, backend):
     problem = _uploaded(_without_records(tmp_path, SAXPY, "saxpy"), lab)
-    with pytest.raises(CommandError, match="backend cannot measure SAXPY"):
+    with pytest.raises(CommandError, match="backend cannot measure SAXPY") as refused:
         _search("saxpy", "--backend", backend, "--budget", "2")
+    # no "choose a backend that can" when none can: what would make the search possible instead
+    assert str(refused.value).endswith("No backend can measure it here (no GPU, and no recorded measurements to replay): "
+                                       "search it on a machine with a GPU, or put its recorded measurements in the "
+                                       "problem folder's records/h200.jsonl.gz.")
     assert not SearchRun.objects.exists()
     assert Problem.objects.get() == problem
 
@@ -250,6 +254,13 @@ def test_a_refused_search_of_a_folder_uploads_nothing(lab, tmp_path, settings, n
         _search(str(_without_records(tmp_path, SAXPY, "saxpy")), "--backend", backend, "--budget", "2")
     assert not Problem.objects.exists() and not SearchRun.objects.exists()
     assert not (settings.DATA_DIR / "records").exists()
+
+
+def test_replay_refused_on_a_machine_with_a_gpu_names_the_backends_that_measure(lab, tmp_path, monkeypatch):
+    monkeypatch.setattr("gpu_runner.gpu_present", lambda: True)
+    with pytest.raises(CommandError, match=r"no recorded measurements for this problem\. This machine has a GPU: "
+                                           r"search with --backend auto or cupy or pycuda\.$"):
+        _search(str(_without_records(tmp_path, SAXPY, "saxpy")), "--backend", "replay", "--budget", "2")
 
 
 def test_a_refused_search_saves_no_auto_knobs(lab, tmp_path, no_gpu):
