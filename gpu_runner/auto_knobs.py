@@ -7,10 +7,14 @@ the reference with each knob's literal replaced by the knob's name, and a `[fami
 launch is the reference's with the block size (and the grid and shared-memory expressions that
 repeat it) written in terms of the knob. A constant equal to the block size is that knob where the
 code counts the block's threads with it (_counts_threads), and, in a kernel that never reads
-blockDim, where it is the only such constant the code uses. Constants that cannot safely change (the
-warp size, a number an argument's shape repeats, the size of a table indexed by data, a constexpr in
-a namespace) are not offered, and values whose static shared memory is over what ptxas accepts are
-not proposed. What cannot safely become a knob is reported with the reason, never silently dropped.
+blockDim (neither in its body nor in a helper it calls), where it is the only such constant the code
+uses. Constants that cannot safely change (the warp size, a number an argument's shape repeats, the
+size of a table indexed by data, a constexpr in a namespace) are not offered, nor is a block size or
+constant whose number a temp's shape, a scalar's value or an expression in another argument's shape
+(`ceil_div(N, 256)`) also writes (a knob cannot change those), and values whose static shared memory
+is over what ptxas accepts are not proposed. A constant knob that a `#pragma unroll` names is read
+there through a C++ constant, since nvcc does not expand a #define in the pragma. What cannot safely
+become a knob is reported with the reason, never silently dropped.
 """
 from __future__ import annotations
 
@@ -52,7 +56,8 @@ ELEMENT_BYTES = {
     "float4": 16, "int4": 16, "uint4": 16, "double2": 16,
 }
 # Where render_source puts "#define UNROLL 4", the pragma needs a C++ constant: nvcc does not
-# expand macros in "#pragma unroll" (it looks the name up as an identifier).
+# expand macros in "#pragma unroll" (it looks the name up as an identifier). The same holds for a
+# constant knob that a "#pragma unroll" names (`constexpr int UNROLL = 4;` ... `#pragma unroll UNROLL`).
 UNROLL_CONSTANT = "{knob}_factor"
 
 
@@ -101,7 +106,7 @@ def family_from_knobs(problem: Problem, chosen: dict[str, list[int]], constraint
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
             raise ValueError(f"The knob {name} needs at least one value, each a positive whole number.")
     check_combinations({name: set(values) for name, values in chosen.items()})
-    proposal, edits_by_knob, launch_by_knob = _derive(problem)
+    proposal, edits_by_knob, launch_by_knob, factored = _derive(problem)
     unknown = sorted(set(chosen) - {k.name for k in proposal.knobs})
     if unknown:
         raise ValueError(f"{unknown[0]} is not a knob this kernel offers.")
@@ -109,8 +114,8 @@ def family_from_knobs(problem: Problem, chosen: dict[str, list[int]], constraint
     edits = sorted((e for name in chosen for e in edits_by_knob[name]), key=lambda e: e.start, reverse=True)
     for edit in edits:
         source = source[:edit.start] + edit.text.encode() + source[edit.end:]
-    prelude = "".join(f"constexpr int {UNROLL_CONSTANT.format(knob=k.name)} = {k.name};\n"
-                      for k in proposal.knobs if k.kind == "unroll" and k.name in chosen)
+    prelude = "".join(f"constexpr int {UNROLL_CONSTANT.format(knob=name)} = {name};\n"
+                      for name in _factored_knobs(proposal, factored, chosen))
     template = prelude + source.decode()
     kept, _ = _split_constraints(problem, proposal, chosen, constraints if constraints is not None else proposal.constraints)
     lines = ["[family]", f"source = {json.dumps(source_name)}",
@@ -132,9 +137,16 @@ def family_from_knobs(problem: Problem, chosen: dict[str, list[int]], constraint
 
 def template_prelude_lines(problem: Problem, chosen) -> int:
     """The lines family_from_knobs puts before the reference in the template (one constant per chosen
-    unroll knob); the rest of the template keeps the reference's lines, so a compiler's line less
-    these (and render_source's #define lines) is the reference's."""
-    return sum(1 for k in _derive(problem)[0].knobs if k.kind == "unroll" and k.name in chosen)
+    unroll knob, and per chosen constant knob that a #pragma unroll names); the rest of the template
+    keeps the reference's lines, so a compiler's line less these (and render_source's #define lines)
+    is the reference's."""
+    proposal, _, _, factored = _derive(problem)
+    return len(_factored_knobs(proposal, factored, chosen))
+
+
+def _factored_knobs(proposal: KnobProposal, factored: set[str], chosen) -> list[str]:
+    """The chosen knobs that a #pragma unroll reads through UNROLL_CONSTANT, in the proposal's order."""
+    return [k.name for k in proposal.knobs if k.name in chosen and (k.kind == "unroll" or k.name in factored)]
 
 
 def split_constraints(problem: Problem, chosen, constraints: list[str]) -> tuple[list[str], list[str]]:
@@ -186,11 +198,15 @@ def _derive(problem: Problem):
     declared = _declared_names(root)
     constants: dict[int, list[str]] = {}   # value -> the constant knobs that hold it (ties a block size to one)
     definitions: dict[str, Node] = {}      # constant knob -> its #define or constexpr
+    factored: set[str] = set()             # constant knobs a #pragma unroll reads through UNROLL_CONSTANT
 
     every_constant = list(_integer_constants(root))
     known_values = {name: value for _, name, value, _ in every_constant}   # for reading shared arrays' sizes
     qualified = _qualified_names(root)
     argument_dims = _literal_argument_dims(problem)
+    held = _numbers_of_arguments(problem)
+    pragmas = [n for n in _walk(root) if n.type == "preproc_call" and _pragma_unroll_arg(n) is not None]
+    identifiers = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))
     for node, name, value, what in every_constant:
         if declared.count(name) > 1:
             proposal.skipped.append(f"{name} ({what}) is declared more than once, so it stays as written.")
@@ -224,10 +240,29 @@ def _derive(problem: Problem):
             proposal.skipped.append(f"{name} ({where}) stays {value}: it sizes {array}, which the kernel indexes with "
                                     f"values it reads ({access}); {name} must cover every such value.")
             continue
+        if uses and value in held:
+            # A knob changes the kernel's code and its launch, never an argument's shape or a scalar's value.
+            proposal.skipped.append(f"{name} ({where}) stays {value}: {value} is also written in "
+                                    f"{_listed(held[value])}, which a knob cannot change, so {name} changed alone "
+                                    f"could no longer match {_it(held[value])}.")
+            continue
+        in_pragmas = [(n, spans) for n in pragmas if (spans := _pragma_mentions(n, name))]
+        factor = UNROLL_CONSTANT.format(knob=name)
+        if in_pragmas and factor in identifiers:
+            proposal.skipped.append(f"{name} ({where}) stays {value}: the #pragma unroll at line "
+                                    f"{_line(in_pragmas[0][0])} names it, where nvcc does not expand a #define, and "
+                                    f"the C++ constant the template would put there, {factor}, is a name the "
+                                    "kernel already uses.")
+            continue
         taken.add(name)
         proposal.knobs.append(ProposedKnob(name, "constant", value, _around(value), where))
         # Blank lines in place of the definition, as many as it had, so the template keeps the reference's lines.
         edits[name] = [_Edit(node.start_byte, node.end_byte, "\n" * _text(node).count("\n"))]
+        # The knob's #define does not reach into a #pragma unroll, so there the name becomes a C++ constant
+        # that family_from_knobs initialises from the #define.
+        edits[name] += [_Edit(start, end, factor) for _, spans in in_pragmas for start, end in spans]
+        if in_pragmas:
+            factored.add(name)
         constants.setdefault(value, []).append(name)
         definitions[name] = node
 
@@ -245,7 +280,7 @@ def _derive(problem: Problem):
 
     block_knobs: dict[tuple[int, int], str] = {}   # (launch step, dimension) -> knob
     kernels = _kernel_bodies(root)
-    functions = _function_bodies(root)
+    functions = _callable_bodies(root)
     codes: dict[str, list[Node]] = {}              # kernel -> its body and its helpers' (for the shared memory)
     strides: list[tuple[str, str]] = []            # (extent, stride knob): a loop over extent rows, stride at a time
     for index, step in enumerate(problem.reference.launch):
@@ -270,7 +305,8 @@ def _derive(problem: Problem):
             del edits[name]
             proposal.skipped.append(f"{name} ({knob.where}) stays {knob.original}: {why}")
 
-        reads_block_dim = body is not None and _reads(body, "blockDim")
+        # The helpers count: a kernel whose device function (a template's too) reads blockDim reads it.
+        reads_block_dim = any(_reads(part, "blockDim") for part in code)
         ties: dict[int, str] = {}   # dimension -> the constant that is its thread count
         if not reads_block_dim:
             # Such a kernel counts its threads with a number of its own. Where that number is a constant equal
@@ -326,7 +362,7 @@ def _derive(problem: Problem):
                                 f"over {name} stepping by blockDim would); rather than guess, it stays as written.")
         two_d = len(literal_dims) > 1
         # Threads that cooperate through shared memory usually halve their count in a tree: powers of two only.
-        sizes_1d = tuple(v for v in BLOCK_SIZES if v & (v - 1) == 0) if _cooperates(body) else BLOCK_SIZES
+        sizes_1d = tuple(v for v in BLOCK_SIZES if v & (v - 1) == 0) if _cooperates(code) else BLOCK_SIZES
         names = []
         fixed = []    # dimensions that stay as written, in the thread limit as numbers
         for dim, value in literal_dims:
@@ -344,9 +380,17 @@ def _derive(problem: Problem):
                 proposal.knobs[proposal.knobs.index(knob)] = ProposedKnob(
                     tied, "block", value, tuple(sorted(set(values) | {value})), knob.where + f", the block size of {step.kernel}")
                 continue
-            if value in _literals(body):
+            if value in _literals(code):
                 proposal.skipped.append(f"The block size {value} of {step.kernel} stays as written: the kernel's code "
                                         f"uses the number {value} itself.")
+                continue
+            if value in held:
+                # A knob rewrites the launch's block, grid and shared memory, but not the arguments: a temp of
+                # ceil_div(N, 256) partials (or a scalar counting them) would not follow a grid of ceil_div(N, BLOCK).
+                proposal.skipped.append(f"The block size {value} of {step.kernel} stays as written: {value} is also "
+                                        f"written in {_listed(held[value])}, which a knob cannot change, so a variant "
+                                        f"with another block size could no longer match {_it(held[value])}.")
+                fixed.append(str(value))
                 continue
             base = "BLOCK" if not two_d else f"BLOCK_{'XYZ'[dim]}"
             name = base if base not in taken else f"{base}_{index + 1}"
@@ -459,7 +503,7 @@ def _derive(problem: Problem):
                 grid = [_replace_number(g, value, name) if value in _numbers(g) else g for g in grid]
         return grid, block, shared
 
-    return proposal, edits, launch_for
+    return proposal, edits, launch_for, factored
 
 
 def _integer_constants(root: Node):
@@ -519,6 +563,29 @@ def _pragma_unroll_factor(node: Node) -> int | None:
     return None
 
 
+def _pragma_unroll_arg(node: Node) -> Node | None:
+    """The argument of a `#pragma unroll ...` line (`unroll UNROLL`), or None for any other line."""
+    directive = next((c for c in node.children if c.type == "preproc_directive"), None)
+    arg = next((c for c in node.children if c.type == "preproc_arg"), None)
+    if directive is None or arg is None or _text(directive) != "#pragma":
+        return None
+    return arg if re.match(rb"\s*unroll\b", arg.text) else None
+
+
+def _pragma_mentions(node: Node, name: str) -> list[tuple[int, int]]:
+    """The byte spans (in the source) where a `#pragma unroll` line's factor writes `name`: the pragma's
+    argument is raw text to tree-sitter, so its names are found by their spelling, before any comment."""
+    arg = _pragma_unroll_arg(node)
+    if arg is None:
+        return []
+    text = arg.text
+    start = re.match(rb"\s*unroll\b", text).end()
+    comment = re.search(rb"//|/\*", text[start:])
+    end = start + comment.start() if comment is not None else len(text)
+    pattern = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(name.encode()) + rb"(?![A-Za-z0-9_])")
+    return [(arg.start_byte + m.start(), arg.start_byte + m.end()) for m in pattern.finditer(text, start, end)]
+
+
 def _kernel_bodies(root: Node) -> dict[str, Node]:
     return _function_bodies(root, kernels_only=True)
 
@@ -541,19 +608,46 @@ def _function_bodies(root: Node, kernels_only: bool = False) -> dict[str, Node]:
     return bodies
 
 
-def _code_of(body: Node, functions: dict[str, Node]) -> list[Node]:
+def _callable_bodies(root: Node) -> dict[str, list[Node]]:
+    """Each function's bodies by its unqualified name (`relu_body` for `template <...> void relu_body`,
+    `f` for `void ns::f`): every definition of the name, since overloads are not told apart here."""
+    bodies: dict[str, list[Node]] = {}
+    for node in _walk(root):
+        if node.type != "function_definition":
+            continue
+        declarator = node.child_by_field_name("declarator")
+        while declarator is not None and declarator.type != "function_declarator":
+            declarator = declarator.child_by_field_name("declarator")
+        name = _unqualified(declarator.child_by_field_name("declarator")) if declarator is not None else None
+        body = node.child_by_field_name("body")
+        if name is not None and body is not None:
+            bodies.setdefault(name, []).append(body)
+    return bodies
+
+
+def _unqualified(node: Node | None) -> str | None:
+    """The name a function is called or defined by, without its scope or template arguments
+    (`ns::relu_body<float, 4>` is relu_body); None for anything else (a member, a pointer)."""
+    while node is not None and node.type in ("qualified_identifier", "template_function"):
+        node = node.child_by_field_name("name")
+    return _text(node) if node is not None and node.type == "identifier" else None
+
+
+def _code_of(body: Node, functions: dict[str, list[Node]]) -> list[Node]:
     """A kernel's body and the bodies of the functions it calls, and those they call: where a
-    kernel's threads may count themselves (a block reduction is often a device helper)."""
+    kernel's threads may count themselves (a block reduction is often a device helper) and read
+    blockDim. A call names its helper plainly, with a scope or with template arguments
+    (`relu_body<float, 4>(...)`); where several functions have that name, all of them are counted,
+    since any of them may be the one that runs."""
     code, seen = [body], {id(body)}
     for node in code:
         for call in _walk(node):
             if call.type != "call_expression":
                 continue
-            callee = call.child_by_field_name("function")
-            helper = functions.get(_text(callee)) if callee is not None and callee.type == "identifier" else None
-            if helper is not None and id(helper) not in seen:
-                seen.add(id(helper))
-                code.append(helper)
+            for helper in functions.get(_unqualified(call.child_by_field_name("function")) or "", []):
+                if id(helper) not in seen:
+                    seen.add(id(helper))
+                    code.append(helper)
     return code
 
 
@@ -571,8 +665,8 @@ def _reads(body: Node, identifier: str) -> bool:
     return any(n.type == "identifier" and _text(n) == identifier for n in _walk(body))
 
 
-def _cooperates(body: Node) -> bool:
-    return _reads(body, "__syncthreads") or any(n.type == "__shared__" for n in _walk(body))
+def _cooperates(code: list[Node]) -> bool:
+    return any(_reads(part, "__syncthreads") or any(n.type == "__shared__" for n in _walk(part)) for part in code)
 
 
 def _literals(code: Node | list[Node], skip: Sequence[Node] = ()) -> set[int]:
@@ -633,6 +727,34 @@ def _literal_argument_dims(problem: Problem) -> dict[int, tuple[str, str]]:
             if text.isdigit() and int(text) > 1:
                 found.setdefault(int(text), (arg.name, "[" + ", ".join(d.text for d in arg.shape) + "]"))
     return found
+
+
+def _numbers_of_arguments(problem: Problem) -> dict[int, list[str]]:
+    """Each number (above 1) that a temp's shape, a scalar's value or a dimension of another argument's
+    shape written as an expression (`ceil_div(N, 256)`, not a bare `256`) writes, to the arguments that
+    write it, each as a phrase: a knob cannot change these, so what they count must stay as written.
+    A bare dimension of an input or output (a histogram's 256 bins) is a length of its own, which
+    _literal_argument_dims reports for the constants that repeat it."""
+    found: dict[int, list[str]] = {}
+    for arg in problem.args:
+        if arg.role == "scalar":
+            if arg.value is not None:
+                for number in _numbers(arg.value.text):
+                    found.setdefault(number, []).append(f"the value of the scalar {arg.name} ({arg.value.text})")
+            continue
+        shape = "[" + ", ".join(d.text for d in arg.shape) + "]"
+        dims = arg.shape if arg.role == "temp" else [d for d in arg.shape if not d.text.strip().isdigit()]
+        for number in sorted({n for d in dims for n in _numbers(d.text)}):
+            found.setdefault(number, []).append(f"the shape of the {arg.role} {arg.name} ({shape})")
+    return {number: phrases for number, phrases in found.items() if number > 1}
+
+
+def _listed(phrases: list[str]) -> str:
+    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
+
+
+def _it(phrases: list[str]) -> str:
+    return "it" if len(phrases) == 1 else "them"
 
 
 def _strip(node: Node | None) -> Node | None:
