@@ -46,7 +46,16 @@ def _read_text_upload(upload, *, label: str, suffixes: tuple[str, ...]) -> str:
         raise forms.ValidationError(f"{label} is not UTF-8 text.") from None
 
 
-def _check_text(text: str, *, label: str) -> str:
+# Django reads a form's text fields as UTF-8 and puts U+FFFD where a byte is not: a script that sent Latin-1 would
+# have its bytes replaced without a word, where the same bytes as a file are refused as "not UTF-8 text".
+NOT_UTF8_MARK = "\ufffd"
+
+
+def _check_text(text: str, *, label: str, pasted: bool = False) -> str:
+    if pasted and NOT_UTF8_MARK in text:
+        line = text.count("\n", 0, text.index(NOT_UTF8_MARK)) + 1
+        raise forms.ValidationError(f"{label} was not sent as UTF-8 text: line {line} holds a byte that is not "
+                                    "UTF-8 (read as U+FFFD). Send it as UTF-8, or upload it as a file.")
     size = len(text.encode())
     if size > _limit():
         raise forms.ValidationError(_too_big(label, size))
@@ -89,7 +98,7 @@ class ProblemUploadForm(forms.Form):
                 continue
             text = data.get(file_field) or data.get(text_field) or ""
             try:
-                parts[part] = _check_text(_text(text), label=label)
+                parts[part] = _check_text(_text(text), label=label, pasted=not data.get(file_field))
             except forms.ValidationError as exc:
                 self.add_error(text_field, exc)
         # A part whose file or text was refused has its reason already; "paste it" would be a second one.
@@ -130,7 +139,7 @@ class PytorchProblemUploadForm(forms.Form):
             return data
         text = _text(data.get("program_file") or data.get("program") or "")
         try:
-            data["program"] = _check_text(text, label="The program")
+            data["program"] = _check_text(text, label="The program", pasted=not data.get("program_file"))
         except forms.ValidationError as exc:
             self.add_error("program", exc)
             return data
@@ -326,7 +335,7 @@ class HumanChildForm(forms.Form):
     launch = forms.CharField(widget=forms.Textarea(attrs={"rows": 5, "spellcheck": "false"}), required=False, help_text="JSON list of launches; empty keeps the parent's launch plan.")
 
     def clean_source(self):
-        return _check_text(self.cleaned_data["source"].replace("\r\n", "\n"), label="The kernel source")
+        return _check_text(self.cleaned_data["source"].replace("\r\n", "\n"), label="The kernel source", pasted=True)
 
     def clean_launch(self):
         text = (self.cleaned_data.get("launch") or "").strip()

@@ -338,3 +338,24 @@ def test_a_reference_with_a_host_launcher_is_refused_at_upload_with_its_line(cli
     from gpu_runner.guards import scan_source
 
     assert scan_source(source) in body
+
+
+def test_a_pasted_text_that_was_not_sent_as_utf8_is_refused_not_silently_replaced(client, members, workspace):
+    """Django reads a text field's bytes that are not UTF-8 as U+FFFD: a script posting Latin-1 had its reference
+    saved with replacement characters, where the same bytes as a file are refused (QA, fourth pass)."""
+    boundary = "qa4boundary"
+    fields = {"spec_toml": SIMPLE_SPEC.encode(), "reference_source": b"/* caf\xe9 */\n" + SIMPLE_REFERENCE.encode()}
+    body = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode() + value + b"\r\n"
+                    for name, value in fields.items()) + f"--{boundary}--\r\n".encode()
+    client.force_login(members["engineer"])
+    response = client.post(reverse("problem-upload", args=["team"]), data=body,
+                           content_type=f"multipart/form-data; boundary={boundary}")
+    page = html.unescape(response.content.decode())
+    assert response.status_code == 400
+    assert ("reference.cu was not sent as UTF-8 text: line 1 holds a byte that is not UTF-8 (read as U+FFFD). "
+            "Send it as UTF-8, or upload it as a file.") in page
+    assert not Problem.objects.exists()
+    # a file that is UTF-8 and holds the character itself is the person's text, and is kept
+    response = upload(client, members["engineer"], spec_toml=SIMPLE_SPEC,
+                      reference_file=SimpleUploadedFile("reference.cu", ("// \ufffd\n" + SIMPLE_REFERENCE).encode()))
+    assert response.status_code == 302 and "\ufffd" in Problem.objects.get().reference.source
