@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from typing import Sequence
 
 from .compile_sandbox import sandboxed
 from .cutlass_headers import cutlass_include_dir, cutlass_version, uses_cutlass
-from .directives import allowed_include_dirs, find_forbidden_directive
+from .directives import allowed_include_dirs, find_forbidden_directive, included_headers
 from .nvrtc import (NVRTC_TRANSIENT, Engine, NvrtcUnavailable, choose_engine, find_nvrtc, nvrtc_flags, server_pool,
                     toolkit_include_dirs)
 from .result import CompileDiagnostic, CompileReport, CompilerFacts
@@ -104,7 +105,11 @@ def include_flags() -> list[str]:
 
 def cutlass_flags(source: str) -> list[str]:
     """What CuTe and CUTLASS need beyond C++17: constexpr functions called from device code."""
-    return ["--expt-relaxed-constexpr"] if uses_cutlass(source) else []
+    # The headers as the preprocessor reads the directives too: `#include /* CuTe */ <cute/tensor.hpp>`
+    # is a CuTe source that uses_cutlass's one-line pattern does not see.
+    uses = uses_cutlass(source) or any(header.split("/", 1)[0] in ("cute", "cutlass")
+                                       for header in included_headers(source))
+    return ["--expt-relaxed-constexpr"] if uses else []
 
 
 _QUOTED = re.compile(r'"[^"\n]*"|\'[^\'\n]*\'')
@@ -561,9 +566,12 @@ def cached_compile(source: str, options: Sequence[str] = (), arch: str = DEFAULT
         report = json.loads((cached / "report.json").read_text())
         if sass and not (report.get("facts") or {}).get("sass"):
             return None
-        return (report, (cached / "k.cubin").read_bytes()) if report.get("ok") else None
+        cubin = (cached / "k.cubin").read_bytes() if report.get("ok") else None
     except (OSError, ValueError):
         return None
+    if cubin is None or cute_fallback(cubin, _target_arch(options, arch)) is not None:
+        return None
+    return report, cubin
 
 
 def seed_cache(source: str, options: Sequence[str], arch: str, *, report: dict, cubin: bytes) -> bool:
@@ -582,6 +590,69 @@ def seed_cache(source: str, options: Sequence[str], arch: str, *, report: dict, 
     return True
 
 
+# CuTe compiles an instruction the target lacks into CUTE_INVALID_CONTROL_PATH("Attempting to use
+# wgmma.fence without CUTE_ARCH_MMA_SM90A_ENABLED"): a printf and a trap at run time (BPT.TRAP in the
+# SASS), and no error from the compiler, so the kernel "compiles" with registers and shared memory that
+# are not the real kernel's. The message stays in the cubin (printf's format, assert's text).
+_CUTE_FALLBACK = re.compile(rb"(?:(?:Attempting|Trying) to use|Using) (?P<feature>[^\x00\n\"]{1,200}?) without "
+                            rb"(?P<macro>CUTE_ARCH_[A-Z0-9_]+)|(?P<bare>CUTE_ARCH_[A-Z0-9_]+) is not defined")
+
+
+def _target_arch(options: Sequence[str], arch: str) -> str:
+    """The architecture a compile is for: the candidate's -arch=sm_NNa, else `arch`."""
+    from .candidate import arch_option
+
+    return arch_option(list(options)) or arch
+
+
+def cute_fallbacks(cubin: bytes) -> dict[str, list[str]]:
+    """{CuTe macro: the features compiled as a run-time error for want of it}, in the cubin's order;
+    {} for a cubin without any."""
+    found: dict[str, list[str]] = {}
+    if b"CUTE_ARCH_" not in cubin:
+        return found
+    for match in _CUTE_FALLBACK.finditer(cubin):
+        macro = (match.group("macro") or match.group("bare")).decode()
+        features = found.setdefault(macro, [])
+        feature = match.group("feature")
+        if feature is not None and feature.decode(errors="replace") not in features:
+            features.append(feature.decode(errors="replace"))
+    return found
+
+
+def _listed(items: list[str], most: int = 4) -> str:
+    shown = items[:most]
+    if len(items) > most:
+        return ", ".join(shown) + f" and {len(items) - most} more"
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def cute_fallback(cubin: bytes, arch: str) -> str | None:
+    """The sentence that a cubin compiled for `arch` holds CuTe's run-time-error stand-ins for
+    instructions (one sentence per CuTe macro that was missing), or None."""
+    sentences = []
+    for macro, features in cute_fallbacks(cubin).items():
+        what = _listed(features) if features else "code that needs it"
+        sentence = (f"CuTe compiled {what} as a run-time error (a printf and a trap) because {macro} is not "
+                    f"defined when compiling for {arch}")
+        plain = re.fullmatch(r"sm_(\d+)", arch)
+        if plain and re.search(rf"_SM{plain.group(1)}(?![0-9])", macro):
+            # CuTe's SM90 features that sm_90 lacks (wgmma, TMA descriptors changed on the device) are
+            # those of the architecture-specific target: __CUDA_ARCH_FEAT_SM90_ALL, set by -arch=sm_90a.
+            sentence += f"; the architecture-specific target defines it: add \"-arch={arch}a\" to compile_options."
+        else:
+            sentence += (" (CuTe defines it only for the targets in <cute/arch/config.hpp>), so this kernel "
+                         f"cannot use it on {arch}.")
+        sentences.append(sentence)
+    return " ".join(sentences) or None
+
+
+def _fallback_report(report: CompileReport, fallback: str) -> CompileReport:
+    return CompileReport(ok=False, diagnostics=[*report.diagnostics, CompileDiagnostic(None, fallback)],
+                         log=f"{report.log.rstrip()}\n{fallback}", facts=None, compile_s=report.compile_s,
+                         compiler=report.compiler)
+
+
 def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_ARCH, *,
                   sass: bool = True, use_cache: bool = True, timeout_s: float = 180.0) -> CompileOutput:
     """Compile `source` to a cubin for `arch` with the engine the source calls for (NVRTC or nvcc);
@@ -598,6 +669,11 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
         else:
             if not report.ok and data.get("diagnostics_version") != DIAGNOSTICS_VERSION:
                 report = None   # a failed compile's errors as an older parser read them: compiled again
+        if report is not None and report.ok and cubin is not None:
+            # An entry cached or carried (seed_cache) before CuTe's fallbacks were looked for.
+            fallback = cute_fallback(cubin, _target_arch(options, arch))
+            if fallback is not None:
+                return CompileOutput(_fallback_report(report, fallback), None)
         if report is not None:
             if sass and cubin is not None and _lacks_sass(report):
                 _add_sass_counts(report, cubin)
@@ -614,6 +690,7 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
                                            log=refusal.reason, facts=None, compile_s=0.0, compiler=label), None)
     sass_dump: str | None = None
     notes = []
+    transient = False
     if engine.name == "nvrtc":
         try:
             answer = server_pool().compile(source, SOURCE_NAME,
@@ -622,15 +699,22 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
             raise ToolMissing(f"NVRTC: {exc}") from exc
         log = redact_foreign(answer.log, SOURCE_NAME)
         ok, cubin = answer.ok, answer.cubin
+        transient = not ok and answer.log.startswith(NVRTC_TRANSIENT)
         sass_dump = answer.sass_dump
         if ok and sass and sass_dump is None:
             notes.append(f"{SASS_UNAVAILABLE}{answer.sass_error}]")
     else:
-        log, ok, cubin = _run_nvcc(flags, source, timeout_s)
+        log, ok, cubin, transient = _run_nvcc(flags, source, timeout_s)
         if not engine.reason.startswith("the source"):
             notes.append(f"[compiled with nvcc: {engine.reason}]")
     elapsed = time.perf_counter() - started
+    fallback = cute_fallback(cubin, _target_arch(options, arch)) if ok and cubin is not None else None
     diagnostics = parse_diagnostics(log, SOURCE_NAME, source)
+    if fallback is not None:
+        # The cubin builds but cannot run: no facts or cubin of it, and the reason as its one error.
+        ok, cubin = False, None
+        log = f"{log.rstrip()}\n{fallback}"
+        diagnostics.append(CompileDiagnostic(None, fallback))
     if not ok and not any(d.severity == "error" for d in diagnostics):
         tail = log.strip().splitlines()[-1] if log.strip() else f"{engine.name} failed without a message"
         diagnostics.append(CompileDiagnostic(None, tail))
@@ -647,8 +731,8 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
         except (ToolMissing, RuntimeError, subprocess.TimeoutExpired) as exc:
             log += f"\n{SASS_UNAVAILABLE}{exc}]"
     report = CompileReport(ok=ok, diagnostics=diagnostics, log=log, facts=facts, compile_s=elapsed, compiler=label)
-    # A compiler that crashed or ran out of time says nothing lasting about the source: not cached.
-    transient = not ok and engine.name == "nvrtc" and answer.log.startswith(NVRTC_TRANSIENT)
+    # A compiler that crashed or ran out of time (NVRTC's or nvcc's) says nothing lasting about the
+    # source: not cached, so a later compile, with more time or on a less busy machine, runs it again.
     if use_cache and (ok or diagnostics) and not transient:
         try:
             cached.mkdir(parents=True, exist_ok=True)
@@ -661,21 +745,76 @@ def compile_cubin(source: str, options: Sequence[str] = (), arch: str = DEFAULT_
     return CompileOutput(report, cubin)
 
 
-def _run_nvcc(flags: list[str], source: str, timeout_s: float) -> tuple[str, bool, bytes | None]:
-    """nvcc in the compile sandbox: (log with other files' text redacted, ok, cubin)."""
+# What nvcc's log or exit says when it, or a tool it runs (cicc, ptxas), was stopped from outside: a
+# time-out, a crash, the out-of-memory killer. Like NVRTC_TRANSIENT, such a failure says nothing lasting
+# about the source and is not cached.
+NVCC_TRANSIENT = ("nvcc did not finish", "nvcc crashed")
+_TOOL_DIED = re.compile(r"'(?P<tool>[\w.+-]+)' died due to signal (?P<signal>\d+)(?: \((?P<name>[^)]*)\))?")
+# bubblewrap exits with 128 + the signal that ended nvcc, as a shell does; a compile error gives no such status.
+_SIGNALLED_STATUS = {128 + sig for sig in (signal.SIGKILL, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS,
+                                           signal.SIGILL, signal.SIGFPE, signal.SIGTERM)}
+
+
+def _nvcc_crash(returncode: int, log: str) -> str | None:
+    """Why nvcc stopped without a verdict on the source (a tool it ran, or nvcc itself, ended by a
+    signal), as the end of a sentence; None when it ran to its end."""
+    died = _TOOL_DIED.search(log)
+    if died:
+        return f"{died.group('tool')} was ended by signal {died.group('signal')}" + \
+            (f" ({died.group('name')})" if died.group("name") else "")
+    if returncode < 0 or returncode in _SIGNALLED_STATUS:
+        number = -returncode if returncode < 0 else returncode - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = str(number)
+        return f"nvcc was ended by {name}"
+    return None
+
+
+def _run_nvcc(flags: list[str], source: str, timeout_s: float) -> tuple[str, bool, bytes | None, bool]:
+    """nvcc in the compile sandbox: (log with other files' text redacted, ok, cubin, transient), where
+    `transient` says the compile ran out of time or crashed, which says nothing about the source."""
     with tempfile.TemporaryDirectory(prefix="kl-nvcc-") as tmp:
         src = os.path.join(tmp, SOURCE_NAME)
         Path(src).write_text(source)
         out_path = os.path.join(tmp, "k.cubin")
         argv = [find_tool("nvcc"), *flags, *include_flags(), "-o", out_path, src]
+        # nvcc runs cicc, ptxas and the host compiler as children: in a session of its own, so that a
+        # time-out ends all of them, not nvcc alone (unsandboxed, cicc would go on compiling for minutes).
+        proc = subprocess.Popen(sandboxed(argv, tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp, env=_tool_env(), start_new_session=True)
         try:
-            proc = subprocess.run(sandboxed(argv, tmp), capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
-                                  env=_tool_env())
-            log = redact_foreign((proc.stdout + proc.stderr).replace(tmp + os.sep, ""), SOURCE_NAME)
-            ok = proc.returncode == 0 and os.path.isfile(out_path)
+            stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            log, ok = f"nvcc did not finish within {timeout_s:.0f} s", False
-        return log, ok, (Path(out_path).read_bytes() if ok else None)
+            _kill_group(proc)
+            return (f"{NVCC_TRANSIENT[0]} within {timeout_s:g} s: the compile's time limit stopped it, "
+                    "not an error in the source.", False, None, True)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        log = redact_foreign((stdout + stderr).replace(tmp + os.sep, ""), SOURCE_NAME)
+        ok = proc.returncode == 0 and os.path.isfile(out_path)
+        crash = None if ok else _nvcc_crash(proc.returncode, log)
+        if crash:
+            log = (f"{log.rstrip()}\n" if log.strip() else "") + \
+                f"{NVCC_TRANSIENT[1]} while compiling this source ({crash}): a crash, not an error in the source."
+        return log, ok, (Path(out_path).read_bytes() if ok else None), crash is not None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End nvcc's session (nvcc and every tool it started) and reap nvcc. Called only while nvcc is
+    not yet reaped, so its process group id cannot have been given to another process."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.returncode is None:
+        try:
+            proc.communicate(timeout=10)
+        except (subprocess.TimeoutExpired, ValueError, OSError):
+            proc.kill()
+            proc.wait()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

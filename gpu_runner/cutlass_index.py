@@ -103,11 +103,14 @@ def search_index(database: Path, query: str, *, limit: int = 10) -> list[CodeHit
     its last part), then those holding it inside a longer identifier (`SM90_TMA_LOAD_MULTICAST`); a hit's
     line is one that spells it. Otherwise, or where nothing spells it, the query is words: every word
     required first, any word if that finds nothing."""
+    if limit < 1:
+        raise ValueError(f"The number of hits asked for must be 1 or more, not {limit}.")
+    # A missing index is said first, whatever the query: nothing can be found before it is built.
+    if not database.is_file():
+        raise IndexMissing("The CUTLASS index has not been built yet (run manage.py cutlass_index).")
     words = query_words(query)
     if not words:
         return []
-    if not database.is_file():
-        raise IndexMissing("The CUTLASS index has not been built yet (run manage.py cutlass_index).")
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
         needles = _identifier_needles(query)
         if needles:

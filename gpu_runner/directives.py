@@ -6,7 +6,8 @@ directories, see `allowed_include_dirs`). The check reads the source as the prep
 looks for directives: trigraphs and digraphs are translated, backslash-newlines are spliced, comments
 are removed (string and character literals are respected), so `%:include`, `??=include`, `#include \\`
 + newline + path, and a directive hidden behind a comment all read as `#include`. The argument must be
-a literal `<header>`: a quoted path, a macro (`#define P "..." / #include P`), `..`, an absolute path,
+a literal `<header>` (a comment closed on the line before it is the space it is to the preprocessor, unless the
+source has trigraphs): a quoted path, a macro (`#define P "..." / #include P`), `..`, an absolute path,
 `#import`, `#include_next`, `#embed` and `__has_include` of a header outside the list are refused.
 
 This is the second of three layers (docs/security.md): every
@@ -166,16 +167,30 @@ def _raw_string_starts(text: str, quote: int) -> bool:
     return text[start:quote] in ("R", "u8R", "uR", "UR", "LR")
 
 
-def _include_argument(rest: str) -> tuple[str | None, str]:
-    """(header name, problem) for the text after `#include`."""
-    rest = rest.strip()
+# Block comments before an #include's argument, each closed on the directive's line. The preprocessor
+# replaces each by a space before it reads the directive (phase 3), so `#include /* CuTe */
+# <cute/tensor.hpp>` includes <cute/tensor.hpp>; a comment ends at the first `*/` (they do not nest).
+_LEADING_COMMENTS = re.compile(r"^(?:\s*/\*.*?\*/)*\s*")
+
+
+def _include_argument(rest: str, *, comments: bool = False) -> tuple[str | None, str]:
+    """(header name, problem) for the text after `#include`; `comments`: block comments before the
+    header name are read as spaces (see `find_forbidden_directive` for when that is safe)."""
+    rest = (_LEADING_COMMENTS.sub("", rest, count=1) if comments else rest).strip()
     if rest.startswith("<") and ">" in rest:
         return rest[1:rest.index(">")].strip(), ""
     if rest.startswith('"'):
         return None, "includes a file by a quoted path (only <...> headers from the allow-list are allowed)"
     if not rest:
         return None, "has an #include without a header name"
-    return None, "includes a file named by a macro (only a literal <header> is allowed)"
+    if rest.startswith("/*"):
+        return None, ("has a comment between #include and its header name that cannot be read safely (one "
+                      "that goes on past the line, or a source with trigraphs such as ??/): write the <header> "
+                      "right after #include")
+    if re.match(r"[A-Za-z_]", rest):
+        return None, "includes a file named by a macro (only a literal <header> is allowed)"
+    return None, (f"has an #include whose argument, {rest[:40]!r}, is not a <header> name "
+                  "(only a literal <header> is allowed)")
 
 
 @dataclass(frozen=True)
@@ -193,14 +208,18 @@ def check_directives(source: str) -> str | None:
 def find_forbidden_directive(source: str, *, extension: bool = False) -> Refusal | None:
     """`extension`: the source is built as a torch extension, which may also include torch's own headers."""
     # The spliced text with comments kept is checked too: a lexing slip can then only refuse more.
-    for text in (translate(source), translate(source, comments=True)):
-        refusal = _check_text(text, extension)
+    # There a comment closed on the #include's line before its <header> is read as the space it is, as
+    # long as the source has no trigraph: nvcc's C++17 preprocessor leaves `??/` alone while `translate`
+    # makes it a backslash, so around a trigraph the two could end a comment in different places.
+    plain = _TRIGRAPH.search(source) is None
+    for text, comments in ((translate(source), False), (translate(source, comments=True), plain)):
+        refusal = _check_text(text, extension, comments=comments)
         if refusal:
             return refusal
     return None
 
 
-def _check_text(text: str, extension: bool = False) -> Refusal | None:
+def _check_text(text: str, extension: bool = False, *, comments: bool = False) -> Refusal | None:
     for match in _DIRECTIVE.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         name, rest = match.group("name") or "", match.group("rest")
@@ -210,7 +229,7 @@ def _check_text(text: str, extension: bool = False) -> Refusal | None:
         if name == "pragma" and re.match(r"\s*(?:embed|include)\b", rest):
             return Refusal(line, f"The source uses a file-reading #pragma at line {line}.")
         if name == "include":
-            header, problem = _include_argument(rest)
+            header, problem = _include_argument(rest, comments=comments)
             if problem:
                 return Refusal(line, f"The source {problem} at line {line}.")
             if not header_allowed(header, extension=extension):
@@ -218,7 +237,7 @@ def _check_text(text: str, extension: bool = False) -> Refusal | None:
                                      "header (the C/C++ standard library and the CUDA toolkit's headers).")
     for match in _HAS_INCLUDE.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
-        header, problem = _include_argument(match.group("arg"))
+        header, problem = _include_argument(match.group("arg"), comments=comments)
         if problem or not header_allowed(header, extension=extension):
             return Refusal(line, f"The source asks __has_include about a file outside the allowed headers at "
                                  f"line {line}.")

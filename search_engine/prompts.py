@@ -363,7 +363,10 @@ def code_search_note() -> str:
             "`<cutlass/...>`; sources that include them are compiled with --expt-relaxed-constexpr). Before you "
             "answer you may call search_cutlass(query) once to find a building block (copy atoms, MMA atoms, "
             "swizzled shared-memory layouts, pipelines) in the headers and the examples. The kernel keeps the "
-            "current kernel's compiler options; wgmma and TMA need -arch=sm_90a among them.")
+            "current kernel's compiler options. wgmma (CuTe's SM90 GMMA MMA atoms, warpgroup_arrive) and setmaxnreg "
+            "(cutlass::arch::warpgroup_reg_alloc) need -arch=sm_90a among them: without it CuTe compiles wgmma as a "
+            "run-time error, which fails the compile, and leaves setmaxnreg out. TMA copies (SM90_TMA_LOAD, "
+            "SM90_TMA_STORE) work with the default sm_90.")
 
 
 def code_search_messages(query: str, results: str) -> list[dict]:
