@@ -13,7 +13,8 @@ compile costs no GPU measurement in any method (it never reaches the GPU), but e
 counts in the wall time reported beside the measurements. A run that misses the target counts as
 the family's budget (every variant measured) in medians, means and the resampling.
 Part 2 — the learned surrogate leave-one-problem-out: exact and ±1-bin accuracy, Brier, CRPS, ECE,
-AURC, recovered speedup at top 1/5/10/50%, against a random ranking and the roofline heuristic.
+AURC, recovered speedup at top 1/5/10/50%, and the zero-shot rank of the first variant at the family's target (none
+where no variant reaches it), against a random ranking and the roofline heuristic.
 
 Prints tables and writes benchmarks/results/search_<cpu>_<date>.json (or --out FILE); while baselines run, what
 each family gave so far is kept beside it in <name>.partial.json, removed once the whole result is written.
@@ -548,7 +549,9 @@ def _requests(rows):
             for r in rows]
 
 
-def forecast_metrics(forecasts, rows, scores) -> dict:
+def forecast_metrics(forecasts, rows, scores, target: float) -> dict:
+    """The forecasts' figures on the family's rows; `target` is the family's (Dataset.target: a fraction of
+    the best of the family and its vendor baseline, or of its best alone under --ignore-vendor)."""
     truth = [DEFAULT_BINS.bin_of(r["speedup"]) for r in rows]
     speedups = [r["speedup"] for r in rows]
     probabilities = [f.probabilities for f in forecasts]
@@ -567,21 +570,24 @@ def forecast_metrics(forecasts, rows, scores) -> dict:
     }
     for k in (0.01, 0.05, 0.10, 0.50):
         out[f"recovered_top_{int(k * 100)}pct"] = scoring.recovered_speedup_at_top(scores, speedups, k)
-    # Zero-shot: measuring in the order of the scores, the measurement that first reaches the target.
+    # Zero-shot: measuring in the order of the scores, the measurement that first reaches the target; None
+    # where no variant reaches it (a vendor's kernel faster than the whole family).
     order = np.argsort(-np.asarray(scores, dtype=float), kind="stable")
-    hits = np.asarray(speedups)[order] >= target_fraction() * max(speedups)
-    out["first_hit_rank"] = int(np.argmax(hits)) + 1
+    hits = np.asarray(speedups)[order] >= target
+    out["first_hit_rank"] = int(np.argmax(hits)) + 1 if hits.any() else None
     return out
 
 
-def random_ranking(rows, draws: int = 200) -> dict:
+def random_ranking(rows, target: float, draws: int = 200) -> dict:
+    """A random order's figures on the family's rows; `target` as forecast_metrics takes it."""
     speedups = [r["speedup"] for r in rows]
     out = {}
     for k in (0.01, 0.05, 0.10, 0.50):
         out[f"recovered_top_{int(k * 100)}pct"] = float(np.mean([
             scoring.recovered_speedup_at_top(np.zeros(len(rows)), speedups, k, seed=s) for s in range(draws)]))
-    share = np.mean(np.asarray(speedups) >= target_fraction() * max(speedups))
-    out["first_hit_rank"] = float((len(rows) + 1) / (share * len(rows) + 1))  # expected, without replacement
+    share = np.mean(np.asarray(speedups) >= target)
+    # expected, without replacement; None where no variant reaches the target
+    out["first_hit_rank"] = float((len(rows) + 1) / (share * len(rows) + 1)) if share > 0 else None
     uniform = [1 / 8] * 8
     truth = [DEFAULT_BINS.bin_of(s) for s in speedups]
     out["brier"] = float(np.mean([scoring.brier(uniform, t) for t in truth]))
@@ -626,7 +632,7 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
         forecasts = model.forecast_many(requests)
         rate = len(requests) / (time.perf_counter() - started)
         scores = [f.expected_log_speedup() for f in forecasts]
-        learned = forecast_metrics(forecasts, held.rows, scores)
+        learned = forecast_metrics(forecasts, held.rows, scores, held.target)
         # The same with a run-local model learned from 20 of the held-out rows (what a run forecasts with).
         online = copy.deepcopy(model)
         online.learn([{"request": q, "speedup": r["speedup"]} for q, r in zip(requests[:20], held.rows[:20])])
@@ -637,8 +643,10 @@ def lopo_surrogates(datasets: list[Dataset], args, only: set[str] | None = None)
                        temperature=model.temperature, train_rows=len(train))
         roof = RooflineSurrogate()
         roof_forecasts = roof.forecast_many(requests)
-        roofline = forecast_metrics(roof_forecasts, held.rows, [roof.estimate_speedup(q) for q in requests])
-        evaluation[held.name] = {"learned": learned, "roofline": roofline, "random": random_ranking(held.rows)}
+        roofline = forecast_metrics(roof_forecasts, held.rows, [roof.estimate_speedup(q) for q in requests],
+                                    held.target)
+        evaluation[held.name] = {"learned": learned, "roofline": roofline,
+                                 "random": random_ranking(held.rows, held.target)}
     return models, evaluation
 
 
@@ -974,11 +982,33 @@ def named_families(text: str, datasets: list[Dataset], flag: str) -> set[str]:
     return names
 
 
+def kt_strategies(text: str, needed: bool = True) -> list[str]:
+    """The comma-separated Kernel Tuner strategies --kt gives, refused with the names Kernel Tuner does not have
+    (Kernel Tuner itself refuses them only when the first one runs, after the training); `needed`: the baselines
+    are run here, so Kernel Tuner must be installed."""
+    strategies = [s for s in text.split(",") if s]
+    if not strategies:
+        return strategies
+    try:
+        from kernel_tuner.interface import strategy_map
+    except ImportError:
+        if needed:
+            raise SystemExit("--kt names Kernel Tuner strategies, but Kernel Tuner is not installed (it is in the "
+                             "dev extra); give --kt '' to run the other baselines without it.") from None
+        return strategies
+    unknown = [s for s in strategies if s not in strategy_map]
+    if unknown:
+        raise SystemExit(f"--kt names no Kernel Tuner strategy: {', '.join(unknown)} (Kernel Tuner "
+                         f"{kernel_tuner_version()} has {', '.join(sorted(strategy_map))}).")
+    return strategies
+
+
 def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1, not {args.seeds}")
+    strategies = kt_strategies(args.kt, needed=not args.skip_baselines and args.baselines_from is None)
     _TARGET["fraction"] = args.target
 
     earlier = _earlier_baselines(args) if args.baselines_from is not None else None
@@ -1010,7 +1040,6 @@ def main(argv=None) -> dict:
     # so that a run stopped part way keeps them; none beside a device such as /dev/null.
     partial = out.with_name(f"{out.stem}.partial.json") if not out.exists() or out.is_file() else None
     all_datasets = datasets
-    strategies = [s for s in args.kt.split(",") if s]
     started = time.time()
 
     print("Training the learned surrogate leave-one-problem-out ...", flush=True)
@@ -1082,8 +1111,11 @@ def main(argv=None) -> dict:
     print("\nZero-shot: measuring every variant in the order of the held-out model's scores, the first to reach"
           " the target comes at (learned / roofline / random expectation):")
     for name, ev in evaluation.items():
-        print(f"  {name:16s} {ev['learned']['first_hit_rank']:6d} {ev['roofline']['first_hit_rank']:6d} "
-              f"{ev['random']['first_hit_rank']:8.1f}")
+        ranks = [ev[k]["first_hit_rank"] for k in ("learned", "roofline", "random")]
+        if None in ranks:  # (all three: the same rows and target)
+            print(f"  {name:16s} {'—':>6s} {'—':>6s} {'—':>8s}  no recorded variant reaches the target")
+        else:
+            print(f"  {name:16s} {ranks[0]:6d} {ranks[1]:6d} {ranks[2]:8.1f}")
     print("\nLearned surrogate, leave-one-problem-out (roofline heuristic and random ranking in brackets)")
     print(f"{'family':18s}{'exact':>7s}{'±1':>7s}{'Brier':>15s}{'CRPS':>15s}{'ECE':>7s}{'AURC':>7s}"
           f"{'top1%':>15s}{'top5%':>15s}{'top10%':>15s}{'top50%':>15s}{'fc/s':>8s}{'+run':>7s}")

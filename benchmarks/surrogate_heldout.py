@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from search_engine.lab.heldout_eval import HEADLINE, heldout_report, ranking_block, split_heldout  # noqa: E402
-from search_engine.lab.program_rows import program_rows  # noqa: E402
+from search_engine.lab.program_rows import kernelbench_tasks, program_rows  # noqa: E402
 from search_engine.surrogates import program_features  # noqa: E402
 from search_engine.surrogates.program import SHIPPED_MODEL, ProgramSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
@@ -70,7 +70,11 @@ def load_rows(args) -> list[dict]:
 
 def fill_compiler_facts(rows: list[dict], path: Path) -> dict:
     """Compile the kernel unit of every program with CUDA that the table does not hold yet (nvcc in the
-    compile sandbox, sm_90, -Xptxas -v), and write the table the features read."""
+    compile sandbox, sm_90, -Xptxas -v), and add their facts to the table the features read. The table
+    (program_features.COMPILER_FACTS_FILE) ships with the model, committed, so that a forecast reads the facts
+    of a program compiled before without compiling it. It is written only when this run made facts: its
+    "compiler" names the nvcc that made every fact without a "compiler" of its own, and a fact made by
+    another nvcc carries that one's."""
     from gpu_runner.compiler import ToolMissing, compile_cubin, nvcc_version
 
     try:
@@ -84,16 +88,24 @@ def fill_compiler_facts(rows: list[dict], path: Path) -> dict:
         if "__global__" in cuda:
             programs.setdefault(program_features.cuda_digest(cuda), cuda)
     todo = {d: c for d, c in programs.items() if d not in table}
+    if not todo:
+        compiled = sum(1 for d in programs if not table[d].get("failed"))
+        print(f"compiler facts: {compiled} of {len(programs)} programs with CUDA compiled alone (every one in "
+              f"the table already; nothing compiled and the table left as it was)", flush=True)
+        return {"programs": len(programs), "compiled": compiled, "compiled_now": 0}
     started = time.perf_counter()
     try:
-        data["compiler"] = f"nvcc {nvcc_version()}"
+        compiler = f"nvcc {nvcc_version()}"
     except ToolMissing as exc:
         print(f"no compiler facts for {len(todo)} programs: {exc}")
         return {"programs": len(programs), "compiled_now": 0, "missing": len(todo)}
+    if "compiler" not in data and not table:  # a new table: its facts are all this run's
+        data["compiler"] = compiler
+    stamp = {} if data.get("compiler") == compiler else {"compiler": compiler}
     for digest, cuda in sorted(todo.items()):
         unit = program_features.kernel_unit(cuda)
         if unit is None:
-            table[digest] = {"failed": "no kernel unit could be read"}
+            table[digest] = {"failed": "no kernel unit could be read", **stamp}
             continue
         # nvcc, as the table says and as its existing facts were made (NVRTC's registers differ for
         # some shared-memory kernels: gpu_runner/README.md, "Compile engines").
@@ -109,10 +121,10 @@ def fill_compiler_facts(rows: list[dict], path: Path) -> dict:
         if report.ok and report.facts is not None and report.facts.registers is not None:
             f = report.facts
             table[digest] = {"registers": f.registers, "shared_bytes": f.shared_bytes, "spill_stores": f.spill_stores,
-                             "spill_loads": f.spill_loads, "kernels": len(f.kernels or {})}
+                             "spill_loads": f.spill_loads, "kernels": len(f.kernels or {}), **stamp}
         else:
             first = report.diagnostics[0].message if report.diagnostics else "no ptxas report"
-            table[digest] = {"failed": first[:160]}
+            table[digest] = {"failed": first[:160], **stamp}
     data["facts"] = dict(sorted(table.items()))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n")
@@ -193,6 +205,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.cuda_l1.is_dir():
         parser.error(f"--cuda-l1 {args.cuda_l1} is not a folder (CUDA-L1's <gpu>.jsonl files).")
+    try:  # without the references, every H200 record of a KernelBench task would be left out without a word
+        kernelbench_tasks(args.kernelbench)
+    except ValueError as exc:
+        parser.error(str(exc))
     started = time.perf_counter()
     rows = load_rows(args)
     compiler = {"skipped": True} if args.no_compile else fill_compiler_facts(rows, program_features.COMPILER_FACTS_FILE)

@@ -177,13 +177,27 @@ def summary(families: dict, stage: str) -> dict:
     return out
 
 
+def measured_counts(text: str) -> tuple[int, ...]:
+    """--measured: the run's first measurements to learn from, whole numbers of at least 1 separated by commas
+    (each once, in the order given); ValueError in one sentence otherwise."""
+    try:
+        counts = tuple(int(n) for n in text.split(",") if n.strip())
+    except ValueError:
+        counts = (0,)
+    if any(n < 1 for n in counts):
+        raise ValueError(f"--measured takes whole numbers of at least 1 separated by commas (such as 1,2,4), "
+                         f"not {text!r}.")
+    return tuple(dict.fromkeys(counts))
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default="", help="comma-separated families to hold out (default: every one)")
     parser.add_argument("--records-dir", type=Path, default=None,
                         help="another recording of the families (as search_bench.py --records-dir)")
     parser.add_argument("--model-seed", type=int, default=0)
-    parser.add_argument("--measured", default="1,2,4", help="the run's first measurements to learn from")
+    parser.add_argument("--measured", default="1,2,4",
+                        help="the run's first measurements to learn from, comma-separated (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="families evaluated at once (processes)")
     parser.add_argument("--uploaded", action="store_true",
                         help="also forecast each family as an uploaded problem's run sees it, before and since its "
@@ -191,7 +205,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", type=Path,
                         default=ROOT / "benchmarks" / "results" / f"surrogate_lopo_cpu_{dt.date.today():%Y-%m-%d}.json")
     args = parser.parse_args(argv)
-    measured = tuple(int(n) for n in args.measured.split(",") if n)
+    if args.out.is_dir():  # found only at the end, after every family was trained, it lost the run
+        parser.error(f"--out {args.out} is a folder; give a file name (.json)")
+    try:
+        measured = measured_counts(args.measured)
+    except ValueError as exc:
+        parser.error(str(exc))
     search_args = build_parser().parse_args(["--model-seed", str(args.model_seed)])
     _DATASETS[:] = [d for d in recorded_datasets(records_dir=args.records_dir) if d.rows]
     if not _DATASETS:

@@ -42,11 +42,21 @@ def task_slug(level: int, file_name: str) -> str:
 
 
 def kernelbench_tasks(kernelbench_dir: Path | None) -> dict[tuple[int, int], tuple[str, str]]:
-    """(level, task) -> (problem name, reference program) from a KernelBench checkout, or {} without one."""
+    """(level, task) -> (problem name, reference program) from a KernelBench checkout (the folder that holds
+    level1, level2 ...: a task is a file level<N>/<number>_<name>.py), or {} when none is given (None).
+
+    A folder given that does not exist, or that holds no task, raises ValueError in one sentence naming it: the
+    rows of KernelBench tasks need their references from here, and a wrong folder would drop every one of them
+    without a word."""
     out: dict = {}
-    if kernelbench_dir is None or not Path(kernelbench_dir).is_dir():
+    if kernelbench_dir is None:
         return out
-    for level_dir in sorted(Path(kernelbench_dir).glob("level*")):
+    folder = Path(kernelbench_dir)
+    if not folder.exists():
+        raise ValueError(f"The KernelBench folder {folder} does not exist.")
+    if not folder.is_dir():
+        raise ValueError(f"The KernelBench folder {folder} is a file, not a folder.")
+    for level_dir in sorted(folder.glob("level*")):
         try:
             level = int(level_dir.name[5:])
         except ValueError:
@@ -55,6 +65,9 @@ def kernelbench_tasks(kernelbench_dir: Path | None) -> dict[tuple[int, int], tup
             match = _TASK_FILE.match(path.name)
             if match:
                 out[(level, int(match.group(1)))] = (task_slug(level, path.name), path.read_text())
+    if not out:
+        raise ValueError(f"The KernelBench folder {folder} holds no KernelBench task "
+                         "(no file level<N>/<number>_<name>.py).")
     return out
 
 
@@ -150,7 +163,8 @@ def torch_record_rows(records: Path, kernelbench_dir: Path | None = None, refere
 
 def program_rows(*, cuda_l1_dir: Path | None, kernelbench_dir: Path | None, records: list[Path] = ()) -> list[dict]:
     """Every row: CUDA-L1 (where its folder is given) and the torch records files (bundled KernelBench-
-    format problems are read with the reference.py beside their records folder)."""
+    format problems are read with the reference.py beside their records folder). A KernelBench folder given
+    that does not exist or holds no task raises ValueError (kernelbench_tasks)."""
     rows = cuda_l1_rows(cuda_l1_dir, kernelbench_dir) if cuda_l1_dir else []
     for path in records:
         path = Path(path)

@@ -41,7 +41,10 @@ def test_the_benchmark_trains_outside_the_held_out_set_and_reports_inside_it(tmp
     tasks = list(range(2, 42, 2))   # 10, 20, 30, 40 are held out
     write_cuda_l1(tmp_path / "cuda-l1", tasks)
     out = tmp_path / "result.json"
-    assert load_benchmark().main(["--cuda-l1", str(tmp_path / "cuda-l1"), "--kernelbench", str(tmp_path / "none"),
+    # A KernelBench folder with one task no record names (a missing folder is refused): the rows are CUDA-L1's alone.
+    (tmp_path / "kb" / "level9").mkdir(parents=True)
+    (tmp_path / "kb" / "level9" / "1_Unused.py").write_text("")
+    assert load_benchmark().main(["--cuda-l1", str(tmp_path / "cuda-l1"), "--kernelbench", str(tmp_path / "kb"),
                                    "--no-compile", "--skip-learned-v1", "--folds", "3", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     for key in ("tasks", "rows", "spearman_within_task", "recovered_at_1pct", "random_at_1pct", "brier",
