@@ -43,7 +43,7 @@ from search_engine.surrogates.base import Forecast
 TOP_FRACTION = 0.01
 RANDOM_DRAWS = 1000
 HEADLINE = ("tasks", "rows", "spearman_within_task", "recovered_at_1pct", "random_at_1pct", "brier",
-            "brier_uniform", "brier_roofline", "crps", "crps_roofline", "ece_after_first_measurement",
+            "brier_uniform", "brier_roofline", "crps", "crps_uniform", "crps_roofline", "ece_after_first_measurement",
             "cold_forecasts_per_s")
 
 

@@ -16,19 +16,22 @@ The report is saved under DATA_DIR/reports/<workspace>/ and shown at /lab/report
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import shlex
 import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from kernellab.management.commands.export_dataset import check_out_file, write_failure
 from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from kernellab.management.database import require_migrated_database
 from kernellab.services.errors import ServiceError
 from kernellab.services.lab import lab_workspace_for_command, report_save
 from search_engine.lab import recalibration
-from search_engine.lab.datasets import PAIR, split_rows, training_rows
+from search_engine.lab.datasets import PAIR, row_problem, split_rows, training_rows
 from search_engine.lab.evaluation import cost_summary, evaluate, format_table
 from search_engine.lab.experiment import (dataset_summary, discovery_block, forecast_rows, loo_forecasts,
                                           loo_recalibrated, new_report, recalibration_block)
@@ -94,14 +97,87 @@ def check_base_url(url: str) -> None:
 
 
 def check_arguments(options) -> None:
-    """What the arguments themselves can tell, before any row is loaded or forecast."""
+    """What the arguments themselves can tell, before any row is loaded or forecast (evaluate_surrogate's and
+    train_surrogate's: an option a command does not have is None here)."""
     if options.get("limit") is not None and options["limit"] < 1:
         raise CommandError(f"--limit must be a positive number of rows, not {options['limit']}.")
+    if options.get("batch_size") is not None and options["batch_size"] < 1:
+        raise CommandError(f"--batch-size must be a positive number of rows, not {options['batch_size']}.")
+    timeout = options.get("timeout")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise CommandError(f"--timeout must be a positive number of seconds, not {timeout:g}.")
     fraction = options.get("calibration_fraction")
     if fraction is not None and not 0 < fraction < 1:
         raise CommandError(f"--calibration-fraction must be between 0 and 1 (exclusive), not {fraction:g}.")
     if options.get("surrogate") == "llm" and options.get("base_url"):
         check_base_url(options["base_url"])
+
+
+def read_recalibration(value: str):
+    """A recalibration saved by train_surrogate, read and checked before any row is forecast: (the recalibration,
+    the id of the surrogate it was fitted for, or None where the file does not say)."""
+    import json
+
+    from search_engine.bins import DEFAULT_BINS
+
+    def refuse(why: str) -> CommandError:
+        return CommandError(f"Cannot read the recalibration {value}: {why}.")
+
+    try:
+        with open(value, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise refuse((exc.strerror or str(exc)).rstrip(".")) from None
+    except UnicodeDecodeError:
+        raise refuse("it is not UTF-8 text") from None
+    except ValueError as exc:   # (json.JSONDecodeError, and a number too long to convert)
+        raise refuse(f"it is not JSON ({str(exc).rstrip('.')})") from None
+    saved_for = data.get("surrogate") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("method") not in recalibration.METHODS:
+        raise refuse("it is no saved recalibration (a JSON object whose method is temperature or isotonic, "
+                     "as train_surrogate writes)")
+    if saved_for is not None and not isinstance(saved_for, str):
+        raise refuse(f"its surrogate is {saved_for!r}, not a surrogate's id such as roofline@1")
+    n_bins = DEFAULT_BINS.n_bins
+    if data["method"] == "temperature":
+        t = data.get("temperature")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0):
+            raise refuse(f"its temperature is {t!r}, not a positive number")
+    else:
+        maps = data.get("maps")
+        if not isinstance(maps, list) or len(maps) != n_bins:
+            raise refuse(f"an isotonic recalibration has one map per bin ({n_bins}), and this one has "
+                         f"{len(maps) if isinstance(maps, list) else 'none'}")
+        for b, pair in enumerate(maps, start=1):
+            ok = isinstance(pair, list) and len(pair) == 2 and all(
+                isinstance(side, list) and side and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in side)
+                for side in pair) and len(pair[0]) == len(pair[1]) and pair[0] == sorted(pair[0])
+            if not ok:
+                raise refuse(f"the map of bin {b} is not two equally long lists of numbers, the first increasing")
+        floor = data.get("floor", 1e-3)
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor < 1:
+            raise refuse(f"its floor is {floor!r}, not a number between 0 and 1")
+    saved = recalibration.from_dict(data)
+    # What the checks above may still miss shows on a trial: every forecast must stay a distribution over the bins.
+    import numpy as np
+
+    trial = np.vstack([np.full(n_bins, 1.0 / n_bins), np.eye(n_bins) * 0.93 + 0.07 / n_bins])
+    try:
+        out = saved.apply(trial)
+    except (ValueError, TypeError, IndexError, ZeroDivisionError) as exc:
+        raise refuse(f"applying it fails ({_why(exc)})") from None
+    if out.shape != trial.shape or not np.all(np.isfinite(out)) or not np.allclose(out.sum(axis=1), 1.0):
+        raise refuse("it does not turn a forecast into probabilities over the bins")
+    return saved, saved_for
+
+
+def check_recalibration_for(path: str, saved_for: str | None, surrogate_id: str) -> None:
+    """A recalibration fits one surrogate's forecasts (train_surrogate records its id, e.g. roofline@1, or
+    llm@MODEL/PROMPT-VERSION): applied to another surrogate's, or another version's, it would be wrong."""
+    if saved_for is not None and saved_for != surrogate_id:
+        raise CommandError(f"The recalibration {path} was fitted for {saved_for}, not for {surrogate_id}; fit one "
+                           f"for {surrogate_id} with train_surrogate, or evaluate {saved_for}.")
 
 
 def build_surrogate(options) -> tuple[object, dict]:
@@ -155,6 +231,40 @@ def build_surrogate(options) -> tuple[object, dict]:
     return surrogate, {"id": surrogate.id, "kind": kind, "settings": {"seed": surrogate.seed}}
 
 
+# Options of a dataset's evaluation that --heldout does not read (refused with it, by name), and the reverse.
+HELDOUT_IGNORES = (("train", "--train"), ("loo", "--loo"), ("recalibrate", "--recalibrate"),
+                   ("recalibration", "--recalibration"), ("calibration_fraction", "--calibration-fraction"),
+                   ("split_by", "--split-by"), ("title", "--title"), ("workspace", "--workspace"),
+                   ("price_in", "--price-in"), ("price_out", "--price-out"))
+HELDOUT_ONLY = (("cuda_l1", "--cuda-l1"), ("kernelbench", "--kernelbench"), ("out", "--out"))
+
+
+def _listed(flags: list[str]) -> str:
+    return flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"
+
+
+def _rows_of(path, limit) -> str:
+    return f"the first {limit} rows of {path.name} hold" if limit else f"{path.name} holds"
+
+
+_KERNELBENCH_TASK = re.compile(r"^\d+_.+\.py$")
+
+
+def check_kernelbench(folder) -> None:
+    """KernelBench's checkout names the tasks of the torch backend's records (level<N>/<task>_<name>.py); a folder
+    without them would silently drop every one of those records from the held-out rows."""
+    if not folder.exists():
+        raise CommandError(f"KernelBench's folder {folder} does not exist; name it with --kernelbench.")
+    if not folder.is_dir():
+        raise CommandError(f"KernelBench's folder {folder} is a file, not a folder; name the folder with --kernelbench.")
+    for level in folder.glob("level*"):
+        if level.name[5:].isdigit() and level.is_dir() and any(
+                _KERNELBENCH_TASK.match(p.name) for p in level.glob("*.py")):
+            return
+    raise CommandError(f"KernelBench's folder {folder} holds no KernelBench task (level<N>/<number>_<name>.py); "
+                       "name KernelBench's checkout with --kernelbench.")
+
+
 class Command(BaseCommand):
     help = "Evaluate a surrogate on a dataset: accuracy, Brier, CRPS, NLL, ECE, AURC, risk and recovered speedup."
 
@@ -201,15 +311,31 @@ class Command(BaseCommand):
     def _log(self, line: str) -> None:
         self.stderr.write(line)
 
+    def _given(self, options) -> set[str]:
+        """The options given a value other than their default (a flag given its default reads as not given)."""
+        parser = self.create_parser("manage.py", "evaluate_surrogate")
+        return {dest for dest, value in options.items() if value != parser.get_default(dest)}
+
     def _handle(self, options):
         check_arguments(options)
+        given = self._given(options)
         if options["heldout"]:
             if options["dataset"] or options["pairs"]:
                 raise CommandError("--heldout scores the held-out KernelBench tasks, not a dataset: leave out "
                                    "--dataset and --pairs, or leave out --heldout.")
+            ignored = [flag for dest, flag in HELDOUT_IGNORES if dest in given]
+            if ignored:
+                raise CommandError(f"--heldout does not read {_listed(ignored)}: leave "
+                                   f"{'it' if len(ignored) == 1 else 'them'} out, or leave out --heldout and "
+                                   "name a --dataset.")
             return self._heldout(options)
         if not options["dataset"]:
             raise CommandError("Name a --dataset to evaluate on, or score the held-out tasks with --heldout.")
+        heldout_only = [flag for dest, flag in HELDOUT_ONLY if dest in given]
+        if heldout_only:
+            raise CommandError(f"{_listed(heldout_only)} {'is' if len(heldout_only) == 1 else 'are'} read with "
+                               "--heldout only (a dataset's report is saved under DATA_DIR/reports): leave "
+                               f"{'it' if len(heldout_only) == 1 else 'them'} out, or add --heldout.")
         methods = tuple(m.strip() for m in options["recalibrate"].split(",") if m.strip())
         for m in methods:
             if m not in recalibration.METHODS:
@@ -218,9 +344,39 @@ class Command(BaseCommand):
             raise CommandError("--loo trains a surrogate per held-out problem: it needs --surrogate learned.")
         if options["loo"] and (options["model"] or options["train"]):
             raise CommandError("--loo trains its own models; leave out --model and --train.")
+        if options["loo"] and options["recalibration"]:
+            raise CommandError("--loo trains a model per problem and --recalibration applies a saved recalibration "
+                               "to one model's forecasts: leave out one of them.")
+        saved_recalibration = saved_for = None
+        if options["recalibration"]:
+            # Read and checked before any row is forecast: a typo must not cost a paid endpoint's whole run.
+            saved_recalibration, saved_for = read_recalibration(options["recalibration"])
         path, dataset = load_dataset(options["dataset"], workspace=options["workspace"])
         rows = dataset.rows[: options["limit"]] if options["limit"] else dataset.rows
+        problems = sorted({row_problem(r) for r in rows})
+        if options["loo"] and len(problems) < (3 if methods else 2):
+            # (found otherwise only once a model per problem was trained)
+            what = "Leave-one-problem-out with nested calibration (--recalibrate)" if methods else \
+                "Leave-one-problem-out"
+            raise CommandError(f"{what} needs rows of at least {'three' if methods else 'two'} problems; "
+                               f"{_rows_of(path, options['limit'])} {len(problems)}: {', '.join(problems)}.")
+        if methods and not options["loo"]:
+            # The same seeded split as after forecasting: one that cannot be made, or leaves fewer than the two
+            # calibration rows a fit needs, is refused before any row is forecast.
+            try:
+                _, calibration_rows = split_rows(rows, options["calibration_fraction"], seed=options["seed"],
+                                                 by_problem=options["split_by"] == "problem")
+            except ValueError as exc:
+                raise CommandError(f"{str(exc).rstrip('.')} ({_rows_of(path, options['limit'])} "
+                                   f"{len(problems)}).") from None
+            if len(calibration_rows) < 2:
+                of = f"{len(problems)} problems" if options["split_by"] == "problem" else f"{len(rows)} rows"
+                raise CommandError(f"--recalibrate needs at least two rows to fit on, and the calibration split "
+                                   f"(--calibration-fraction {options['calibration_fraction']:g} of the {of}) "
+                                   f"holds {len(calibration_rows)}.")
         surrogate, description = build_surrogate(options)
+        if options["recalibration"]:
+            check_recalibration_for(options["recalibration"], saved_for, description["id"])
         workspace = None
         if not options["no_save"]:
             require_migrated_database()
@@ -260,12 +416,7 @@ class Command(BaseCommand):
             protocol = "every row"
             test_rows, test_forecasts = rows, forecasts
             if options["recalibration"]:
-                import json
-
-                try:
-                    saved = recalibration.from_dict(json.loads(open(options["recalibration"]).read()))
-                except (OSError, ValueError, KeyError) as exc:
-                    raise CommandError(f"Cannot read the recalibration {options['recalibration']}: {exc}") from None
+                saved = saved_recalibration
                 test_forecasts = recalibration.apply_to_forecasts(saved, forecasts)
                 protocol += f", recalibrated with {options['recalibration']} ({saved.name})"
                 description["settings"]["recalibration"] = saved.to_dict() if saved.name == "temperature" else "isotonic"
@@ -338,15 +489,24 @@ class Command(BaseCommand):
         from search_engine.surrogates import program_features
         from search_engine.surrogates.roofline import RooflineSurrogate
 
+        # Checked before any row is read or forecast: what would otherwise end the run only once it was scored (an
+        # --out it cannot write), or quietly score it on fewer rows (a KernelBench folder without its tasks drops
+        # every record of the torch backend).
+        check_out_file(options["out"], "--out", example="heldout.json", kinds="a .json")
         cuda_l1 = Path(options["cuda_l1"]) if options["cuda_l1"] else cuda_l1_dir()
         kernelbench = Path(options["kernelbench"]) if options["kernelbench"] else \
             Path(settings.BASE_DIR).parent / "shared" / "datasets" / "kernelbench"
         if not cuda_l1.is_dir():
             raise CommandError(f"CUDA-L1's folder {cuda_l1} does not exist; name it with --cuda-l1.")
+        check_kernelbench(kernelbench)
         problems = Path(settings.BASE_DIR) / "kernellab" / "problems"
         records = [p for p in sorted(problems.glob("*/records/h200.jsonl.gz"))
                    if p.parent.parent.name == "kernelbench" or (p.parent.parent / "reference.py").exists()]
-        _, test = split_heldout(program_rows(cuda_l1_dir=cuda_l1, kernelbench_dir=kernelbench, records=records))
+        try:
+            rows = program_rows(cuda_l1_dir=cuda_l1, kernelbench_dir=kernelbench, records=records)
+        except ValueError as exc:   # (a folder the rows cannot be read from, in a sentence naming it)
+            raise CommandError(str(exc)) from None
+        _, test = split_heldout(rows)
         if options["limit"]:
             test = limit_pools(test, options["limit"])
         if options["surrogate"] == "learned":
@@ -367,7 +527,8 @@ class Command(BaseCommand):
 
         try:
             report = heldout_report(surrogate, test, roofline=RooflineSurrogate(), clear=program_features.clear_caches,
-                                    clear_pool=program_features.clear_candidates, batch_size=options["batch_size"])
+                                    clear_pool=program_features.clear_candidates, batch_size=options["batch_size"],
+                                    seed=options["seed"])
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         except LLMUnreachable as exc:   # (calls in a row refused: the rest would be too)
@@ -391,7 +552,12 @@ class Command(BaseCommand):
             self.stdout.write("abstentions (ranked last, not scored for Brier/CRPS): "
                               + "; ".join(f"{n}x {why}" for why, n in report["abstain_reasons"].items()))
         if options["out"]:
-            Path(options["out"]).write_text(json.dumps(report, indent=1, default=float) + "\n")
+            out = Path(options["out"]).expanduser()
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(report, indent=1, default=float) + "\n")
+            except OSError as exc:
+                raise write_failure(out, exc) from None
             self.stdout.write(f"wrote {options['out']}")
 
     def _text(self, report: dict) -> str:

@@ -14,12 +14,22 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from kernellab.management.commands.evaluate_surrogate import add_surrogate_arguments, build_surrogate
+from kernellab.management.commands.evaluate_surrogate import (add_surrogate_arguments, build_surrogate,
+                                                              check_arguments, llm_unreachable_reason)
 from kernellab.management.commands.export_dataset import check_out_file, write_failure
 from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from search_engine.lab import recalibration
 from search_engine.lab.datasets import row_problem, training_rows
 from search_engine.lab.experiment import forecast_rows
+
+PROBLEMS_LISTED = 30
+
+
+def problem_list(problems: list[str]) -> str:
+    """The dataset's problems, the first PROBLEMS_LISTED named and the others counted."""
+    shown = ", ".join(problems[:PROBLEMS_LISTED])
+    more = f" and {len(problems) - PROBLEMS_LISTED} more" if len(problems) > PROBLEMS_LISTED else ""
+    return f"{shown}{more}"
 
 
 class Command(BaseCommand):
@@ -42,11 +52,18 @@ class Command(BaseCommand):
         if options["surrogate"] == "learned" and options["model"]:
             raise CommandError("--model loads a trained surrogate; train_surrogate makes a new one (leave it out).")
         # Checked before the dataset is read and the model fitted (minutes on a real dataset), not after.
+        check_arguments(options)
         learned = options["surrogate"] == "learned"
         check_out_file(options["out"], "--out", example="surrogate.pkl" if learned else "recalibration.json",
                        kinds="a .pkl" if learned else "a .json")
         path, dataset = load_dataset(options["dataset"], workspace=options["workspace"])
-        rows = [r for r in dataset.rows if row_problem(r) not in set(options["exclude_problem"])]
+        excluded = set(options["exclude_problem"])
+        unknown = sorted(excluded - set(dataset.problems))
+        if unknown:
+            # (a misspelt name would leave the problem meant to be held out in the training rows)
+            raise CommandError(f"--exclude-problem names no problem of {path.name}: {', '.join(unknown)} (its "
+                               f"problems: {problem_list(dataset.problems)}).")
+        rows = [r for r in dataset.rows if row_problem(r) not in excluded]
         if not rows:
             raise CommandError("No rows left to train on after --exclude-problem.")
         surrogate, description = build_surrogate(options)
@@ -66,8 +83,14 @@ class Command(BaseCommand):
                     f"({len({row_problem(r) for r in rows})} problems) in {time.monotonic() - started:.1f} s; "
                     f"temperature {surrogate.temperature:.3f}. Saved to {out}.")
                 return
-            forecasts = forecast_rows(surrogate, rows, batch_size=32,
-                                      progress=lambda p: self.stderr.write(p.line()))
+            from search_engine.llm_client import LLMUnreachable
+
+            try:
+                forecasts = forecast_rows(surrogate, rows, batch_size=32,
+                                          progress=lambda p: self.stderr.write(p.line()))
+            except LLMUnreachable as exc:   # (calls in a row failed: the rest would too)
+                reason = llm_unreachable_reason(exc)
+                raise CommandError(f"{reason[0].upper()}{reason[1:]} (no recalibration was saved).") from None
             try:
                 model = recalibration.fit_on_forecasts(options["recalibrate"], forecasts,
                                                        [int(r["true_bin"]) for r in rows])
