@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from search_engine.lab.heldout_eval import HEADLINE, heldout_report, ranking_block, split_heldout  # noqa: E402
-from search_engine.lab.program_rows import kernelbench_tasks, program_rows  # noqa: E402
+from search_engine.lab.program_rows import check_cuda_l1, kernelbench_tasks, program_rows  # noqa: E402
 from search_engine.surrogates import program_features  # noqa: E402
 from search_engine.surrogates.program import SHIPPED_MODEL, ProgramSurrogate  # noqa: E402
 from search_engine.surrogates.roofline import RooflineSurrogate  # noqa: E402
@@ -207,6 +207,7 @@ def main(argv=None) -> int:
         parser.error(f"--cuda-l1 {args.cuda_l1} is not a folder (CUDA-L1's <gpu>.jsonl files).")
     try:  # without the references, every H200 record of a KernelBench task would be left out without a word
         kernelbench_tasks(args.kernelbench)
+        check_cuda_l1(args.cuda_l1)
     except ValueError as exc:
         parser.error(str(exc))
     started = time.perf_counter()

@@ -93,9 +93,21 @@ def _row(reference: str, candidate: str, gpu: str, problem: str, level: int, spe
             "task": problem, "gpu": gpu, "origin": origin}
 
 
+def check_cuda_l1(directory: Path, gpus=CUDA_L1_GPUS) -> None:
+    """A ValueError naming the folder when it holds none of CUDA-L1's <gpu>.jsonl files: its rows would all be left
+    out without a word, and the held-out figures read as if the data were whole."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"CUDA-L1's folder {directory} does not exist.")
+    if not any((directory / f"{gpu}.jsonl").is_file() for gpu in gpus):
+        raise ValueError(f"CUDA-L1's folder {directory} holds none of its files "
+                         f"({', '.join(f'{gpu}.jsonl' for gpu in gpus)}).")
+
+
 def cuda_l1_rows(directory: Path, kernelbench_dir: Path | None = None, gpus=CUDA_L1_GPUS) -> list[dict]:
     """CUDA-L1's programs with the authors' speedups (see the module's docstring)."""
     directory = Path(directory)
+    check_cuda_l1(directory, gpus)
     names = kernelbench_tasks(kernelbench_dir)
     rows: list[dict] = []
     for gpu in gpus:

@@ -145,7 +145,20 @@ def test_a_value_error_reading_the_heldout_rows_is_a_sentence(tmp_path, kernelbe
         raise ValueError(f"KernelBench's folder {kernelbench} cannot be read.")
 
     monkeypatch.setattr(program_rows, "program_rows", rows)
+    (tmp_path / "h100.jsonl").write_text("")  # a CUDA-L1 folder with one of its files, so the rows are read
     with pytest.raises(CommandError, match=r"^KernelBench's folder .* cannot be read\.$"):
+        _evaluate("--heldout", "--cuda-l1", str(tmp_path), "--kernelbench", str(kernelbench))
+
+
+def test_a_cuda_l1_folder_without_its_files_is_refused_before_the_rows_are_read(tmp_path, kernelbench, monkeypatch):
+    from search_engine.lab import program_rows
+
+    def rows(**kwargs):
+        raise AssertionError("the rows were read")
+
+    monkeypatch.setattr(program_rows, "program_rows", rows)
+    with pytest.raises(CommandError, match=r"^CUDA-L1's folder .* holds none of its files \(a100\.jsonl, .*\)\. "
+                                           r"Name the folder with --cuda-l1\.$"):
         _evaluate("--heldout", "--cuda-l1", str(tmp_path), "--kernelbench", str(kernelbench))
 
 

@@ -81,3 +81,15 @@ def test_the_held_out_benchmark_refuses_a_wrong_kernelbench_folder_before_any_wo
     assert raised.value.code == 2
     assert f"error: The KernelBench folder {tmp_path / 'nonexist'} does not exist." in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_cuda_l1_folder_without_its_files_is_refused_naming_them(tmp_path):
+    """A folder that exists but holds no <gpu>.jsonl gave no CUDA-L1 row and no word about it."""
+    from search_engine.lab.program_rows import CUDA_L1_GPUS, check_cuda_l1, cuda_l1_rows
+
+    (tmp_path / "cuda-l1").mkdir()
+    (tmp_path / "cuda-l1" / "README.md").write_text("not the data")
+    with pytest.raises(ValueError, match=r"holds none of its files \(a100\.jsonl, h100\.jsonl"):
+        cuda_l1_rows(tmp_path / "cuda-l1")
+    (tmp_path / "cuda-l1" / f"{CUDA_L1_GPUS[-1]}.jsonl").write_text("")
+    check_cuda_l1(tmp_path / "cuda-l1")  # one file of the five is data enough

@@ -499,6 +499,12 @@ class Command(BaseCommand):
         if not cuda_l1.is_dir():
             raise CommandError(f"CUDA-L1's folder {cuda_l1} does not exist; name it with --cuda-l1.")
         check_kernelbench(kernelbench)
+        from search_engine.lab.program_rows import check_cuda_l1
+
+        try:
+            check_cuda_l1(cuda_l1)
+        except ValueError as exc:
+            raise CommandError(f"{exc} Name the folder with --cuda-l1.") from None
         problems = Path(settings.BASE_DIR) / "kernellab" / "problems"
         records = [p for p in sorted(problems.glob("*/records/h200.jsonl.gz"))
                    if p.parent.parent.name == "kernelbench" or (p.parent.parent / "reference.py").exists()]
