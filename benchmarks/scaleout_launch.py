@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from gpu_runner.result import gpu_model_slug as model_slug  # noqa: E402  (scaleout_bench imports it from here)
 _GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?\s*$")
-_SKIP = {"nvidia", "tesla", "geforce", "quadro", "rtx", "gpu"}
 
 
 @dataclass
@@ -66,22 +67,6 @@ def list_gpus(nvidia_smi: str = "nvidia-smi") -> list[Gpu]:
         if match:
             gpus.append(Gpu(int(match.group(1)), match.group(2).strip(), match.group(3) or ""))
     return gpus
-
-
-def model_slug(name: str) -> str:
-    """'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA A100-SXM4-80GB' -> 'a100',
-    'NVIDIA GeForce RTX 4090' -> 'rtx4090'. A queue name, so letters and digits only."""
-    tokens = [t for t in re.split(r"[\s\-_/]+", name.strip()) if t]
-    words = [t for t in tokens if t.lower() not in _SKIP]
-    for token in words:
-        if re.fullmatch(r"[A-Za-z]{1,3}\d{1,4}[A-Za-z]?", token):
-            return token.lower()
-    prefix = "rtx" if any(t.lower() == "rtx" for t in tokens) else ""
-    for token in words:
-        if re.fullmatch(r"\d{3,5}[A-Za-z]*", token):
-            return (prefix + token).lower()
-    slug = re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", ""))
-    return slug or "gpu"
 
 
 def worker_specs(gpus: int, model: str, *, workers_per_gpu: int = 1, queue: str | None = None,

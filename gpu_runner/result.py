@@ -1,6 +1,7 @@
 """Value objects that leave the runner: MeasurementResult, CompileReport and their parts."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -42,6 +43,26 @@ class Hardware:
         """A short file-name form of the GPU ('NVIDIA H200' -> 'h200')."""
         words = [w for w in self.name.lower().replace("nvidia", "").split() if w]
         return "-".join(words).replace("/", "-") or "gpu"
+
+
+_MODEL_SKIP = {"nvidia", "tesla", "geforce", "quadro", "rtx", "gpu"}
+
+
+def gpu_model_slug(name: str) -> str:
+    """The GPU model as a run's target and a worker's queue name it: 'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3'
+    -> 'h100', 'NVIDIA A100-SXM4-80GB' -> 'a100', 'NVIDIA GeForce RTX 4090' -> 'rtx4090'. Letters and digits only.
+    (Hardware.slug keeps every word: a file name for one exact card, not a queue for a model.)"""
+    tokens = [t for t in re.split(r"[\s\-_/]+", name.strip()) if t]
+    words = [t for t in tokens if t.lower() not in _MODEL_SKIP]
+    for token in words:
+        if re.fullmatch(r"[A-Za-z]{1,3}\d{1,4}[A-Za-z]?", token):
+            return token.lower()
+    prefix = "rtx" if any(t.lower() == "rtx" for t in tokens) else ""
+    for token in words:
+        if re.fullmatch(r"\d{3,5}[A-Za-z]*", token):
+            return (prefix + token).lower()
+    slug = re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", ""))
+    return slug or "gpu"
 
 
 @dataclass

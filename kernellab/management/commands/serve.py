@@ -19,9 +19,10 @@ from kernellab.management.database import require_migrated_database
 
 
 def local_gpu_queue() -> str | None:
-    """gpu.<model> for this machine's GPU ('NVIDIA H200' -> gpu.h200), or None without one."""
+    """gpu.<model> for this machine's GPU ('NVIDIA H200' -> gpu.h200, 'NVIDIA H100 80GB HBM3' -> gpu.h100: the queue
+    a run targeting that model sends to, as the launcher names it), or None without one."""
     from gpu_runner import gpu_present
-    from gpu_runner.result import Hardware
+    from gpu_runner.result import gpu_model_slug
 
     if not gpu_present():
         return None
@@ -32,8 +33,7 @@ def local_gpu_queue() -> str | None:
         return None
     if not name:
         return None
-    return "gpu." + Hardware(name=name, sm_count=0, memory_bytes=0, memory_bandwidth_gbs=0, sm_clock_mhz=0,
-                             mem_clock_mhz=0, compute_capability="", driver="").slug
+    return "gpu." + gpu_model_slug(name)
 
 
 def worker_command(queues: list[str], concurrency: int = 2) -> list[str]:
