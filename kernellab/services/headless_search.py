@@ -311,14 +311,22 @@ def search_check_backend(*, problem: Problem, backend: str, records: Path | None
     # With the tasks inline a GPU backend has no worker to wait for: the worker sentence would mislead.
     why = (choice.unavailable if choice.measures_with == "replay"
            else "this machine has no GPU, and the command-line search measures on this machine")
-    raise ServiceError(f"The {backend} backend cannot measure {problem.title}: {why}. {_what_can_measure(backend)}")
+    from kernellab.selectors.problems import problem_records_file
+
+    has_records = ((recorded is not None and recorded.is_file())
+                   or problem_records_file(problem, TARGET_GPU).is_file())  # a folder's, or the problem's own
+    raise ServiceError(f"The {backend} backend cannot measure {problem.title}: {why}. "
+                       f"{_what_can_measure(backend, recorded=has_records)}")
 
 
-def _what_can_measure(refused: str) -> str:
-    """What to do instead of a backend refused: another one, where this machine has one that measures; otherwise
-    what would make the search possible, rather than "choose a backend that can" when none can."""
+def _what_can_measure(refused: str, *, recorded: bool) -> str:
+    """What to do instead of a backend refused: another one, where this machine has one that measures (a GPU, or the
+    problem's recorded measurements); otherwise what would make the search possible, rather than "choose a backend
+    that can" when none can."""
     from gpu_runner import gpu_present
 
+    if recorded and refused != "replay":
+        return "It has recorded measurements: search with --backend replay to search them on this machine."
     if gpu_present():
         others = [name for name in ("auto", "cupy", "pycuda") if name != refused]
         return f"This machine has a GPU: search with --backend {' or '.join(others)}."

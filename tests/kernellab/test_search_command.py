@@ -263,6 +263,17 @@ def test_replay_refused_on_a_machine_with_a_gpu_names_the_backends_that_measure(
         _search(str(_without_records(tmp_path, SAXPY, "saxpy")), "--backend", "replay", "--budget", "2")
 
 
+def test_a_gpu_backend_refused_for_a_recorded_problem_points_at_replay(lab, no_gpu):
+    """A recorded problem: "no backend can measure it here" was false (QA round 4)."""
+    with pytest.raises(CommandError, match=r"^The pycuda backend cannot measure SAXPY: this machine has no GPU, .*\. It "
+                                           r"has recorded measurements: search with --backend replay to search them on "
+                                           r"this machine\.$"):
+        _search(str(SAXPY), "--backend", "pycuda", "--budget", "2")  # a folder's own records/
+    _search(str(SAXPY), "--backend", "replay", "--budget", "1", "--surrogate", "roofline")
+    with pytest.raises(CommandError, match=r"It has recorded measurements: search with --backend replay"):
+        _search("saxpy", "--backend", "cupy", "--budget", "2")  # the uploaded problem's copied records
+
+
 def test_a_refused_search_saves_no_auto_knobs(lab, tmp_path, no_gpu):
     problem = _uploaded(_without_records(tmp_path, _saxpy_without_family(tmp_path), "saxpy_no_records"), lab)
     with pytest.raises(CommandError, match="cannot measure"):
