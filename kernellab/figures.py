@@ -31,6 +31,9 @@ NO_FORECAST_PAIR = "No node has both a forecast and a measurement yet."
 NO_ENERGY = "No measured node has an energy reading yet."
 NO_ANSWERED_FORECAST = "No answered forecast: nothing to draw."
 
+# Confusion matrices, on the run dashboard and the lab's reports alike: few rows light, many dark.
+CONFUSION_SCALE = [[0, "#f7fbff"], [1, "#08306b"]]
+
 
 def _axis(title: str, **options) -> dict:
     return {"title": {"text": title}, **options}
@@ -82,7 +85,7 @@ def run_dashboard_figures(dashboard: dict, *, energy_coverage: dict | None = Non
     pairs = dashboard["pairs"]
     if pairs:
         figures["chart-confusion"] = _drawn(_figure(
-            [go.Heatmap(z=dashboard["confusion"], x=bin_names, y=bin_names, colorscale=[[0, "#f7fbff"], [1, "#08306b"]],
+            [go.Heatmap(z=dashboard["confusion"], x=bin_names, y=bin_names, colorscale=CONFUSION_SCALE,
                         texttemplate="%{z}",
                         hovertemplate="forecast %{y}<br>measured %{x}<br>%{z} node(s)<extra></extra>")],
             xaxis=_axis("measured bin", tickangle=-30), yaxis=_axis("forecast bin"),
@@ -208,7 +211,7 @@ def lab_report_figures(*, bin_names: list[str], series: list[dict]) -> dict[str,
             figures[f"chart-confusion-{index}"] = _empty(NO_ANSWERED_FORECAST)
             continue
         figures[f"chart-confusion-{index}"] = _drawn(_figure(
-            [go.Heatmap(z=one["confusion"], x=bin_names, y=bin_names, colorscale="Blues", reversescale=True,
+            [go.Heatmap(z=one["confusion"], x=bin_names, y=bin_names, colorscale=CONFUSION_SCALE,
                         hovertemplate="true %{y}<br>forecast %{x}<br>%{z} row(s)<extra></extra>")],
             xaxis=_axis("forecast bin", tickangle=-30), yaxis=_axis("true bin", autorange="reversed"),
             margin={"l": 150, "r": 10, "t": 10, "b": 120}, height=420))

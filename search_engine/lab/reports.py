@@ -25,8 +25,12 @@ def _slug(text: str) -> str:
 
 
 def new_report_id(surrogate: str, dataset: str, when: datetime | None = None) -> str:
+    """When, what and on what, and six random hex digits: two workspaces' reports saved in the same second (each
+    folder only knows its own ids) must not share an id, since the lab's pages find a report by id alone."""
+    import secrets
+
     when = when or datetime.now(timezone.utc)
-    return f"{when:%Y%m%d-%H%M%S}-{_slug(surrogate)}-{_slug(dataset)}"
+    return f"{when:%Y%m%d-%H%M%S}-{_slug(surrogate)}-{_slug(dataset)}-{secrets.token_hex(3)}"
 
 
 def save_report(folder: str | os.PathLike, report: dict) -> str:

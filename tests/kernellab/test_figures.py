@@ -102,6 +102,28 @@ def test_a_lab_reports_figures_draw_one_series_per_report_with_the_legend_above(
         _assert_axes_named_and_legend_above(figure["figure"])
 
 
+def test_a_lab_reports_confusion_matrix_is_light_where_empty_and_dark_where_full_as_the_dashboards():
+    """"Blues" with reversescale drew empty cells dark navy and the fullest near white (QA round 4)."""
+    from kernellab.figures import CONFUSION_SCALE
+
+    figures = lab_report_figures(bin_names=[f"{i} bin" for i in range(1, 9)], series=[_series("A", True)])
+    heatmap = figures["chart-confusion-0"]["figure"]["data"][0]
+    assert not heatmap.get("reversescale")
+    scale = [list(stop) for stop in heatmap["colorscale"]]
+    assert scale == CONFUSION_SCALE and scale[0][1] == "#f7fbff" and scale[-1][1] == "#08306b"
+
+
+def test_report_ids_of_the_same_second_surrogate_and_dataset_differ():
+    """Two workspaces' reports saved in one second had one id, and the lab's pages opened only one of them."""
+    from datetime import datetime, timezone
+
+    from search_engine.lab.reports import new_report_id
+
+    when = datetime(2026, 12, 6, 22, 22, 20, tzinfo=timezone.utc)
+    ids = {new_report_id("roofline@1", "good", when) for _ in range(50)}
+    assert len(ids) == 50 and all(i.startswith("20261206-222220-roofline-1-good-") for i in ids)
+
+
 def test_a_lab_report_without_an_answered_forecast_says_so_on_every_chart():
     silent = {"title": "A", "confusion": [[0] * 8 for _ in range(8)], "reliability": [],
               "risk_coverage": {"coverage": [], "risk": []}}

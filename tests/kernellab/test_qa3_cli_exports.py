@@ -63,6 +63,20 @@ def test_export_dataset_refuses_an_output_it_cannot_write_before_exporting(tmp_p
     assert not (tmp_path / "rows.jsonl").exists()
 
 
+def test_two_outputs_named_as_one_file_are_refused_before_anything_is_read(tmp_path, data_dir, export_reads_nothing,
+                                                                          monkeypatch):
+    """The second write replaced the first and the command said it wrote both (QA round 4)."""
+    from kernellab.management.commands import export_rl
+
+    out = tmp_path / "same.jsonl"
+    with pytest.raises(CommandError, match=rf"^The output and --pairs name the same file, .*same\.jsonl; give each its own\.$"):
+        call_command("export_dataset", str(out), "--from", "records", "--pairs", str(tmp_path / "." / "same.jsonl"))
+    monkeypatch.setattr(export_rl, "load_dataset", lambda *a, **k: pytest.fail("read before the check"))
+    with pytest.raises(CommandError, match=r"^--out and --eval-out name the same file"):
+        call_command("export_rl", "--dataset", "x.jsonl", "--out", str(out), "--eval-out", str(out))
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("case", ["under-a-file", "proc"])
 def test_export_rl_refuses_an_output_it_cannot_write_before_reading_the_dataset(tmp_path, data_dir, a_file,
                                                                               monkeypatch, case):

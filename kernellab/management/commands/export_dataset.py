@@ -51,6 +51,14 @@ def check_out_file(value: str | None, option: str, *, example: str = "dataset.js
     os.unlink(probe)
 
 
+def check_distinct_outputs(first: tuple[str, str | None], second: tuple[str, str | None]) -> None:
+    """Two outputs named as one file: the second write would replace the first, and the command would say it wrote
+    both (export_rl --out X --eval-out X kept only the held-out prompts)."""
+    (first_option, first_value), (second_option, second_value) = first, second
+    if first_value and second_value and Path(first_value).expanduser().resolve() == Path(second_value).expanduser().resolve():
+        raise CommandError(f"{first_option} and {second_option} name the same file, {second_value}; give each its own.")
+
+
 def write_failure(path, exc: OSError) -> CommandError:
     """A write that failed after the checks (the disk filled, the folder was removed): one sentence, no traceback."""
     return CommandError(f"Cannot write {path}: {(exc.strerror or str(exc)).rstrip('.')}.")
@@ -281,6 +289,7 @@ class Command(BaseCommand):
                workspace, all_workspaces, **options):
         check_out_file(out, "The output")
         check_out_file(pairs, "--pairs")
+        check_distinct_outputs(("The output", out), ("--pairs", pairs))
         wanted = {s.strip() for s in sources.split(",") if s.strip()}
         if not wanted or wanted - {"db", "records"}:
             raise CommandError("--from takes db, records or both (comma-separated).")

@@ -10,7 +10,7 @@ from collections import Counter
 
 from django.core.management.base import BaseCommand, CommandError
 
-from kernellab.management.commands.export_dataset import check_out_file, write_failure
+from kernellab.management.commands.export_dataset import check_distinct_outputs, check_out_file, write_failure
 from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
 from search_engine.lab.datasets import split_rows, write_dataset
 from search_engine.lab.rl import rl_examples
@@ -32,6 +32,7 @@ class Command(BaseCommand):
             raise CommandError(f"--eval-fraction must be between 0 and 1 (both excluded), not {eval_fraction:g}.")
         check_out_file(out, "--out")
         check_out_file(eval_out, "--eval-out")
+        check_distinct_outputs(("--out", out), ("--eval-out", eval_out))
         path, data = load_dataset(dataset, workspace=workspace)
         rows, held = data.rows, []
         if eval_out:
