@@ -69,7 +69,7 @@ def test_two_outputs_named_as_one_file_are_refused_before_anything_is_read(tmp_p
     from kernellab.management.commands import export_rl
 
     out = tmp_path / "same.jsonl"
-    with pytest.raises(CommandError, match=rf"^The output and --pairs name the same file, .*same\.jsonl; give each its own\.$"):
+    with pytest.raises(CommandError, match=r"^The output and --pairs name the same file, .*same\.jsonl; give each its own\.$"):
         call_command("export_dataset", str(out), "--from", "records", "--pairs", str(tmp_path / "." / "same.jsonl"))
     monkeypatch.setattr(export_rl, "load_dataset", lambda *a, **k: pytest.fail("read before the check"))
     with pytest.raises(CommandError, match=r"^--out and --eval-out name the same file"):
