@@ -8,7 +8,7 @@ from django.conf import settings
 from kernellab.models import Workspace
 from kernellab.selectors.access import user_can
 from kernellab.selectors.workspaces import workspace_list_for_user
-from search_engine.lab.reports import ReportNotFound, list_reports, load_report
+from search_engine.lab.reports import ReportNotFound, ReportUnreadable, list_reports, load_report
 
 
 def lab_datasets_dir(workspace: Workspace) -> Path:
@@ -46,10 +46,14 @@ def lab_report_list(*, workspaces: list[Workspace]) -> list[dict]:
 
 
 def lab_report_get(*, user, report_id: str) -> dict:
-    """The report with this id from a workspace the user can view; ReportNotFound otherwise."""
+    """The report with this id from a workspace the user can view; ReportNotFound otherwise, ReportUnreadable
+    (saying why) where the only file of that name holds no report the lab can read."""
+    unreadable = None
     for workspace in lab_workspace_list(user=user):
         try:
             return {**load_report(lab_reports_dir(workspace), report_id), "workspace": workspace}
+        except ReportUnreadable as exc:
+            unreadable = unreadable or exc
         except ReportNotFound:
             continue
-    raise ReportNotFound(report_id)
+    raise unreadable or ReportNotFound(report_id)

@@ -15,11 +15,13 @@ from kernellab.models import Workspace
 from kernellab.selectors.lab import lab_datasets_dir, lab_reports_dir
 from kernellab.services.access import access_require
 from kernellab.services.errors import ServiceError
-from search_engine.lab.datasets import Dataset, DatasetError, read_dataset, write_dataset
+from search_engine.lab.datasets import (DATASET_SUFFIXES, DATASET_SUFFIXES_TEXT, Dataset, DatasetError,  # noqa: F401
+                                        read_dataset, write_dataset)
 from search_engine.lab.reports import save_report
 
 DATASET_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
-DATASET_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".jsonl.gz", ".csv.gz")
+# DATASET_SUFFIXES (and DATASET_SUFFIXES_TEXT, the same list in words): the one list of the names a dataset file may
+# have, for import_dataset and the /lab/ form alike (search_engine.lab.datasets).
 
 
 class DatasetRejected(ServiceError):
@@ -84,27 +86,38 @@ def dataset_load(*, value: str, workspace_slug: str | None = None, kind: str | N
         raise ServiceError(str(exc)) from None
 
 
+def _name_taken(name: str, workspace: Workspace, replace_hint: str) -> DatasetRejected:
+    return DatasetRejected(f"A dataset named {name!r} exists already in {workspace.name}; "
+                           f"{replace_hint} or choose another name.")
+
+
 def dataset_import(*, workspace: Workspace, user, file: Path, name: str, replace: bool = False,
-                   source: str | None = None, shown_name: str | None = None) -> ImportedDataset:
+                   source: str | None = None, shown_name: str | None = None,
+                   replace_hint: str = "tick 'replace a dataset of the same name'") -> ImportedDataset:
     """Check every row of `file` and store it as the workspace's dataset `name`, all or nothing.
 
-    `user` None is the operator on the command line; anyone else needs the engineer role in the workspace."""
+    `user` None is the operator on the command line; anyone else needs the engineer role in the workspace.
+    Without `replace` the file is put in place in one step that fails if the name exists by then (two uploads of
+    one name at once: one is stored, the other is refused and replaces nothing). `replace_hint` says how to ask
+    for a replacement where the request came from ("pass --replace" on the command line)."""
     if user is not None:
         access_require(user=user, workspace=workspace, action="upload")
     shown_name = shown_name or Path(file).name
     if not DATASET_NAME.fullmatch(name):
         raise DatasetRejected(f"Dataset name {name!r}: use letters, digits, '-' and '_' only (at most 80).")
     target = lab_datasets_dir(workspace) / f"{name}.jsonl"
-    if target.exists() and not replace:
-        raise DatasetRejected(f"A dataset named {name!r} exists already in {workspace.name}; "
-                              "choose replace or another name.")
+    if target.exists() and not replace:  # (early, before the rows are read; the write below decides)
+        raise _name_taken(name, workspace, replace_hint)
     try:
         dataset = read_dataset(file, default_source=source or f"imported:{shown_name}")
     except DatasetError as exc:
         summary = str(exc).splitlines()[0].replace(str(file), shown_name)
         raise DatasetRejected(summary, [str(e) for e in exc.errors], str(exc).replace(str(file), shown_name)) from None
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_dataset(target, dataset.rows)
+    try:
+        write_dataset(target, dataset.rows, exclusive=not replace)
+    except FileExistsError:  # another import took the name while this file was read
+        raise _name_taken(name, workspace, replace_hint) from None
     return ImportedDataset(name=name, path=target, kind=dataset.kind, rows=len(dataset),
                            problems=Counter(r.get("pack") or r.get("problem_id") for r in dataset.rows),
                            ignored_fields=list(dataset.ignored_fields))

@@ -3,6 +3,7 @@ its charts, and two reports side by side."""
 from __future__ import annotations
 
 import re
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -15,11 +16,11 @@ from django.views.decorators.http import require_POST
 from kernellab.figures import lab_report_figures
 from kernellab.selectors.lab import lab_dataset_list, lab_report_get, lab_report_list, lab_workspace_list
 from kernellab.services.errors import ServiceError
-from kernellab.services.lab import DATASET_SUFFIXES, DatasetRejected, dataset_import
+from kernellab.services.lab import DATASET_SUFFIXES, DATASET_SUFFIXES_TEXT, DatasetRejected, dataset_import
 from search_engine.bins import DEFAULT_BINS
 from search_engine.lab.datasets import UPLOAD_MAX_BYTES, DatasetError, check_decompressed_size
 from search_engine.lab.evaluation import METRIC_ROWS, metric_lines
-from search_engine.lab.reports import ReportNotFound
+from search_engine.lab.reports import ReportNotFound, ReportUnreadable, report_problem, unreadable_message
 
 _UPLOAD_LIMIT = 64 * 1024 * 1024
 _DATASET_EXTENSION = re.compile(r"\.(jsonl|ndjson|csv)(\.gz)?$", re.IGNORECASE)
@@ -63,11 +64,11 @@ def dataset_upload(request):
         return redirect("lab")
     upload = request.FILES.get("file")
     if upload is None:
-        messages.error(request, "Choose a .jsonl or .csv file to import.")
+        messages.error(request, f"Choose a file to import: a {DATASET_SUFFIXES_TEXT}.")
         return redirect("lab")
     suffix = re.sub(r"^.*?((\.jsonl|\.ndjson|\.csv)(\.gz)?)$", r"\1", upload.name.lower())
     if suffix not in DATASET_SUFFIXES:
-        messages.error(request, "A dataset file ends in .jsonl, .jsonl.gz or .csv.")
+        messages.error(request, f"A dataset file is a {DATASET_SUFFIXES_TEXT}.")
         return redirect("lab")
     if upload.size > _UPLOAD_LIMIT:
         messages.error(request, f"The file is larger than {_UPLOAD_LIMIT // (1024 * 1024)} MiB; use manage.py import_dataset.")
@@ -108,11 +109,106 @@ def report_list(request):
                   {"reports": lab_report_list(workspaces=lab_workspace_list(user=request.user))})
 
 
-def _report(user, report_id: str) -> dict:
+class _Unreadable(Exception):
+    """A report file the lab cannot read: shown as a 404 page with the sentence saying why."""
+
+
+def _report(user, report_id: str, *, charts: bool = False) -> dict:
+    """The report, or Http404; _Unreadable where its file holds no report the pages can show (with `charts`,
+    one without the charts' data)."""
     try:
-        return lab_report_get(user=user, report_id=report_id)
+        report = lab_report_get(user=user, report_id=report_id)
+    except ReportUnreadable as exc:
+        raise _Unreadable(str(exc)) from None
     except ReportNotFound:
         raise Http404("No such report.") from None
+    problem = report_problem(report, charts=charts)
+    if problem:
+        raise _Unreadable(unreadable_message(f"{report_id}.json", problem))
+    return report
+
+
+def _unreadable_page(request, message: str):
+    return render(request, "kernellab/lab/report_unreadable.html", {"message": message}, status=404)
+
+
+# An absolute (or home) path in a string: a "/" that begins no URL's part and follows no word ("a/b" is a name).
+_SERVER_PATH = re.compile(r"(?<![\w.:/~-])~?/[^\s'\"<>,;()\[\]{}]*")
+
+
+def _file_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1] or path
+
+
+def _hide_paths(text: str) -> str:
+    """The text with each server path shown by its file name only."""
+    return _SERVER_PATH.sub(lambda m: _file_name(m.group(0)), text)
+
+
+# The options whose value is a file (or a dataset's name), shown by the file's name only.
+_FILE_FLAGS = ("--model", "--train", "--dataset", "--pairs", "--recalibration", "--cache", "--out",
+               "--kernelbench", "--cuda-l1")
+
+
+def _shown_command(command: str) -> str:
+    """The command line with each file argument by its file name (a quoted path may hold spaces)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return _hide_paths(command)
+    shown = []
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if word.startswith("--") and eq:
+            shown.append(f"{flag}={_file_name(value) if flag in _FILE_FLAGS else _hide_paths(value)}")
+        elif i and words[i - 1] in _FILE_FLAGS or word.startswith(("/", "~/")):
+            shown.append(_file_name(word))
+        else:
+            shown.append(_hide_paths(word))
+    return shlex.join(shown)
+
+
+def _command_files(command: str) -> list[str]:
+    """The files the command line names (longest first): free text (the protocol) may quote them, spaces and all."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    files = [w.partition("=")[2] for w in words if w.startswith("--") and w.partition("=")[0] in _FILE_FLAGS]
+    files += [w for i, w in enumerate(words) if i and words[i - 1] in _FILE_FLAGS]
+    return sorted({f for f in files if "/" in f}, key=len, reverse=True)
+
+
+def _without_paths(value, files: list[str] = ()):
+    if isinstance(value, str):
+        for file in files:
+            value = value.replace(file, _file_name(file))
+        return _hide_paths(value)
+    if isinstance(value, dict):
+        return {k: _without_paths(v, files) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_without_paths(v, files) for v in value]
+    return value
+
+
+def _shown_report(report: dict) -> dict:
+    """The report as a page shows it: a file (a model, a dataset, a recalibration, a cache) by its name, never
+    by its path on the server. The saved JSON keeps the paths, for the commands that read it."""
+    files = _command_files(str(report.get("command") or ""))
+    shown = {k: (v if k in ("workspace", "evaluation") else _without_paths(v, files)) for k, v in report.items()}
+    shown["command"] = _shown_command(str(report.get("command") or ""))
+    surrogate = shown.get("surrogate")
+    if isinstance(surrogate, dict) and isinstance(surrogate.get("settings"), dict):
+        # a learned surrogate's "model" is its file; an LLM's is the model's name, which may hold a "/"
+        file_keys = {"trained_on", "cache"} | ({"model"} if surrogate.get("kind") != "llm" else set())
+        surrogate["settings"] = {k: _file_name(v) if k in file_keys and isinstance(v, str) else v
+                                 for k, v in surrogate["settings"].items()}
+    for key in ("dataset", "discovery"):
+        if isinstance(shown.get(key), dict):
+            shown[key] = {k: v for k, v in shown[key].items() if k != "path"}
+            if isinstance(shown[key].get("dataset"), dict):
+                shown[key]["dataset"] = {k: v for k, v in shown[key]["dataset"].items() if k != "path"}
+    return shown
 
 
 def _columns(report: dict) -> list[tuple[str, dict]]:
@@ -174,8 +270,15 @@ def _pairs_answering(discovery: dict | None) -> dict | None:
 
 @login_required
 def report_detail(request, report_id: str):
-    report = _report(request.user, report_id)
-    status = answering(report.get("evaluation"))
+    try:
+        report = _report(request.user, report_id)
+        status = answering(report.get("evaluation"))
+        problem = None if status["none"] else report_problem(report, charts=True)  # the charts' data
+        if problem:
+            raise _Unreadable(unreadable_message(f"{report_id}.json", problem))
+    except _Unreadable as exc:
+        return _unreadable_page(request, str(exc))
+    report = _shown_report(report)
     others = [r for r in lab_report_list(workspaces=lab_workspace_list(user=request.user)) if r["id"] != report_id]
     common = {"report": report, "answering": status, "others": others,
               "discovery_answering": _pairs_answering(report.get("discovery")),
@@ -211,7 +314,11 @@ def report_compare(request):
     reports = lab_report_list(workspaces=lab_workspace_list(user=request.user))
     if not a_id or not b_id:
         return render(request, "kernellab/lab/compare.html", {"reports": reports, "a_id": a_id, "b_id": b_id})
-    a, b = _report(request.user, a_id), _report(request.user, b_id)
+    try:
+        a, b = _report(request.user, a_id, charts=True), _report(request.user, b_id, charts=True)
+    except _Unreadable as exc:
+        return _unreadable_page(request, str(exc))
+    a, b = _shown_report(a), _shown_report(b)
     # A report whose model answered no row has no figures to compare: its tie-break ranking is left out.
     la, lb = dict(_model_lines(a["evaluation"])), dict(_model_lines(b["evaluation"]))
     rows = []
@@ -220,10 +327,10 @@ def report_compare(request):
         rows.append({"label": label, "a": va, "b": vb, "delta": (vb - va) if va is not None and vb is not None else None,
                      "better": _better(label, va, vb)})
     charts = {"bins": _chart_data(a)["bins"], "series": [
-        {"title": f"A: {a['title']}", **{k: a["evaluation"][k] for k in ("reliability", "risk_coverage", "confusion")}},
-        {"title": f"B: {b['title']}", **{k: b["evaluation"][k] for k in ("reliability", "risk_coverage", "confusion")}},
+        {"title": f"A: {a.get('title') or a_id}", **{k: a["evaluation"][k] for k in ("reliability", "risk_coverage", "confusion")}},
+        {"title": f"B: {b.get('title') or b_id}", **{k: b["evaluation"][k] for k in ("reliability", "risk_coverage", "confusion")}},
     ]}
-    same_rows = a["dataset"].get("fingerprint") == b["dataset"].get("fingerprint")
+    same_rows = (a.get("dataset") or {}).get("fingerprint") == (b.get("dataset") or {}).get("fingerprint")
     return render(request, "kernellab/lab/compare.html", {
         "reports": reports, "a_id": a_id, "b_id": b_id, "a": a, "b": b, "rows": rows, "charts": charts,
         "figures": lab_report_figures(bin_names=charts["bins"], series=charts["series"]),

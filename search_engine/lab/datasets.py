@@ -24,6 +24,7 @@ rest counted; read_dataset(max_bytes=...) and check_decompressed_size stop at a 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
@@ -97,6 +98,9 @@ MAX_ROW_CHARS = 4 * 1024 * 1024
 MAX_COLUMNS = 1000
 # Problems kept for the message (the lab page lists 200); the others are only counted.
 MAX_ERRORS = 200
+# The file names a dataset may have, in one list for the command line and the /lab/ form (upper case too).
+DATASET_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".csv", ".csv.gz")
+DATASET_SUFFIXES_TEXT = ".jsonl, .jsonl.gz or .csv file (also .ndjson, .ndjson.gz and .csv.gz)"
 # Decompressed bytes of a file from the browser (the upload's own cap is on the bytes sent, compressed).
 UPLOAD_MAX_BYTES = 64 * 1024 * 1024
 # A CSV cell may hold a whole kernel source (256 KiB elsewhere) or JSON, as long as a row may be; the csv
@@ -128,9 +132,11 @@ class DatasetError(ValueError):
         self.path = path
         self.errors = errors
         self.total = total = max(len(errors), total or 0)
-        shown = "\n".join(f"  {e}" for e in errors[:25])
-        more = f"\n  ... and {total - 25} more" if total > 25 else ""
-        listed = f" (the first {len(errors)} are listed)" if total > len(errors) else ""
+        # every problem kept is printed, so that "the first N are listed" is what a terminal shows too
+        kept = errors[:MAX_ERRORS]
+        shown = "\n".join(f"  {e}" for e in kept)
+        more = f"\n  ... and {total - len(kept):,} more" if total > len(kept) else ""
+        listed = f" (the first {len(kept)} are listed)" if total > len(kept) else ""
         head = summary or f"{path}: {total:,} problem{'s' if total != 1 else ''}{listed}; nothing was imported."
         super().__init__(f"{head}\n{shown}{more}" if errors else head)
 
@@ -455,16 +461,57 @@ def _open_binary(path: Path):
 def _open_text(path: Path, max_bytes: int | None = None):
     """The file as text, decompressed as it is read, never more than max_bytes of it (None: no limit)."""
     raw = _Counted(_open_binary(path), max_bytes)
-    return io.TextIOWrapper(io.BufferedReader(raw, 1 << 16), encoding="utf-8", newline="")
+    # utf-8-sig: a file saved by Excel (or Notepad) starts with a byte order mark, which is no part of the header
+    return io.TextIOWrapper(io.BufferedReader(raw, 1 << 16), encoding="utf-8-sig", newline="")
+
+
+def dataset_suffix(path: str | os.PathLike) -> str | None:
+    """The accepted suffix the file's name ends in (lower-cased, DATASET_SUFFIXES), or None."""
+    name = Path(path).name.lower()
+    return next((s for s in sorted(DATASET_SUFFIXES, key=len, reverse=True) if name.endswith(s)), None)
 
 
 def file_format(path: str | os.PathLike) -> str:
-    name = Path(path).name.lower().removesuffix(".gz")
-    if name.endswith(".csv"):
-        return "csv"
-    if name.endswith((".jsonl", ".ndjson", ".json")):
-        return "jsonl"
-    raise DatasetError(str(path), [], f"{path}: unknown file type; use .jsonl, .jsonl.gz or .csv.")
+    suffix = dataset_suffix(path)
+    if suffix is None:
+        raise DatasetError(str(path), [], f"{path}: unknown file type; use a {DATASET_SUFFIXES_TEXT}.")
+    return "csv" if suffix.startswith(".csv") else "jsonl"
+
+
+def _check_not_gzip(path: Path) -> None:
+    """A gzip file under a name without .gz would be read as text (\"can't decode byte 0x8b\"): say what it is."""
+    if path.name.lower().endswith(".gz"):
+        return
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(2)
+    except OSError:
+        return
+    if magic == b"\x1f\x8b":
+        raise DatasetError(str(path), [], f"{path}: the file is gzip-compressed; name it "
+                                          f"{dataset_suffix(path) or '.jsonl'}.gz to import it.")
+
+
+def _not_utf8_line(path: Path, max_bytes: int | None) -> str:
+    """Where the first byte that is not UTF-8 is, "line N (byte 0xXX)": the reader's own error gives a position
+    within a block of the file, not a line."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line = 1
+    try:
+        with _Counted(_open_binary(path), max_bytes) as stream:
+            while block := stream.read(1 << 16):
+                try:
+                    decoder.decode(block)
+                except UnicodeDecodeError as exc:  # exc.object: the block after the few bytes held back (no newline)
+                    line += exc.object.count(b"\n", 0, exc.start)
+                    return f"line {line} holds a byte that is not UTF-8 (0x{exc.object[exc.start]:02x})"
+                line += block.count(b"\n")
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return f"line {line} ends the file within a UTF-8 character"
+    except (OSError, EOFError, zlib.error, _LimitReached):
+        pass
+    return "it holds a byte that is not UTF-8"
 
 
 def check_decompressed_size(path: str | os.PathLike, max_bytes: int = UPLOAD_MAX_BYTES) -> int:
@@ -574,6 +621,7 @@ def read_dataset(path: str | os.PathLike, *, bins: BinTable = DEFAULT_BINS, defa
     fmt = file_format(path)
     if not path.exists():
         raise DatasetError(str(path), [], f"{path}: no such file.")
+    _check_not_gzip(path)
     errors: list[RowError] = []
     total_errors = 0
 
@@ -621,7 +669,10 @@ def read_dataset(path: str | os.PathLike, *, bins: BinTable = DEFAULT_BINS, defa
                 rows.append(row)
     except _LimitReached as exc:
         stopped = str(exc)
-    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as exc:
+    except UnicodeDecodeError:
+        raise DatasetError(str(path), [], f"{path}: cannot be read: {_not_utf8_line(path, max_bytes)}; "
+                                          "save it as UTF-8.") from None
+    except (OSError, EOFError, zlib.error) as exc:
         raise DatasetError(str(path), [], f"{path}: cannot be read ({exc}).") from None
     if stopped:
         rows.clear()
@@ -637,20 +688,27 @@ def read_dataset(path: str | os.PathLike, *, bins: BinTable = DEFAULT_BINS, defa
     return Dataset(kind=kind or COMPARISON, rows=rows, ignored_fields=tuple(sorted(ignored)))
 
 
-def write_dataset(path: str | os.PathLike, rows: Iterable[dict]) -> int:
-    """Write rows as JSON Lines (gzip when the name ends in .gz), replacing the file atomically."""
+def write_dataset(path: str | os.PathLike, rows: Iterable[dict], *, exclusive: bool = False) -> int:
+    """Write rows as JSON Lines (gzip when the name ends in .gz), replacing the file atomically.
+
+    exclusive: never replace; the whole file is linked into place in one step that fails with FileExistsError
+    (and leaves nothing behind) when the name exists, even if another writer took it while this one wrote."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     count = 0
     try:
         with os.fdopen(fd, "wb") as raw:
-            stream = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.name.endswith(".gz") else raw
+            stream = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.name.lower().endswith(".gz") else raw
             with io.TextIOWrapper(stream, encoding="utf-8") as text:
                 for row in rows:
                     text.write(json.dumps(row, sort_keys=False) + "\n")
                     count += 1
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -7,6 +7,7 @@ never name a file outside the folder.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -15,9 +16,57 @@ from pathlib import Path
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,150}$")
 
+logger = logging.getLogger(__name__)
+
+# What the lab's pages read of a report's evaluation block beside its figures: the charts' data.
+CHART_KEYS = ("reliability", "risk_coverage", "confusion")
+
 
 class ReportNotFound(LookupError):
     pass
+
+
+class ReportUnreadable(ReportNotFound):
+    """A file in the reports folder, under a report's name, that holds no report the lab can read (a stray file,
+    or one from an older KernelLab moved there by hand). Its message is a sentence naming the file and what is
+    missing."""
+
+
+def _kind_of(value) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def report_problem(report, *, charts: bool = False) -> str | None:
+    """What keeps the lab from reading `report` (a phrase), or None. A report is a JSON object with an
+    "evaluation" object; `charts`: its evaluation (and every recalibration column's) must hold the charts' data."""
+    if not isinstance(report, dict):
+        return f"it holds {_kind_of(report)}, not a report object"
+    blocks = [("evaluation", report.get("evaluation"))]
+    recal = report.get("recalibration")
+    if recal is not None:
+        methods = recal.get("methods") if isinstance(recal, dict) else None
+        if not isinstance(methods, dict):
+            return 'its "recalibration" has no "methods" object'
+        blocks += [(f'recalibration "{m}"', b.get("evaluation") if isinstance(b, dict) else None)
+                   for m, b in methods.items()]
+    for where, block in blocks:
+        if not isinstance(block, dict):
+            return 'it has no "evaluation" object' if where == "evaluation" else \
+                f'its {where} has no "evaluation" object'
+        if charts:
+            missing = [k for k in CHART_KEYS if k not in block]
+            if missing:
+                named = ", ".join(f'"{k}"' for k in missing)
+                return f"its {where if where == 'evaluation' else where + ' evaluation'} has no {named}"
+    for key in ("surrogate", "dataset"):
+        if report.get(key) is not None and not isinstance(report[key], dict):
+            return f'its "{key}" is not an object'
+    return None
+
+
+def unreadable_message(name: str, problem: str) -> str:
+    return f"{name} is not a report KernelLab can read: {problem}."
 
 
 def _slug(text: str) -> str:
@@ -66,15 +115,20 @@ def load_report(folder: str | os.PathLike, report_id: str) -> dict:
         raise ReportNotFound(report_id)
     path = Path(folder) / f"{report_id}.json"
     try:
-        return json.loads(path.read_text())
+        report = json.loads(path.read_text())
     except FileNotFoundError:
         raise ReportNotFound(report_id) from None
-    except json.JSONDecodeError:
-        raise ReportNotFound(report_id) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise ReportUnreadable(unreadable_message(path.name, "it is not JSON")) from None
+    problem = report_problem(report)
+    if problem:
+        raise ReportUnreadable(unreadable_message(path.name, problem))
+    return report
 
 
 def list_reports(folder: str | os.PathLike) -> list[dict]:
-    """Summaries of every readable report, newest first."""
+    """Summaries of every readable report, newest first; a file that holds no report is left out, with a line
+    in the log naming it."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -84,17 +138,22 @@ def list_reports(folder: str | os.PathLike) -> list[dict]:
             continue
         try:
             report = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            logger.warning("%s", unreadable_message(str(path), "it is not JSON") + " It is left out of the list.")
             continue
-        evaluation = report.get("evaluation") or {}
-        metrics = evaluation.get("metrics") or {}
+        problem = report_problem(report)
+        if problem:
+            logger.warning("%s", unreadable_message(str(path), problem) + " It is left out of the list.")
+            continue
+        evaluation = report["evaluation"]
+        metrics = evaluation.get("metrics") if isinstance(evaluation.get("metrics"), dict) else {}
         out.append({
-            "id": path.stem, "created_at": report.get("created_at", ""),
+            "id": path.stem, "created_at": str(report.get("created_at") or ""),
             "surrogate": (report.get("surrogate") or {}).get("id", ""),
             "dataset": (report.get("dataset") or {}).get("name", ""),
             "rows": evaluation.get("rows"), "answered": evaluation.get("answered"),
             "exact_accuracy": metrics.get("exact_accuracy"), "within_one_accuracy": metrics.get("within_one_accuracy"),
             "brier": metrics.get("brier"), "crps": metrics.get("crps"), "ece": metrics.get("ece"),
-            "aurc": metrics.get("aurc"), "title": report.get("title", ""),
+            "aurc": metrics.get("aurc"), "title": str(report.get("title") or ""),
         })
     return sorted(out, key=lambda r: (r["created_at"], r["id"]), reverse=True)

@@ -31,7 +31,7 @@ from kernellab.management.database import require_migrated_database
 from kernellab.services.errors import ServiceError
 from kernellab.services.lab import lab_workspace_for_command, report_save
 from search_engine.lab import recalibration
-from search_engine.lab.datasets import PAIR, row_problem, split_rows, training_rows
+from search_engine.lab.datasets import COMPARISON, PAIR, row_problem, split_rows, training_rows
 from search_engine.lab.evaluation import cost_summary, evaluate, format_table
 from search_engine.lab.experiment import (dataset_summary, discovery_block, forecast_rows, loo_forecasts,
                                           loo_recalibrated, new_report, recalibration_block)
@@ -353,6 +353,11 @@ class Command(BaseCommand):
             saved_recalibration, saved_for = read_recalibration(options["recalibration"])
         path, dataset = load_dataset(options["dataset"], workspace=options["workspace"])
         rows = dataset.rows[: options["limit"]] if options["limit"] else dataset.rows
+        pairs_path = pairs = None
+        if options["pairs"]:
+            # Read and checked before any row is forecast: a typo, or a dataset of comparisons, must not cost a
+            # paid endpoint's whole run (or, under --loo, all the training).
+            pairs_path, pairs = _read_pairs(options["pairs"], workspace=options["workspace"], limit=options["limit"])
         problems = sorted({row_problem(r) for r in rows})
         if options["loo"] and len(problems) < (3 if methods else 2):
             # (found otherwise only once a model per problem was trained)
@@ -446,14 +451,10 @@ class Command(BaseCommand):
         if options["pairs"]:
             if options["loo"]:
                 self._log("discovery detection under --loo: each problem's pairs forecast by its held-out model")
-                pairs_path, pair_set = load_dataset(options["pairs"], workspace=options["workspace"], kind=PAIR)
-                pairs = pair_set.rows[: options["limit"]] if options["limit"] else pair_set.rows
                 make = lambda: type(surrogate)(seed=options["seed"])  # noqa: E731
                 pair_forecasts = _loo_pair_forecasts(rows, pairs, make)
                 discovery, _ = discovery_block(None, pairs, forecasts=pair_forecasts)
             else:
-                pairs_path, pair_set = load_dataset(options["pairs"], workspace=options["workspace"], kind=PAIR)
-                pairs = pair_set.rows[: options["limit"]] if options["limit"] else pair_set.rows
                 discovery, pair_forecasts = discovery_block(surrogate, pairs, batch_size=options["batch_size"],
                                                             progress=self._progress)
                 pair_cost = cost_summary(pair_forecasts)
@@ -606,6 +607,21 @@ class Command(BaseCommand):
                                  f"{fmt(row['recall']):>8}{row['chance_precision']:>10.3f}"
                                  f"{('—' if row['lift'] is None else format(row['lift'], '.2f')):>7}")
         return "\n".join(lines)
+
+
+def _read_pairs(value: str, *, workspace: str | None, limit: int | None) -> tuple:
+    """(path, pairs) of --pairs, the first `limit` of them; CommandError naming the file where it holds
+    comparisons, not parent -> child pairs, or cannot be read as pairs."""
+    try:
+        path, found = load_dataset(value, workspace=workspace)
+    except CommandError:
+        found = None  # read again as pairs below, for the errors a file of pairs gets
+    if found is not None and found.kind == COMPARISON and found.rows:
+        raise CommandError(f"--pairs {value} is a dataset of comparisons, not pairs: discovery detection needs "
+                           "parent -> child pairs (pair_id, parent_code, child_code, g_speedup, ...).")
+    if found is None or found.kind != PAIR:
+        path, found = load_dataset(value, workspace=workspace, kind=PAIR)
+    return path, (found.rows[:limit] if limit else found.rows)
 
 
 def _loo_pair_forecasts(rows: list[dict], pairs: list[dict], make) -> list:

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from kernellab.management.database import require_migrated_database
+from kernellab.management.commands.import_dataset import plural
 from search_engine.lab.datasets import comparison_row, neighbour_pairs, pair_row, rows_from_records, write_dataset
 
 
@@ -49,6 +50,17 @@ def check_out_file(value: str | None, option: str, *, example: str = "dataset.js
                            f"({(exc.strerror or str(exc)).rstrip('.')}).") from None
     os.close(fd)
     os.unlink(probe)
+
+
+JSONL_OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def check_jsonl_out(value: str | None, option: str) -> None:
+    """The exports write JSON Lines only (there is no CSV writer): a name of another type (rows.csv) is refused
+    before the work, where it had been given JSON Lines that import_dataset then failed to read as CSV."""
+    if value and not Path(value).name.lower().endswith(JSONL_OUTPUT_SUFFIXES):
+        raise CommandError(f"{option} {value}: the file is written as JSON Lines, so its name must end in .jsonl "
+                           "or .jsonl.gz.")
 
 
 def check_distinct_outputs(first: tuple[str, str | None], second: tuple[str, str | None]) -> None:
@@ -289,6 +301,8 @@ class Command(BaseCommand):
                workspace, all_workspaces, **options):
         check_out_file(out, "The output")
         check_out_file(pairs, "--pairs")
+        check_jsonl_out(out, "The output")
+        check_jsonl_out(pairs, "--pairs")
         check_distinct_outputs(("The output", out), ("--pairs", pairs))
         wanted = {s.strip() for s in sources.split(",") if s.strip()}
         if not wanted or wanted - {"db", "records"}:
@@ -336,7 +350,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise write_failure(out, exc) from None
         by_source = Counter(r["source"] for r in rows)
-        self.stdout.write(f"Wrote {count} rows to {out} ({', '.join(f'{n} {s}' for s, n in by_source.items())}).")
+        self.stdout.write(f"Wrote {plural(count, 'row')} to {out} ({', '.join(f'{n} {s}' for s, n in by_source.items())}).")
         if pairs:
             if not pair_rows:
                 self.stderr.write("No parent -> child pairs to write.")
@@ -346,4 +360,4 @@ class Command(BaseCommand):
                 except OSError as exc:
                     raise write_failure(pairs, exc) from None
                 found = sum(1 for p in pair_rows if p["g_speedup"] >= 2 ** 0.5)
-                self.stdout.write(f"Wrote {n} pairs to {pairs} ({found} with the child >= √2x its parent).")
+                self.stdout.write(f"Wrote {plural(n, 'pair')} to {pairs} ({found} with the child >= √2x its parent).")

@@ -10,8 +10,9 @@ from collections import Counter
 
 from django.core.management.base import BaseCommand, CommandError
 
-from kernellab.management.commands.export_dataset import check_distinct_outputs, check_out_file, write_failure
-from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset
+from kernellab.management.commands.export_dataset import (check_distinct_outputs, check_jsonl_out, check_out_file,
+                                                          write_failure)
+from kernellab.management.commands.import_dataset import add_workspace_argument, load_dataset, plural
 from search_engine.lab.datasets import split_rows, write_dataset
 from search_engine.lab.rl import rl_examples
 
@@ -32,6 +33,8 @@ class Command(BaseCommand):
             raise CommandError(f"--eval-fraction must be between 0 and 1 (both excluded), not {eval_fraction:g}.")
         check_out_file(out, "--out")
         check_out_file(eval_out, "--eval-out")
+        check_jsonl_out(out, "--out")
+        check_jsonl_out(eval_out, "--eval-out")
         check_distinct_outputs(("--out", out), ("--eval-out", eval_out))
         path, data = load_dataset(dataset, workspace=workspace)
         rows, held = data.rows, []
@@ -45,7 +48,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise write_failure(out, exc) from None
         bins = Counter(int(r["true_bin"]) for r in rows)
-        self.stdout.write(f"Wrote {n} prompts to {out}; true bins " +
+        self.stdout.write(f"Wrote {plural(n, 'prompt')} to {out}; true bins " +
                           ", ".join(f"{b}: {bins.get(b, 0)}" for b in range(1, 9)) + ".")
         if eval_out:
             try:
@@ -53,4 +56,4 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise write_failure(eval_out, exc) from None
             problems = sorted({r.get("pack") or r.get("problem_id") for r in held})
-            self.stdout.write(f"Wrote {m} held-out prompts ({', '.join(problems)}) to {eval_out}.")
+            self.stdout.write(f"Wrote {plural(m, 'held-out prompt')} ({', '.join(problems)}) to {eval_out}.")

@@ -6,7 +6,6 @@ DATA_DIR/datasets/<workspace>/<name>.jsonl, where train_surrogate, evaluate_surr
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -15,6 +14,11 @@ from kernellab.management.database import require_migrated_database
 from kernellab.services.errors import ServiceError
 from kernellab.services.lab import (DATASET_NAME, DatasetRejected, dataset_import, dataset_load,
                                     lab_workspace_for_command)
+
+
+def plural(count: int, noun: str) -> str:
+    """"1 row", "2 rows"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def add_workspace_argument(parser) -> None:
@@ -33,7 +37,7 @@ def load_dataset(value: str, *, workspace: str | None = None, kind: str | None =
 
 
 class Command(BaseCommand):
-    help = "Check a dataset (.jsonl, .jsonl.gz or .csv) row by row and store it in a workspace's lab, all or nothing."
+    help = "Check a dataset (.jsonl, .ndjson or .csv, each also .gz) row by row and store it in a workspace's lab, all or nothing."
 
     def add_arguments(self, parser):
         parser.add_argument("file")
@@ -45,25 +49,27 @@ class Command(BaseCommand):
 
     def handle(self, *args, file, name, source, replace, workspace, **options):
         require_migrated_database()
-        from search_engine.lab.datasets import DatasetError, file_format
+        from search_engine.lab.datasets import DATASET_SUFFIXES_TEXT, DatasetError, dataset_suffix, file_format
 
         path = Path(file)
         try:
             file_format(path)  # the type first: a file of another type is no dataset, whatever its name
         except DatasetError:
-            raise CommandError(f"{file}: unsupported file type; import a .jsonl, .jsonl.gz or .csv file.") from None
-        name = name or re.sub(r"\.(jsonl|ndjson|json|csv)(\.gz)?$", "", path.name)
+            raise CommandError(f"{file}: unsupported file type; import a {DATASET_SUFFIXES_TEXT}.") from None
+        name = name or path.name[:-len(dataset_suffix(path))]
         try:
             lab_workspace = lab_workspace_for_command(workspace)
             imported = dataset_import(workspace=lab_workspace, user=None, file=path, name=name, replace=replace,
-                                      source=source)
+                                      source=source, replace_hint="pass --replace")
         except DatasetRejected as exc:
             raise CommandError(exc.detail) from None
         except ServiceError as exc:
             raise CommandError(str(exc)) from None
         problems = imported.problems
-        self.stdout.write(f"Imported {imported.rows} {imported.kind} rows as {name!r} in {lab_workspace.name} "
-                          f"({imported.path}); {len(problems)} problem(s): "
-                          f"{', '.join(f'{p} {n}' for p, n in problems.most_common(8))}.")
+        shown = problems.most_common(8)
+        more = f" and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+        self.stdout.write(f"Imported {plural(imported.rows, imported.kind + ' row')} as {name!r} in "
+                          f"{lab_workspace.name} ({imported.path}); {plural(len(problems), 'problem')}: "
+                          f"{', '.join(f'{p} {n}' for p, n in shown)}{more}.")
         if imported.ignored_fields:
             self.stdout.write(f"Columns not used: {', '.join(imported.ignored_fields)}.")
