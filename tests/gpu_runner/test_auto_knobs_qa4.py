@@ -11,6 +11,7 @@ from gpu_runner.auto_knobs import family_from_knobs, propose_knobs, template_pre
 from gpu_runner.compiler import ToolMissing, find_tool
 from gpu_runner.family import render_variant, valid_variants
 from gpu_runner.spec import KernelLaunch, parse_problem
+from tests.gpu_runner.test_auto_knobs_qa import SGEMM_TOML
 
 try:
     find_tool("nvcc")
@@ -215,50 +216,9 @@ def test_a_block_size_an_outputs_shape_expression_writes_stays():
 
 
 # ---- a constexpr that a #pragma unroll names -----------------------------------------------------------
-TILED_MM_TOML = """[problem]
-name = "qa_tiled_mm"
-
-[sizes]
-default = { M = 1024, N = 1024, K = 1024 }
-odd = { M = 100, N = 72, K = 33 }
-
-[[args]]
-name = "A"
-role = "input"
-dtype = "float32"
-shape = ["M", "K"]
-[[args]]
-name = "B"
-role = "input"
-dtype = "float32"
-shape = ["K", "N"]
-[[args]]
-name = "C"
-role = "output"
-dtype = "float32"
-shape = ["M", "N"]
-[[args]]
-name = "m"
-role = "scalar"
-dtype = "int32"
-value = "M"
-[[args]]
-name = "n"
-role = "scalar"
-dtype = "int32"
-value = "N"
-[[args]]
-name = "k"
-role = "scalar"
-dtype = "int32"
-value = "K"
-
-[[launch]]
-kernel = "mm_tiled"
-grid = ["ceil_div(N, 16)", "ceil_div(M, 16)"]
-block = [16, 16]
-args = ["A", "B", "C", "m", "n", "k"]
-"""
+# test_auto_knobs_qa's tiled matmul spec, launching this file's kernel.
+TILED_MM_TOML = SGEMM_TOML.replace('name = "qa_sgemm_nofam"', 'name = "qa_tiled_mm"').replace(
+    'kernel = "sgemm_tiled"', 'kernel = "mm_tiled"')
 
 TILED_MM = """#include <cuda_runtime.h>
 #define TILE 16
